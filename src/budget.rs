@@ -1,0 +1,277 @@
+//! Budget arithmetic and truncation, exactly as SPEC §1 states them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::tokenizer::Tokenizer;
+
+/// A retention fraction held as the exact decimal the user wrote: `numerator / 10^scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ratio {
+    numerator: u64,
+    scale: u32,
+}
+
+/// The most decimal places a ratio may have (10^18 still fits a u64).
+const MAX_SCALE: u32 = 18;
+
+impl Ratio {
+    /// The token budget `L = floor(r * N)`, in integer arithmetic.
+    pub fn budget(self, source_tokens: usize) -> usize {
+        let product = u128::from(self.numerator) * source_tokens as u128;
+        (product / 10u128.pow(self.scale)) as usize
+    }
+
+    pub fn as_f64(self) -> f64 {
+        self.numerator as f64 / 10f64.powi(self.scale as i32)
+    }
+}
+
+impl FromStr for Ratio {
+    type Err = String;
+
+    /// Parses a plain decimal (`0.29`, `1`, `.5`, `1e-1` is refused) within `0..=1`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected =
+            || format!("`{text}` is not a retention ratio: expected a decimal from 0 to 1");
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction)
+        {
+            return Err(expected());
+        }
+        let fraction = fraction.trim_end_matches('0');
+        let scale = fraction.len() as u32;
+        if scale > MAX_SCALE {
+            return Err(format!("`{text}` has more than {MAX_SCALE} decimal places"));
+        }
+        let digits = format!("{whole}{fraction}");
+        let digits = digits.trim_start_matches('0');
+        let numerator: u64 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().map_err(|_| expected())?
+        };
+        if u128::from(numerator) > 10u128.pow(scale) {
+            return Err(format!("`{text}` is outside 0..=1"));
+        }
+        Ok(Ratio { numerator, scale })
+    }
+}
+
+impl TryFrom<f64> for Ratio {
+    type Error = String;
+
+    /// Recovers the decimal the user wrote: Rust prints the shortest text that reads back
+    /// as the same double, which for a written decimal is that decimal.
+    fn try_from(value: f64) -> Result<Self, String> {
+        if !value.is_finite() {
+            return Err(format!("`{value}` is not a retention ratio"));
+        }
+        let text = format!("{value}");
+        if text.contains('e') || text.starts_with('-') {
+            return Err(format!("`{text}` is outside 0..=1"));
+        }
+        text.parse()
+    }
+}
+
+impl fmt::Display for Ratio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scale = self.scale as usize;
+        if scale == 0 {
+            return write!(f, "{}", self.numerator);
+        }
+        let digits = format!("{:0>width$}", self.numerator, width = scale + 1);
+        let (whole, fraction) = digits.split_at(digits.len() - scale);
+        write!(f, "{whole}.{fraction}")
+    }
+}
+
+impl Serialize for Ratio {
+    /// Serialised as a JSON number with the exact digits the user wrote.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.as_f64())
+    }
+}
+
+impl<'de> Deserialize<'de> for Ratio {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(f64),
+            Text(String),
+        }
+        let ratio = match Written::deserialize(deserializer)? {
+            Written::Number(value) => Ratio::try_from(value),
+            Written::Text(text) => text.parse(),
+        };
+        ratio.map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a cut inside a multi-byte character is decoded (SPEC §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TruncationMode {
+    /// Like tiktoken's `decode(errors="replace")`: the broken tail becomes U+FFFD.
+    #[default]
+    Replace,
+    /// Drop the incomplete bytes.
+    Utf8Safe,
+}
+
+/// The memory a reader receives, and the counts the ledger records about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    pub memory: String,
+    pub generated_tokens: usize,
+    pub retained_tokens: usize,
+    pub truncated: bool,
+    /// The cut fell inside a multi-byte character.
+    pub utf8_split: bool,
+}
+
+/// `M = decode(encode(G)[:L])`: keeps only the prefix, never pads, never regenerates.
+pub fn truncate_to_budget(
+    tokenizer: &dyn Tokenizer,
+    generation: &str,
+    budget: usize,
+    mode: TruncationMode,
+) -> Truncation {
+    let tokens = tokenizer.encode(generation);
+    let generated_tokens = tokens.len();
+    if generated_tokens <= budget {
+        return Truncation {
+            memory: generation.to_owned(),
+            generated_tokens,
+            retained_tokens: generated_tokens,
+            truncated: false,
+            utf8_split: false,
+        };
+    }
+    let bytes = tokenizer.decode_bytes(&tokens[..budget]);
+    let (memory, utf8_split) = match String::from_utf8(bytes) {
+        Ok(memory) => (memory, false),
+        Err(error) => {
+            let bytes = error.into_bytes();
+            let memory = match mode {
+                TruncationMode::Replace => String::from_utf8_lossy(&bytes).into_owned(),
+                TruncationMode::Utf8Safe => utf8_safe_prefix(&bytes),
+            };
+            (memory, true)
+        }
+    };
+    Truncation {
+        memory,
+        generated_tokens,
+        retained_tokens: budget,
+        truncated: true,
+        utf8_split,
+    }
+}
+
+/// The longest valid UTF-8 text made of whole characters of `bytes`, dropping broken ones.
+fn utf8_safe_prefix(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ratio(text: &str) -> Ratio {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_exact_decimals() {
+        assert_eq!(
+            ratio("0.29"),
+            Ratio {
+                numerator: 29,
+                scale: 2
+            }
+        );
+        assert_eq!(
+            ratio("0.290"),
+            Ratio {
+                numerator: 29,
+                scale: 2
+            }
+        );
+        assert_eq!(
+            ratio("1"),
+            Ratio {
+                numerator: 1,
+                scale: 0
+            }
+        );
+        assert_eq!(
+            ratio("1.0"),
+            Ratio {
+                numerator: 1,
+                scale: 0
+            }
+        );
+        assert_eq!(
+            ratio("0"),
+            Ratio {
+                numerator: 0,
+                scale: 0
+            }
+        );
+        assert_eq!(
+            ratio(".5"),
+            Ratio {
+                numerator: 5,
+                scale: 1
+            }
+        );
+        for bad in ["", ".", "1.01", "2", "-0.1", "0.1.2", "abc", "1e-1", " 0.5"] {
+            assert!(bad.parse::<Ratio>().is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn floats_read_back_as_the_written_decimal() {
+        assert_eq!(Ratio::try_from(0.29).unwrap(), ratio("0.29"));
+        assert_eq!(Ratio::try_from(0.1).unwrap(), ratio("0.1"));
+        assert_eq!(Ratio::try_from(1.0).unwrap(), ratio("1"));
+        assert!(Ratio::try_from(1.5).is_err());
+        assert!(Ratio::try_from(-0.0001).is_err());
+        assert!(Ratio::try_from(f64::NAN).is_err());
+        assert!(Ratio::try_from(1e-30).is_err());
+    }
+
+    #[test]
+    fn budget_is_integer_arithmetic() {
+        // 0.29 * 100 is 28.999999999999996 in floating point.
+        let float = std::hint::black_box(0.29f64) * 100.0;
+        assert_eq!(float.floor(), 28.0);
+        assert_eq!(ratio("0.29").budget(100), 29);
+        assert_eq!(Ratio::try_from(0.29).unwrap().budget(100), 29);
+        assert_eq!(ratio("0.57").budget(100), 57);
+        assert_eq!(ratio("0.5").budget(7), 3);
+        assert_eq!(ratio("0").budget(1000), 0);
+        assert_eq!(ratio("1").budget(1000), 1000);
+        assert_eq!(ratio("0.1").budget(9), 0);
+        assert_eq!(ratio("0.5").budget(usize::MAX), usize::MAX / 2);
+        assert_eq!(ratio("1").budget(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn displays_the_written_digits() {
+        for text in ["0.29", "1", "0", "0.05", "0.000001", "0.999999999999999999"] {
+            assert_eq!(ratio(text).to_string(), text);
+        }
+        assert_eq!(ratio(".5").to_string(), "0.5");
+    }
+}

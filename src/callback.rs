@@ -1,0 +1,469 @@
+//! The callback protocol `gacc/1` (SPEC §3): one JSON request on stdin, one JSON response on
+//! stdout, in a child process with a cleared environment and its own process group.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use crate::builtin::Role;
+
+pub const PROTOCOL: &str = "gacc/1";
+/// The largest response a callback may write to stdout.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// How much of a callback's stderr is kept for messages and the trace.
+pub const STDERR_TAIL_BYTES: usize = 8 << 10;
+/// The exit status a callback uses to ask for a retry (BSD `EX_TEMPFAIL`).
+pub const EXIT_TEMPFAIL: i32 = 75;
+/// The variables a callback inherits, besides those its manifest lists (SPEC §3).
+pub const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"];
+/// How long to wait for output pipes after the process has exited.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// A callback ready to be called: the program, its settings and its cache identity.
+#[derive(Debug)]
+pub struct Callback {
+    /// The manifest key that declared it: `compressors.NAME`, `reader` or `judge`.
+    pub name: String,
+    pub role: Role,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// Passed-through variables; their values are never written anywhere.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub params: Value,
+    /// What determines its answers: command or built-in name, revision, params.
+    pub identity: Value,
+    pub limit: Arc<Semaphore>,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FailureKind {
+    #[error("could not start `{program}`: {error}")]
+    Spawn { program: String, error: String },
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("exited with status {0}")]
+    Exit(i32),
+    #[error("was killed by signal {0}")]
+    Signal(i32),
+    #[error("exited 0 but wrote nothing to stdout")]
+    NoOutput,
+    #[error("wrote stdout that is not valid UTF-8")]
+    NotUtf8,
+    #[error("wrote stdout that is not one JSON object: {0}")]
+    InvalidJson(String),
+    #[error("answered without {0}")]
+    MissingField(String),
+    #[error("wrote more than {0} bytes to stdout")]
+    TooLarge(usize),
+    #[error("reported an error: {message}")]
+    Reported { message: String, retryable: bool },
+}
+
+impl FailureKind {
+    /// Timeouts, exit status 75 and `"retryable": true` are worth another try (SPEC §3).
+    pub fn retryable(&self) -> bool {
+        match self {
+            FailureKind::Timeout(_) => true,
+            FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
+            FailureKind::Reported { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+}
+
+/// A failed call, after its retries.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub stderr_tail: String,
+    pub attempts: u32,
+}
+
+/// A successful call.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub response: Value,
+    pub attempts: u32,
+    pub stderr_tail: String,
+}
+
+/// What one attempt produced.
+struct Attempt {
+    result: Result<Value, FailureKind>,
+    stderr_tail: String,
+}
+
+impl Callback {
+    /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
+    /// of both this callback's and the run's concurrency for each attempt.
+    pub async fn call(&self, request: &Value, run_limit: &Semaphore) -> Result<Answer, Failure> {
+        let bytes = request.to_string();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = {
+                let _mine = self.limit.acquire().await;
+                let _run = run_limit.acquire().await;
+                let started = Instant::now();
+                let outcome = self.attempt(bytes.as_bytes()).await;
+                tracing::debug!(
+                    callback = %self.name,
+                    attempt,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    request_bytes = bytes.len(),
+                    ok = outcome.result.is_ok(),
+                    stderr = %outcome.stderr_tail,
+                    "callback attempt"
+                );
+                outcome
+            };
+            match outcome.result {
+                Ok(response) => {
+                    return Ok(Answer {
+                        response,
+                        attempts: attempt,
+                        stderr_tail: outcome.stderr_tail,
+                    });
+                }
+                Err(kind) if kind.retryable() && attempt <= self.retries => {
+                    tracing::warn!(callback = %self.name, attempt, reason = %kind, "retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(kind) => {
+                    return Err(Failure {
+                        kind,
+                        stderr_tail: outcome.stderr_tail,
+                        attempts: attempt,
+                    });
+                }
+            }
+        }
+    }
+
+    async fn attempt(&self, request: &[u8]) -> Attempt {
+        let mut command = tokio::process::Command::new(&self.argv[0]);
+        command
+            .args(&self.argv[1..])
+            .current_dir(&self.cwd)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        for name in KEPT_VARIABLES {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+            .env("GACC_PROTOCOL", PROTOCOL)
+            .env("GACC_ROLE", self.role.as_str());
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                return Attempt {
+                    result: Err(FailureKind::Spawn {
+                        program: self.argv[0].clone(),
+                        error: error.to_string(),
+                    }),
+                    stderr_tail: String::new(),
+                };
+            }
+        };
+        let group = child.id().map(|pid| pid as i32);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            kill_group(group);
+            return Attempt {
+                result: Err(FailureKind::Spawn {
+                    program: self.argv[0].clone(),
+                    error: "no pipes to the child".into(),
+                }),
+                stderr_tail: String::new(),
+            };
+        };
+        let request = request.to_vec();
+        // A callback may answer before reading, or never read: a broken pipe is not our failure.
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&request).await;
+            let _ = stdin.shutdown().await;
+        });
+        let stdout = tokio::spawn(read_limited(stdout, MAX_RESPONSE_BYTES, group));
+        let stderr = tokio::spawn(read_tail(stderr, STDERR_TAIL_BYTES));
+
+        let status = tokio::time::timeout(self.timeout, child.wait()).await;
+        // Whatever happened, nothing the callback started outlives its call.
+        kill_group(group);
+        writer.abort();
+        let status = match status {
+            Ok(Ok(status)) => Some(status),
+            Ok(Err(_)) | Err(_) => {
+                let _ = child.kill().await;
+                None
+            }
+        };
+        let output = tokio::time::timeout(PIPE_GRACE, stdout).await;
+        let stderr_tail = match tokio::time::timeout(PIPE_GRACE, stderr).await {
+            Ok(Ok(tail)) => tail,
+            _ => String::new(),
+        };
+        let result = match status {
+            None => Err(FailureKind::Timeout(self.timeout)),
+            Some(status) => {
+                let output = match output {
+                    Ok(Ok(output)) => output,
+                    _ => Output::Complete(Vec::new()),
+                };
+                classify(self.role, status, output)
+            }
+        };
+        Attempt {
+            result,
+            stderr_tail,
+        }
+    }
+}
+
+/// Exponential backoff with jitter: about BASE * 2^(attempt-1), capped.
+fn backoff(attempt: u32) -> Duration {
+    let exponential = BACKOFF_BASE.saturating_mul(1 << attempt.min(16).saturating_sub(1));
+    let capped = exponential.min(BACKOFF_MAX);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Between half and the whole of the capped delay.
+    capped / 2 + capped.mul_f64(f64::from(nanos % 1000) / 2000.0)
+}
+
+/// Sends SIGKILL to a whole process group; a group that is already gone is fine.
+fn kill_group(group: Option<i32>) {
+    if let Some(group) = group.filter(|g| *g > 0) {
+        // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+enum Output {
+    Complete(Vec<u8>),
+    TooLarge,
+}
+
+async fn read_limited(
+    mut pipe: impl AsyncRead + Unpin,
+    limit: usize,
+    group: Option<i32>,
+) -> Output {
+    let mut out = Vec::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return Output::Complete(out),
+            Ok(n) => {
+                if out.len() + n > limit {
+                    kill_group(group);
+                    return Output::TooLarge;
+                }
+                out.extend_from_slice(&buffer[..n]);
+            }
+        }
+    }
+}
+
+async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize) -> String {
+    let mut tail = Vec::new();
+    let mut buffer = vec![0u8; 16 << 10];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.extend_from_slice(&buffer[..n]);
+                if tail.len() > 2 * keep {
+                    tail.drain(..tail.len() - keep);
+                }
+            }
+        }
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+fn classify(
+    role: Role,
+    status: std::process::ExitStatus,
+    output: Output,
+) -> Result<Value, FailureKind> {
+    use std::os::unix::process::ExitStatusExt;
+    let bytes = match output {
+        Output::TooLarge => return Err(FailureKind::TooLarge(MAX_RESPONSE_BYTES)),
+        Output::Complete(bytes) => bytes,
+    };
+    let parsed = parse_response(&bytes);
+    match status.code() {
+        None => Err(FailureKind::Signal(status.signal().unwrap_or(0))),
+        Some(code) => {
+            // A callback that explains itself is believed, whatever its status.
+            if let Ok(response) = &parsed
+                && let Some(error) = reported_error(response, code)
+            {
+                return Err(error);
+            }
+            if code != 0 {
+                return Err(FailureKind::Exit(code));
+            }
+            let response = parsed?;
+            check_response(role, &response)?;
+            Ok(response)
+        }
+    }
+}
+
+fn parse_response(bytes: &[u8]) -> Result<Value, FailureKind> {
+    let text = std::str::from_utf8(bytes).map_err(|_| FailureKind::NotUtf8)?;
+    if text.trim().is_empty() {
+        return Err(FailureKind::NoOutput);
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|error| FailureKind::InvalidJson(error.to_string()))?;
+    if !value.is_object() {
+        return Err(FailureKind::InvalidJson(format!(
+            "expected an object, got {}",
+            kind_of(&value)
+        )));
+    }
+    Ok(value)
+}
+
+fn reported_error(response: &Value, code: i32) -> Option<FailureKind> {
+    let error = response.get("error")?;
+    let message = match error {
+        Value::String(message) => message.clone(),
+        other => other.to_string(),
+    };
+    let retryable = response
+        .get("retryable")
+        .and_then(Value::as_bool)
+        .unwrap_or(code == EXIT_TEMPFAIL);
+    Some(FailureKind::Reported { message, retryable })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks a response against its role's fields (SPEC §3).
+pub fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
+    let require = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
+        None => Err(FailureKind::MissingField(format!("the field `{name}`"))),
+        Some(value) if is(value) => Ok(()),
+        Some(value) => Err(FailureKind::MissingField(format!(
+            "`{name}` as {what} (got {})",
+            kind_of(value)
+        ))),
+    };
+    let optional = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => require(name, is, what),
+    };
+    match role {
+        Role::Compressor => require("memory", Value::is_string, "a string")?,
+        Role::Reader => require("answer", Value::is_string, "a string")?,
+        Role::Judge => {
+            require("correct", Value::is_boolean, "a boolean")?;
+            optional("score", Value::is_number, "a number")?;
+            optional("rationale", Value::is_string, "a string")?;
+        }
+    }
+    optional("meta", Value::is_object, "an object")?;
+    if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
+        let Some(usage) = usage.as_object() else {
+            return Err(FailureKind::MissingField("`usage` as an object".into()));
+        };
+        for (name, is_valid) in [
+            ("input_tokens", Value::is_u64 as fn(&Value) -> bool),
+            ("output_tokens", Value::is_u64),
+            ("cost_usd", Value::is_number),
+        ] {
+            if usage.get(name).is_some_and(|v| !is_valid(v)) {
+                return Err(FailureKind::MissingField(format!(
+                    "`usage.{name}` as a number"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn responses_are_checked_per_role() {
+        assert!(check_response(Role::Compressor, &json!({"memory": "m"})).is_ok());
+        assert!(check_response(Role::Compressor, &json!({"answer": "m"})).is_err());
+        assert!(check_response(Role::Reader, &json!({"answer": 3})).is_err());
+        assert!(
+            check_response(
+                Role::Judge,
+                &json!({"correct": true, "score": 0.5, "rationale": null})
+            )
+            .is_ok()
+        );
+        assert!(check_response(Role::Judge, &json!({"correct": "yes"})).is_err());
+        assert!(
+            check_response(
+                Role::Reader,
+                &json!({"answer": "a", "usage": {"input_tokens": -1}})
+            )
+            .is_err()
+        );
+        assert!(
+            check_response(
+                Role::Reader,
+                &json!({"answer": "a", "usage": {"input_tokens": 3, "cost_usd": 0.1}})
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn retryable_failures() {
+        assert!(FailureKind::Timeout(Duration::from_secs(1)).retryable());
+        assert!(FailureKind::Exit(75).retryable());
+        assert!(!FailureKind::Exit(1).retryable());
+        assert!(!FailureKind::InvalidJson("x".into()).retryable());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert!(backoff(1) <= BACKOFF_BASE);
+        assert!(backoff(3) >= BACKOFF_BASE * 2);
+        assert!(backoff(40) <= BACKOFF_MAX);
+    }
+}

@@ -1,0 +1,766 @@
+//! Runs a plan on this machine: every memory, then every question read from it and judged,
+//! with calls answered from the cache where they can be and identical calls made once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{OnceCell, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::budget::{TruncationMode, truncate_to_budget};
+use crate::builtin::Role;
+use crate::cache::Cache;
+use crate::callback::{Callback, Failure, PROTOCOL};
+use crate::dataset::Dataset;
+use crate::hash::sha256;
+use crate::ledger::{FailureRow, LedgerRow, ResultRow};
+use crate::plan::{self, JudgeInputs, MemoryJob, Plan, QuestionJob};
+use crate::tokenizer::Tokenizer;
+
+/// The callbacks of one run, ready to call.
+#[derive(Debug)]
+pub struct Callbacks {
+    pub compressors: BTreeMap<String, Callback>,
+    pub reader: Callback,
+    pub judge: Callback,
+}
+
+impl Callbacks {
+    pub fn all(&self) -> impl Iterator<Item = &Callback> {
+        self.compressors.values().chain([&self.reader, &self.judge])
+    }
+}
+
+/// Everything a run shares between its tasks.
+pub struct Run {
+    pub plan: Plan,
+    pub dataset: Dataset,
+    pub callbacks: Callbacks,
+    pub cache: Cache,
+    pub tokenizer: Arc<dyn Tokenizer>,
+    pub truncation: TruncationMode,
+    pub concurrency: usize,
+    pub progress: Arc<Progress>,
+}
+
+/// Where a call's answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Called,
+    Cache,
+    /// Another job of this run needed the identical call.
+    Shared,
+    /// `L = 0`: nothing to call.
+    Skipped,
+}
+
+/// Calls made, served from the cache, shared and failed, per role, in this run.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct CallCounts {
+    pub made: usize,
+    pub cached: usize,
+    pub shared: usize,
+    pub failed: usize,
+}
+
+/// Token and cost usage reported by callbacks.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Usage {
+    /// Adds a response's `usage`, if it has one.
+    pub fn add(&mut self, response: &Value) {
+        if let Some(usage) = response.get("usage") {
+            self.input_tokens += usage
+                .get("input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            self.output_tokens += usage
+                .get("output_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            self.cost_usd += usage.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
+        }
+    }
+}
+
+/// What a run produced, in plan order.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub ledger: Vec<LedgerRow>,
+    pub results: Vec<ResultRow>,
+    pub failures: Vec<FailureRow>,
+    pub exposure_violations: usize,
+    /// This run's calls per role.
+    pub this_run: BTreeMap<Role, CallCounts>,
+    /// What this run paid, per role (calls it made).
+    pub paid: BTreeMap<Role, Usage>,
+    /// Every distinct successful call the results rest on, per role, with its response.
+    pub calls: BTreeMap<Role, BTreeMap<String, Value>>,
+    /// Jobs per role that needed a call (all but `L = 0` memories).
+    pub jobs: BTreeMap<Role, usize>,
+}
+
+/// Progress counters, per stage, read by the progress display.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub stages: [StageProgress; 3],
+}
+
+#[derive(Debug, Default)]
+pub struct StageProgress {
+    pub total: AtomicUsize,
+    pub done: AtomicUsize,
+    pub cached: AtomicUsize,
+    pub failed: AtomicUsize,
+}
+
+impl Progress {
+    pub fn stage(&self, role: Role) -> &StageProgress {
+        &self.stages[role as usize]
+    }
+}
+
+/// A call's response and whether it came from the cache, or its failure.
+type Slot = Arc<OnceCell<Result<(Value, bool), Failure>>>;
+
+/// Identical calls in flight share one slot, so each is made once.
+#[derive(Default)]
+struct Calls {
+    slots: Mutex<HashMap<(Role, String), Slot>>,
+    counts: Mutex<BTreeMap<Role, CallCounts>>,
+    paid: Mutex<BTreeMap<Role, Usage>>,
+}
+
+impl Calls {
+    fn slot(&self, role: Role, key: &str) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.entry((role, key.to_owned())).or_default().clone()
+    }
+
+    fn count(&self, role: Role, update: impl FnOnce(&mut CallCounts)) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        update(counts.entry(role).or_default());
+    }
+}
+
+struct Shared {
+    run: Run,
+    calls: Calls,
+    run_limit: Semaphore,
+}
+
+/// The result of one memory job and its questions.
+struct MemoryOutcome {
+    ledger: Option<LedgerRow>,
+    results: Vec<ResultRow>,
+    failures: Vec<FailureRow>,
+    exposure_violation: bool,
+    calls: Vec<(Role, String, Value)>,
+    jobs: Vec<Role>,
+}
+
+/// Runs every job of the plan; never fails as a whole: failed jobs are in the outcome.
+pub async fn execute(run: Run) -> Outcome {
+    for memory in &run.plan.memories {
+        run.progress
+            .stage(Role::Compressor)
+            .total
+            .fetch_add(1, Ordering::Relaxed);
+        run.progress
+            .stage(Role::Reader)
+            .total
+            .fetch_add(memory.questions.len(), Ordering::Relaxed);
+        run.progress
+            .stage(Role::Judge)
+            .total
+            .fetch_add(memory.questions.len(), Ordering::Relaxed);
+    }
+    let shared = Arc::new(Shared {
+        run_limit: Semaphore::new(run.concurrency.max(1)),
+        run,
+        calls: Calls::default(),
+    });
+    let mut tasks = JoinSet::new();
+    for index in 0..shared.run.plan.memories.len() {
+        let shared = shared.clone();
+        tasks.spawn(async move { (index, run_memory(&shared, index).await) });
+    }
+    let mut outcomes: Vec<Option<MemoryOutcome>> =
+        (0..shared.run.plan.memories.len()).map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, outcome)) => outcomes[index] = Some(outcome),
+            Err(error) => tracing::error!(%error, "a job task stopped unexpectedly"),
+        }
+    }
+    let mut outcome = Outcome {
+        this_run: shared
+            .calls
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+        paid: shared
+            .calls
+            .paid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+        ..Outcome::default()
+    };
+    for memory in outcomes.into_iter().flatten() {
+        outcome.ledger.extend(memory.ledger);
+        outcome.results.extend(memory.results);
+        outcome.failures.extend(memory.failures);
+        outcome.exposure_violations += usize::from(memory.exposure_violation);
+        for (role, key, response) in memory.calls {
+            outcome.calls.entry(role).or_default().insert(key, response);
+        }
+        for role in memory.jobs {
+            *outcome.jobs.entry(role).or_default() += 1;
+        }
+    }
+    outcome
+}
+
+async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
+    let run = &shared.run;
+    let job = &run.plan.memories[index];
+    let source = &run.dataset.sources[job.source];
+    let callback = &run.callbacks.compressors[&job.compressor];
+    let goal_text = job
+        .shown_goal
+        .map(|(s, g)| run.dataset.sources[s].goals[g].text.as_str());
+    let request = json!({
+        "protocol": PROTOCOL,
+        "role": "compressor",
+        "context": source.text,
+        "goal": goal_text,
+        "token_budget": job.budget,
+        "seed": job.seed,
+        "params": callback.params,
+    });
+    let protected: Vec<&str> = job
+        .questions
+        .iter()
+        .flat_map(|q| {
+            let question = &source.goals[q.goal].questions[q.question];
+            [question.question.as_str(), question.reference.as_str()]
+        })
+        .collect();
+    let exposure_violation = exposes(&request, &source.text, &protected);
+    if exposure_violation {
+        tracing::error!(job = %job.key, "compressor request carries held-out text");
+    }
+    let mut outcome = MemoryOutcome {
+        ledger: None,
+        results: Vec::new(),
+        failures: Vec::new(),
+        exposure_violation,
+        calls: Vec::new(),
+        jobs: Vec::new(),
+    };
+
+    let started = Instant::now();
+    let generation = if job.budget == 0 {
+        Ok((json!({"memory": ""}), Origin::Skipped))
+    } else {
+        outcome.jobs.push(Role::Compressor);
+        let description = json!({"job": "compress", "cache_key": job.cache_key});
+        obtain(shared, callback, &job.cache_key, &description, &request).await
+    };
+    let progress = run.progress.stage(Role::Compressor);
+    let (response, origin) = match generation {
+        Ok(answer) => answer,
+        Err(failure) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+            trace_job(
+                job,
+                "compress",
+                &job.key,
+                &job.cache_key,
+                started,
+                None,
+                Some(&failure),
+            );
+            outcome.failures.push(failure_row(
+                job, "compress", &job.key, callback, &failure, None,
+            ));
+            let reason = format!(
+                "the memory was not made: {} {}",
+                callback.name, failure.kind
+            );
+            for question in &job.questions {
+                outcome.results.push(result_row(
+                    job,
+                    source,
+                    question,
+                    None,
+                    None,
+                    Some(reason.clone()),
+                ));
+            }
+            return outcome;
+        }
+    };
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    if matches!(origin, Origin::Cache | Origin::Shared) {
+        progress.cached.fetch_add(1, Ordering::Relaxed);
+    }
+    if origin != Origin::Skipped {
+        outcome
+            .calls
+            .push((Role::Compressor, job.cache_key.clone(), response.clone()));
+    }
+    trace_job(
+        job,
+        "compress",
+        &job.key,
+        &job.cache_key,
+        started,
+        Some(origin),
+        None,
+    );
+    let generation = response.get("memory").and_then(Value::as_str).unwrap_or("");
+    let truncation = truncate_to_budget(
+        run.tokenizer.as_ref(),
+        generation,
+        job.budget,
+        run.truncation,
+    );
+    let memory_tokens = run.tokenizer.count(&truncation.memory);
+    let memory_sha256 = sha256(&truncation.memory);
+    let memory: Arc<str> = Arc::from(truncation.memory.as_str());
+    outcome.ledger = Some(LedgerRow {
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        goal_id: job.goal_id.clone(),
+        shown_goal_id: job.shown_goal_id.clone(),
+        source_tokens: job.source_tokens,
+        budget: job.budget,
+        generated_tokens: truncation.generated_tokens,
+        retained_tokens: truncation.retained_tokens,
+        unused_budget: job.budget - truncation.retained_tokens,
+        truncated: truncation.truncated,
+        memory_tokens,
+        padding_tokens: 0,
+        utf8_split: truncation.utf8_split,
+        truncation: run.truncation,
+        budget_violation: memory_tokens > job.budget,
+        memory_sha256: memory_sha256.clone(),
+        key: job.key.clone(),
+        cache_key: job.cache_key.clone(),
+        cached: origin != Origin::Called,
+        memory: truncation.memory,
+    });
+
+    let mut questions = JoinSet::new();
+    for (position, _) in job.questions.iter().enumerate() {
+        let shared = shared.clone();
+        let memory = memory.clone();
+        let memory_sha256 = memory_sha256.clone();
+        questions.spawn(async move {
+            let outcome = run_question(&shared, index, position, &memory, &memory_sha256).await;
+            (position, outcome)
+        });
+    }
+    let mut answered: Vec<Option<QuestionOutcome>> =
+        (0..job.questions.len()).map(|_| None).collect();
+    while let Some(joined) = questions.join_next().await {
+        if let Ok((position, question)) = joined {
+            answered[position] = Some(question);
+        }
+    }
+    for question in answered.into_iter().flatten() {
+        outcome.results.push(question.row);
+        outcome.failures.extend(question.failure);
+        outcome.calls.extend(question.calls);
+        outcome
+            .jobs
+            .extend([Role::Reader, Role::Judge].into_iter().take(question.jobs));
+    }
+    outcome
+}
+
+struct QuestionOutcome {
+    row: ResultRow,
+    failure: Option<FailureRow>,
+    calls: Vec<(Role, String, Value)>,
+    jobs: usize,
+}
+
+async fn run_question(
+    shared: &Arc<Shared>,
+    index: usize,
+    position: usize,
+    memory: &str,
+    memory_sha256: &str,
+) -> QuestionOutcome {
+    let run = &shared.run;
+    let job = &run.plan.memories[index];
+    let question_job = &job.questions[position];
+    let source = &run.dataset.sources[job.source];
+    let question = &source.goals[question_job.goal].questions[question_job.question];
+    let reader = &run.callbacks.reader;
+    let judge = &run.callbacks.judge;
+    let mut outcome = QuestionOutcome {
+        row: result_row(job, source, question_job, None, None, None),
+        failure: None,
+        calls: Vec::new(),
+        jobs: 1,
+    };
+
+    let started = Instant::now();
+    let read_key = plan::reader_key(
+        &run.plan.reader_identity,
+        memory_sha256,
+        &sha256(&question.question),
+        job.seed,
+    );
+    let request = json!({
+        "protocol": PROTOCOL,
+        "role": "reader",
+        "memory": memory,
+        "question": question.question,
+        "seed": job.seed,
+        "params": reader.params,
+    });
+    let description = json!({"job": "read", "cache_key": read_key});
+    let read = obtain(shared, reader, &read_key, &description, &request).await;
+    let progress = run.progress.stage(Role::Reader);
+    let answer = match read {
+        Ok((response, origin)) => {
+            note_done(progress, origin);
+            trace_job(
+                job,
+                "read",
+                &question_job.read_key,
+                &read_key,
+                started,
+                Some(origin),
+                None,
+            );
+            outcome
+                .calls
+                .push((Role::Reader, read_key, response.clone()));
+            response
+                .get("answer")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        }
+        Err(failure) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+            trace_job(
+                job,
+                "read",
+                &question_job.read_key,
+                &read_key,
+                started,
+                None,
+                Some(&failure),
+            );
+            outcome.row.failure = Some(format!("{} {}", reader.name, failure.kind));
+            outcome.failure = Some(failure_row(
+                job,
+                "read",
+                &question_job.read_key,
+                reader,
+                &failure,
+                Some(&question.id),
+            ));
+            return outcome;
+        }
+    };
+    outcome.row.answer = Some(answer.clone());
+
+    outcome.jobs = 2;
+    let started = Instant::now();
+    let inputs = JudgeInputs {
+        source: &source.text,
+        question: &question.question,
+        reference: &question.reference,
+        answer: &answer,
+    };
+    let judge_key = plan::judge_key(&run.plan.judge_identity, &inputs, job.seed);
+    let request = json!({
+        "protocol": PROTOCOL,
+        "role": "judge",
+        "source": source.text,
+        "question": question.question,
+        "reference": question.reference,
+        "answer": answer,
+        "seed": job.seed,
+        "params": judge.params,
+    });
+    let description = json!({"job": "judge", "cache_key": judge_key});
+    let judged = obtain(shared, judge, &judge_key, &description, &request).await;
+    let progress = run.progress.stage(Role::Judge);
+    match judged {
+        Ok((response, origin)) => {
+            note_done(progress, origin);
+            trace_job(
+                job,
+                "judge",
+                &question_job.judge_key,
+                &judge_key,
+                started,
+                Some(origin),
+                None,
+            );
+            outcome.row.correct = response.get("correct").and_then(Value::as_bool);
+            outcome.row.score = response.get("score").and_then(Value::as_f64);
+            outcome.calls.push((Role::Judge, judge_key, response));
+        }
+        Err(failure) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+            trace_job(
+                job,
+                "judge",
+                &question_job.judge_key,
+                &judge_key,
+                started,
+                None,
+                Some(&failure),
+            );
+            outcome.row.failure = Some(format!("{} {}", judge.name, failure.kind));
+            outcome.failure = Some(failure_row(
+                job,
+                "judge",
+                &question_job.judge_key,
+                judge,
+                &failure,
+                Some(&question.id),
+            ));
+        }
+    }
+    outcome
+}
+
+fn note_done(progress: &StageProgress, origin: Origin) {
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    if matches!(origin, Origin::Cache | Origin::Shared) {
+        progress.cached.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Answers a call from the cache, from an identical call of this run, or by calling.
+async fn obtain(
+    shared: &Shared,
+    callback: &Callback,
+    key: &str,
+    description: &Value,
+    request: &Value,
+) -> Result<(Value, Origin), Failure> {
+    let role = callback.role;
+    let slot = shared.calls.slot(role, key);
+    let mut origin = Origin::Shared;
+    let result = slot
+        .get_or_init(|| {
+            origin = Origin::Called;
+            async {
+                if let Some(response) = shared.run.cache.get(role, key) {
+                    return Ok((response, true));
+                }
+                let answer = callback.call(request, &shared.run_limit).await?;
+                if let Err(error) = shared.run.cache.put(role, key, description, &answer.response) {
+                    tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
+                }
+                Ok((answer.response, false))
+            }
+        })
+        .await;
+    let result: Result<Value, Failure> = match (result, origin) {
+        (Ok((response, from_cache)), Origin::Called) => {
+            if *from_cache {
+                origin = Origin::Cache;
+                shared.calls.count(role, |c| c.cached += 1);
+            } else {
+                shared.calls.count(role, |c| c.made += 1);
+                let mut paid = shared.calls.paid.lock().unwrap_or_else(|e| e.into_inner());
+                paid.entry(role).or_default().add(response);
+            }
+            Ok(response.clone())
+        }
+        (Ok((response, _)), _) => {
+            shared.calls.count(role, |c| c.shared += 1);
+            Ok(response.clone())
+        }
+        (Err(failure), origin) => {
+            if origin == Origin::Called {
+                shared.calls.count(role, |c| c.failed += 1);
+            }
+            Err(failure.clone())
+        }
+    };
+    result.map(|response| (response, origin))
+}
+
+/// True when a compressor request carries a field outside SPEC §3, or held-out text
+/// (a question or reference) that the source itself does not contain.
+pub fn exposes(request: &Value, source: &str, protected: &[&str]) -> bool {
+    const ALLOWED: &[&str] = &[
+        "protocol",
+        "role",
+        "context",
+        "goal",
+        "token_budget",
+        "seed",
+        "params",
+    ];
+    let Some(fields) = request.as_object() else {
+        return true;
+    };
+    if fields.keys().any(|k| !ALLOWED.contains(&k.as_str())) {
+        return true;
+    }
+    let mut visible = Vec::new();
+    collect_strings(request, &mut visible);
+    protected
+        .iter()
+        .filter(|text| !text.is_empty() && !source.contains(*text))
+        .any(|text| visible.iter().any(|v| v.contains(text)))
+}
+
+fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(fields) => fields.iter().for_each(|(k, v)| {
+            out.push(k);
+            collect_strings(v, out)
+        }),
+        _ => {}
+    }
+}
+
+fn result_row(
+    job: &MemoryJob,
+    source: &crate::dataset::Source,
+    question: &QuestionJob,
+    answer: Option<String>,
+    correct: Option<bool>,
+    failure: Option<String>,
+) -> ResultRow {
+    let goal = &source.goals[question.goal];
+    ResultRow {
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        goal_id: goal.id.clone(),
+        question_id: goal.questions[question.question].id.clone(),
+        memory_key: job.key.clone(),
+        answer,
+        correct,
+        score: None,
+        failure,
+    }
+}
+
+fn failure_row(
+    job: &MemoryJob,
+    stage: &str,
+    key: &str,
+    callback: &Callback,
+    failure: &Failure,
+    question_id: Option<&str>,
+) -> FailureRow {
+    tracing::error!(
+        job = key,
+        stage,
+        callback = %callback.name,
+        reason = %failure.kind,
+        attempts = failure.attempts,
+        stderr = %failure.stderr_tail,
+        "job failed"
+    );
+    FailureRow {
+        job: key.to_owned(),
+        stage: stage.to_owned(),
+        callback: callback.name.clone(),
+        reason: failure.kind.to_string(),
+        attempts: failure.attempts,
+        stderr_tail: failure.stderr_tail.clone(),
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        question_id: question_id.map(str::to_owned),
+    }
+}
+
+fn trace_job(
+    job: &MemoryJob,
+    stage: &str,
+    key: &str,
+    cache_key: &str,
+    started: Instant,
+    origin: Option<Origin>,
+    failure: Option<&Failure>,
+) {
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    tracing::info!(
+        job = key,
+        stage,
+        cache_key,
+        seed = job.seed,
+        compressor = %job.compressor,
+        condition = %job.condition,
+        ratio = %job.ratio,
+        source_id = %job.source_id,
+        duration_ms,
+        cache_hit,
+        skipped = origin == Some(Origin::Skipped),
+        failed = failure.is_some(),
+        "job finished"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposure_audit() {
+        let request = json!({"protocol": "gacc/1", "role": "compressor", "context": "the sky is blue",
+            "goal": "learn colours", "token_budget": 3, "seed": 0, "params": {}});
+        assert!(!exposes(
+            &request,
+            "the sky is blue",
+            &["What colour is the sky?", "blue"]
+        ));
+        let mut leaky = request.clone();
+        leaky["goal"] = json!("learn colours: What colour is the sky?");
+        assert!(exposes(
+            &leaky,
+            "the sky is blue",
+            &["What colour is the sky?", "blue"]
+        ));
+        let mut extra = request.clone();
+        extra["question_ids"] = json!(["q1"]);
+        assert!(exposes(&extra, "the sky is blue", &[]));
+        let mut in_params = request.clone();
+        in_params["params"] = json!({"hint": "What colour is the sky?"});
+        assert!(exposes(
+            &in_params,
+            "the sky is blue",
+            &["What colour is the sky?"]
+        ));
+    }
+}

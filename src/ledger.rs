@@ -1,0 +1,83 @@
+//! The rows a run writes: one per memory (`memories.jsonl`) and one per question
+//! (`results.jsonl`), in plan order (SPEC §5).
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Ratio, TruncationMode};
+use crate::manifest::Condition;
+
+/// One memory: what the compressor was given, what it generated, and what was kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRow {
+    pub seed: u64,
+    pub compressor: String,
+    pub condition: Condition,
+    pub ratio: Ratio,
+    pub source_id: String,
+    pub goal_id: Option<String>,
+    pub shown_goal_id: Option<String>,
+    /// `N`: the source's tokens.
+    pub source_tokens: usize,
+    /// `L = floor(r * N)`.
+    pub budget: usize,
+    pub generated_tokens: usize,
+    pub retained_tokens: usize,
+    /// `L - retained_tokens`.
+    pub unused_budget: usize,
+    pub truncated: bool,
+    /// The memory's tokens when encoded again.
+    pub memory_tokens: usize,
+    /// Always 0: a short generation is never padded.
+    pub padding_tokens: usize,
+    pub utf8_split: bool,
+    pub truncation: TruncationMode,
+    /// `memory_tokens > budget`.
+    pub budget_violation: bool,
+    pub memory_sha256: String,
+    /// The memory job's key in `plan.json`.
+    pub key: String,
+    /// The compressor call's cache key.
+    pub cache_key: String,
+    /// Served without calling the compressor in this run.
+    pub cached: bool,
+    /// The memory the reader received.
+    pub memory: String,
+}
+
+/// One question answered from one memory, and its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultRow {
+    pub seed: u64,
+    pub compressor: String,
+    pub condition: Condition,
+    pub ratio: Ratio,
+    pub source_id: String,
+    pub goal_id: String,
+    pub question_id: String,
+    pub memory_key: String,
+    pub answer: Option<String>,
+    /// None when the question could not be answered or judged (see `failure`).
+    pub correct: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// A job that failed, with what a user needs to fix it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureRow {
+    pub job: String,
+    pub stage: String,
+    pub callback: String,
+    pub reason: String,
+    pub attempts: u32,
+    pub stderr_tail: String,
+    pub seed: u64,
+    pub compressor: String,
+    pub condition: Condition,
+    pub ratio: Ratio,
+    pub source_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_id: Option<String>,
+}

@@ -1,0 +1,19 @@
+//! gacc runs goal-conditioned compression experiments (the GACC-Bench protocol) from TOML
+//! manifests. The stages follow the contract in SPEC.md:
+//! manifest → dataset → plan → executor → cache and ledger → report.
+
+pub mod budget;
+pub mod builtin;
+pub mod cache;
+pub mod callback;
+pub mod dataset;
+pub mod executor;
+pub mod hash;
+pub mod ledger;
+pub mod manifest;
+pub mod metrics;
+pub mod plan;
+pub mod report;
+pub mod run;
+pub mod tokenizer;
+pub mod trace;

@@ -1,0 +1,162 @@
+//! The `gacc` command line: parses arguments, calls the library, maps errors to exit statuses
+//! (0 success, 1 a run with failed jobs, 2 bad input).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use gacc::run::{self, Error, RunOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "gacc",
+    version,
+    about = "Goal-conditioned compression experiments (GACC-Bench)"
+)]
+struct Cli {
+    /// More detail on the terminal (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// No progress or summary on the terminal.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan, run (resuming from the cache) and report; prints the run folder.
+    Run {
+        manifest: PathBuf,
+        /// Override a manifest value: key.path=value (value read as TOML, else a string).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Where run folders go (default: runs/).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// A folder whose report.md.j2 replaces the built-in template (default: templates/ if present).
+        #[arg(long, value_name = "DIR")]
+        templates: Option<PathBuf>,
+    },
+    /// The job graph's size per stage and how much is cached, without calling anything.
+    Plan {
+        manifest: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a manifest and its dataset, reporting every problem.
+    Validate {
+        manifest: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+    /// Re-render the report of a finished run.
+    Report {
+        run_dir: PathBuf,
+        /// Render this template to stdout instead of rewriting report.md.
+        #[arg(long, value_name = "FILE")]
+        template: Option<PathBuf>,
+    },
+    /// Run a built-in callback over the protocol on stdin/stdout.
+    Callback { name: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Callback { name } = &cli.command {
+        return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
+    }
+    init_tracing(cli.verbose, cli.quiet);
+    let result = match cli.command {
+        Command::Run {
+            manifest,
+            sets,
+            out,
+            templates,
+        } => run::run(&RunOptions {
+            manifest,
+            sets,
+            out,
+            templates,
+            quiet: cli.quiet,
+        })
+        .map(|finished| {
+            if !cli.quiet {
+                eprintln!("{}", finished.summary);
+            }
+            println!("{}", finished.folder.display());
+            if finished.failures > 0 {
+                eprintln!(
+                    "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",
+                    finished.failures
+                );
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
+        Command::Plan { manifest, sets, json } => run::plan_status(&manifest, &sets).map(|status| {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status).unwrap_or_default());
+            } else {
+                println!("{:<10} {:>8} {:>8} {:>8}", "stage", "jobs", "cached", "to run");
+                for stage in ["compress", "read", "judge"] {
+                    let s = status.get(stage).cloned().unwrap_or_default();
+                    println!("{:<10} {:>8} {:>8} {:>8}", stage, s.jobs, s.cached + s.skipped, s.jobs - s.cached - s.skipped);
+                }
+            }
+            ExitCode::SUCCESS
+        }),
+        Command::Validate { manifest, sets } => run::validate(&manifest, &sets).map(|summary| {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }),
+        Command::Report { run_dir, template } => gacc::report::rerender(&run_dir, template.as_deref()).map(|rendered| {
+            if let Some(text) = rendered {
+                print!("{text}");
+            }
+            ExitCode::SUCCESS
+        }),
+        Command::Callback { .. } => Ok(ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|error| {
+        match &error {
+            Error::Invalid(invalid) => eprint!("error: {invalid}"),
+            Error::Io { .. } => eprintln!("error: {error}"),
+        }
+        ExitCode::from(2)
+    })
+}
+
+fn init_tracing(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "gacc=info,warn",
+        (false, _) => "gacc=debug,info",
+    };
+    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let trace = tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(gacc::trace::TraceSink)
+        .with_filter(EnvFilter::new("gacc=debug"));
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_filter(terminal);
+    let _ = tracing_subscriber::registry()
+        .with(trace)
+        .with(stderr)
+        .try_init();
+}

@@ -1,0 +1,629 @@
+//! The manifest (SPEC §2): one TOML file, layered with `GACC_` variables and `--set` overrides.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::budget::{Ratio, TruncationMode};
+use crate::builtin;
+use crate::dataset::SourceRecord;
+
+/// Names a manifest's `name` may take: `[a-z0-9][a-z0-9_-]*`.
+fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_RETRIES: u32 = 2;
+pub const DEFAULT_RUN_CONCURRENCY: usize = 8;
+/// The prefix of environment variables that override manifest values.
+pub const ENV_PREFIX: &str = "GACC_";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    pub ratios: Vec<Ratio>,
+    #[serde(default = "default_conditions")]
+    pub conditions: Vec<Condition>,
+    /// How a cut inside a multi-byte character decodes (SPEC §1).
+    #[serde(default)]
+    pub truncation: TruncationMode,
+    #[serde(default)]
+    pub tokenizer: TokenizerSpec,
+    pub dataset: DatasetSpec,
+    pub compressors: BTreeMap<String, CallbackSpec>,
+    pub reader: CallbackSpec,
+    pub judge: CallbackSpec,
+    #[serde(default)]
+    pub run: RunSpec,
+}
+
+fn default_seeds() -> Vec<u64> {
+    vec![0]
+}
+
+fn default_conditions() -> Vec<Condition> {
+    vec![Condition::OwnGoal]
+}
+
+/// Which goal the compressor sees (SPEC §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Condition {
+    OwnGoal,
+    NoGoal,
+    CrossGoal,
+}
+
+impl Condition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::OwnGoal => "own-goal",
+            Condition::NoGoal => "no-goal",
+            Condition::CrossGoal => "cross-goal",
+        }
+    }
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerSpec {
+    #[serde(default = "default_tokenizer_name")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+fn default_tokenizer_name() -> String {
+    "cl100k_base".into()
+}
+
+impl Default for TokenizerSpec {
+    fn default() -> Self {
+        TokenizerSpec {
+            name: default_tokenizer_name(),
+            command: None,
+            revision: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<SourceRecord>>,
+}
+
+/// One callback: a command or a built-in, and how to call it (SPEC §2, §3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<String>,
+    /// The user's declared version: part of every cache key.
+    #[serde(default)]
+    pub revision: String,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_timeout")]
+    pub timeout: Timeout,
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    /// Names of environment variables passed through; their values are never written.
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default = "empty_params")]
+    pub params: serde_json::Value,
+}
+
+fn default_timeout() -> Timeout {
+    Timeout(DEFAULT_TIMEOUT)
+}
+
+fn default_retries() -> u32 {
+    DEFAULT_RETRIES
+}
+
+fn empty_params() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Oneshot,
+    Persistent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecutorKind {
+    #[default]
+    Local,
+    Slurm,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    #[serde(default = "default_run_concurrency")]
+    pub concurrency: usize,
+    #[serde(default)]
+    pub executor: ExecutorKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<PathBuf>,
+}
+
+fn default_run_concurrency() -> usize {
+    DEFAULT_RUN_CONCURRENCY
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            concurrency: DEFAULT_RUN_CONCURRENCY,
+            executor: ExecutorKind::Local,
+            cache: None,
+        }
+    }
+}
+
+/// A duration written as `500ms`, `60s`, `2m` or `1h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout(pub Duration);
+
+impl std::str::FromStr for Timeout {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let expected =
+            || format!("`{text}` is not a duration: expected e.g. `500ms`, `60s`, `2m`, `1h`");
+        let number: u64 = number.parse().map_err(|_| expected())?;
+        let millis = match unit.trim() {
+            "ms" => Some(number),
+            "s" | "" => number.checked_mul(1_000),
+            "m" => number.checked_mul(60_000),
+            "h" => number.checked_mul(3_600_000),
+            _ => return Err(expected()),
+        };
+        match millis {
+            Some(millis) if millis > 0 => Ok(Timeout(Duration::from_millis(millis))),
+            _ => Err(format!("`{text}`: a timeout must be positive and finite")),
+        }
+    }
+}
+
+impl fmt::Display for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis.is_multiple_of(1000) {
+            write!(f, "{}s", millis / 1000)
+        } else {
+            write!(f, "{millis}ms")
+        }
+    }
+}
+
+impl Serialize for Timeout {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Seconds(u64),
+            Text(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Seconds(seconds) => format!("{seconds}s").parse(),
+            Written::Text(text) => text.parse(),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One thing wrong with a manifest or dataset, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// File, key, line and column, as precisely as known.
+    pub place: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.message)
+    }
+}
+
+/// Every problem found in a manifest and its dataset.
+#[derive(Debug, thiserror::Error)]
+pub struct Invalid(pub Vec<Problem>);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.0.len();
+        writeln!(
+            f,
+            "{count} problem{} found:",
+            if count == 1 { "" } else { "s" }
+        )?;
+        for problem in &self.0 {
+            writeln!(f, "  {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Invalid {
+    pub fn one(place: impl Into<String>, message: impl Into<String>) -> Self {
+        Invalid(vec![Problem {
+            place: place.into(),
+            message: message.into(),
+        }])
+    }
+}
+
+/// A manifest as loaded: its values, where it lives, and its exact text.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub manifest: Manifest,
+    pub path: PathBuf,
+    /// The folder relative paths are resolved from.
+    pub folder: PathBuf,
+    pub sha256: String,
+}
+
+impl Loaded {
+    /// Resolves a path written in the manifest against the manifest's folder.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        self.folder.join(path)
+    }
+}
+
+/// The top-level keys a `GACC_` variable may override; other `GACC_` variables are not ours.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "seeds",
+    "ratios",
+    "conditions",
+    "truncation",
+    "tokenizer",
+    "dataset",
+    "compressors",
+    "reader",
+    "judge",
+    "run",
+];
+
+/// Loads a manifest: file, then `GACC_` variables, then `--set key.path=value` (SPEC §2).
+/// An unreadable or mistyped manifest is an error; problems with its values come back
+/// beside it, so that the dataset can be checked too and every problem reported at once.
+pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Invalid> {
+    let place = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Invalid::one(&place, format!("cannot read the manifest: {error}")))?;
+    // The file alone first: toml reports line and column, which figment cannot.
+    if let Err(error) = toml::from_str::<Manifest>(&text) {
+        return Err(Invalid::one(&place, toml_error(&error)));
+    }
+    let mut figment = Figment::new().merge(Toml::string(&text)).merge(
+        Env::prefixed(ENV_PREFIX)
+            .split("__")
+            .filter(|key| TOP_LEVEL_KEYS.contains(&key.as_str().split('.').next().unwrap_or(""))),
+    );
+    for set in sets {
+        let (key, value) = parse_set(set)?;
+        figment = figment.merge(Serialized::default(&key, value));
+    }
+    let manifest: Manifest = figment.extract().map_err(|errors| {
+        Invalid(
+            errors
+                .into_iter()
+                .map(|error| Problem {
+                    place: override_place(&place, &error),
+                    message: error.kind.to_string(),
+                })
+                .collect(),
+        )
+    })?;
+    let folder = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let loaded = Loaded {
+        manifest,
+        path: path.to_path_buf(),
+        folder,
+        sha256: crate::hash::sha256(&text),
+    };
+    let problems = check(&loaded);
+    Ok((loaded, problems))
+}
+
+fn toml_error(error: &toml::de::Error) -> String {
+    // toml's message spans several lines with a source excerpt; keep it, indented.
+    error.to_string().trim_end().replace('\n', "\n    ")
+}
+
+fn override_place(file: &str, error: &figment::Error) -> String {
+    let key = error.path.join(".");
+    let source = error
+        .metadata
+        .as_ref()
+        .map(|metadata| match &metadata.source {
+            Some(source) => source.to_string(),
+            None => metadata.name.to_string(),
+        })
+        .unwrap_or_else(|| file.to_owned());
+    if key.is_empty() {
+        source
+    } else {
+        format!("{source}: key `{key}`")
+    }
+}
+
+/// Splits `key.path=value`; the value is read as TOML, or taken as a string if it isn't.
+fn parse_set(set: &str) -> Result<(String, figment::value::Value), Invalid> {
+    let place = format!("--set {set}");
+    let Some((key, value)) = set.split_once('=') else {
+        return Err(Invalid::one(place, "expected key.path=value"));
+    };
+    let key = key.trim();
+    if key.is_empty() || key.split('.').any(|part| part.is_empty()) {
+        return Err(Invalid::one(place, "expected a dotted key path before `=`"));
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut table) => table
+            .remove("v")
+            .unwrap_or(toml::Value::String(value.to_owned())),
+        Err(_) => toml::Value::String(value.to_owned()),
+    };
+    let value = figment::value::Value::serialize(&value)
+        .map_err(|error| Invalid::one(&place, error.to_string()))?;
+    Ok((key.to_owned(), value))
+}
+
+/// Everything wrong with a manifest's values, all at once.
+fn check(loaded: &Loaded) -> Vec<Problem> {
+    let manifest = &loaded.manifest;
+    let file = loaded.path.display().to_string();
+    let mut problems = Vec::new();
+    let mut problem = |key: &str, message: String| {
+        problems.push(Problem {
+            place: format!("{file}: key `{key}`"),
+            message,
+        })
+    };
+    if !valid_name(&manifest.name) {
+        problem(
+            "name",
+            format!(
+                "`{}` is not a valid name: expected [a-z0-9][a-z0-9_-]*",
+                manifest.name
+            ),
+        );
+    }
+    for (key, empty, duplicate) in [
+        (
+            "seeds",
+            manifest.seeds.is_empty(),
+            has_duplicates(&manifest.seeds),
+        ),
+        (
+            "ratios",
+            manifest.ratios.is_empty(),
+            has_duplicates(&manifest.ratios),
+        ),
+        (
+            "conditions",
+            manifest.conditions.is_empty(),
+            has_duplicates(&manifest.conditions),
+        ),
+    ] {
+        if empty {
+            problem(key, "must list at least one value".into());
+        }
+        if duplicate {
+            problem(key, "lists a value twice".into());
+        }
+    }
+    if manifest.tokenizer.command.is_some() {
+        problem(
+            "tokenizer.command",
+            "external tokenizers are not supported yet: remove `command` to use the built-in cl100k_base".into(),
+        );
+    } else if manifest.tokenizer.name != "cl100k_base" {
+        problem(
+            "tokenizer.name",
+            format!(
+                "`{}` is not built in: expected `cl100k_base`",
+                manifest.tokenizer.name
+            ),
+        );
+    }
+    match (&manifest.dataset.path, &manifest.dataset.sources) {
+        (None, None) => problem("dataset", "expected `path` or `[[dataset.sources]]`".into()),
+        (Some(_), Some(_)) => problem(
+            "dataset",
+            "expected `path` or `[[dataset.sources]]`, not both".into(),
+        ),
+        _ => {}
+    }
+    if manifest.compressors.is_empty() {
+        problem(
+            "compressors",
+            "expected at least one compressor, e.g. [compressors.mine]".into(),
+        );
+    }
+    let callbacks = manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| {
+            (
+                format!("compressors.{name}"),
+                spec,
+                builtin::Role::Compressor,
+            )
+        })
+        .chain([
+            ("reader".to_owned(), &manifest.reader, builtin::Role::Reader),
+            ("judge".to_owned(), &manifest.judge, builtin::Role::Judge),
+        ]);
+    for (key, spec, role) in callbacks {
+        for message in check_callback(spec, role, &loaded.folder) {
+            problem(&key, message);
+        }
+    }
+    for name in manifest.compressors.keys() {
+        if !valid_name(name) {
+            problem(
+                &format!("compressors.{name}"),
+                "is not a valid compressor name: expected [a-z0-9][a-z0-9_-]*".into(),
+            );
+        }
+    }
+    if manifest.run.concurrency == 0 {
+        problem("run.concurrency", "must be at least 1".into());
+    }
+    if manifest.run.executor == ExecutorKind::Slurm {
+        problem(
+            "run.executor",
+            "`slurm` is not supported yet: expected `local`".into(),
+        );
+    }
+    problems
+}
+
+fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
+    values
+        .iter()
+        .enumerate()
+        .any(|(i, v)| values[..i].contains(v))
+}
+
+fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    match (&spec.command, &spec.builtin) {
+        (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),
+        (Some(_), Some(_)) => problems.push("expected `command` or `builtin`, not both".into()),
+        (Some(command), None) => {
+            match command.first() {
+                None => problems.push("`command` is empty: expected [program, args...]".into()),
+                Some(program) => {
+                    if find_program(program, folder).is_none() {
+                        problems.push(format!("program `{program}` not found (searched the manifest's folder and PATH)"));
+                    }
+                }
+            }
+        }
+        (None, Some(name)) => {
+            if !builtin::names(role).contains(&name.as_str()) {
+                problems.push(format!(
+                    "`{name}` is not a built-in {role}: expected one of {}",
+                    builtin::names(role).join(", ")
+                ));
+            }
+        }
+    }
+    if spec.mode == Mode::Persistent {
+        problems.push("`mode = \"persistent\"` is not supported yet: expected \"oneshot\"".into());
+    }
+    if spec.concurrency == Some(0) {
+        problems.push("`concurrency` must be at least 1".into());
+    }
+    if !spec.params.is_object() {
+        problems.push("`params` must be a table".into());
+    }
+    problems
+}
+
+/// Finds a callback's program: a path with a `/` relative to the manifest, else on PATH.
+pub fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
+    let is_file = |path: &Path| path.is_file();
+    if program.contains('/') {
+        let path = folder.join(program);
+        return is_file(&path).then_some(path);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| is_file(path))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_name("fixture"));
+        assert!(valid_name("0a_b-c"));
+        for bad in ["", "Fixture", "-a", "_a", "a b", "a.b"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(
+            "500ms".parse::<Timeout>().unwrap().0,
+            Duration::from_millis(500)
+        );
+        assert_eq!("60s".parse::<Timeout>().unwrap().0, Duration::from_secs(60));
+        assert_eq!("2m".parse::<Timeout>().unwrap().0, Duration::from_secs(120));
+        assert_eq!(
+            "1h".parse::<Timeout>().unwrap().0,
+            Duration::from_secs(3600)
+        );
+        for bad in ["", "0s", "1.5s", "s", "10x", "-1s"] {
+            assert!(bad.parse::<Timeout>().is_err(), "{bad:?}");
+        }
+        assert_eq!(Timeout(Duration::from_millis(1500)).to_string(), "1500ms");
+    }
+}

@@ -1,0 +1,138 @@
+//! Micro and Macro accuracy (SPEC §1), per cell and seed, and their spread over seeds.
+
+use serde::Serialize;
+
+/// The verdicts of one cell and seed, grouped by goal: `goals[g][q]` is `c_gq`.
+/// A `None` is a question that was not scored (its job failed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Score {
+    pub micro: f64,
+    #[serde(rename = "macro")]
+    pub macro_: f64,
+    /// Questions judged correct.
+    pub correct: usize,
+    /// Questions scored.
+    pub questions: usize,
+    /// Goals whose every question was scored.
+    pub goals: usize,
+    pub goals_all_correct: usize,
+    /// Questions not scored because a job failed.
+    pub unscored_questions: usize,
+}
+
+/// Scores one cell and seed:
+/// `Micro = Σ_g Σ_q c_gq / Σ_g |Q_g|` and `Macro = (1/|G|) Σ_g Π_q c_gq`.
+/// Unscored questions count in neither; a goal with one counts in neither Macro term.
+pub fn score(goals: &[Vec<Option<bool>>]) -> Score {
+    let mut score = Score {
+        micro: 0.0,
+        macro_: 0.0,
+        correct: 0,
+        questions: 0,
+        goals: 0,
+        goals_all_correct: 0,
+        unscored_questions: 0,
+    };
+    for goal in goals {
+        let unscored = goal.iter().filter(|c| c.is_none()).count();
+        score.unscored_questions += unscored;
+        score.questions += goal.len() - unscored;
+        score.correct += goal.iter().filter(|c| **c == Some(true)).count();
+        if unscored == 0 && !goal.is_empty() {
+            score.goals += 1;
+            score.goals_all_correct += usize::from(goal.iter().all(|c| *c == Some(true)));
+        }
+    }
+    score.micro = ratio(score.correct, score.questions);
+    score.macro_ = ratio(score.goals_all_correct, score.goals);
+    score
+}
+
+fn ratio(numerator: usize, denominator: usize) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        numerator as f64 / denominator as f64
+    }
+}
+
+/// Mean and sample standard deviation (n - 1; 0 for a single value) over seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub mean: f64,
+    pub std: f64,
+}
+
+pub fn spread(values: &[f64]) -> Spread {
+    let n = values.len();
+    if n == 0 {
+        return Spread {
+            mean: 0.0,
+            std: 0.0,
+        };
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let std = if n < 2 {
+        0.0
+    } else {
+        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    };
+    Spread { mean, std }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn goals(verdicts: &[&[bool]]) -> Vec<Vec<Option<bool>>> {
+        verdicts
+            .iter()
+            .map(|g| g.iter().map(|c| Some(*c)).collect())
+            .collect()
+    }
+
+    #[test]
+    fn micro_and_macro_by_hand() {
+        // Four goals, three questions each, each missing its last question: 8/12, no goal whole.
+        let s = score(&goals(&[&[true, true, false]; 4].map(|g| g as &[bool])));
+        assert_eq!((s.correct, s.questions), (8, 12));
+        assert_eq!(s.micro, 2.0 / 3.0);
+        assert_eq!(s.macro_, 0.0);
+        assert_eq!((s.goals, s.goals_all_correct), (4, 0));
+    }
+
+    #[test]
+    fn macro_is_not_the_mean_of_per_goal_accuracy() {
+        // Goal A: 1 of 4 right; goal B: 1 of 1 right.
+        let s = score(&goals(&[&[true, false, false, false], &[true]]));
+        assert_eq!(s.micro, 2.0 / 5.0);
+        assert_eq!(s.macro_, 0.5);
+        let mean_per_goal = (0.25 + 1.0) / 2.0;
+        assert_ne!(s.macro_, mean_per_goal);
+        let s = score(&goals(&[&[true, true], &[true, false, true]]));
+        assert_eq!(s.micro, 4.0 / 5.0);
+        assert_eq!(s.macro_, 0.5);
+    }
+
+    #[test]
+    fn unscored_questions_count_in_neither_term() {
+        let s = score(&[vec![Some(true), None], vec![Some(true)]]);
+        assert_eq!((s.correct, s.questions, s.unscored_questions), (2, 2, 1));
+        assert_eq!(s.micro, 1.0);
+        assert_eq!((s.goals, s.goals_all_correct), (1, 1));
+    }
+
+    #[test]
+    fn spread_over_seeds() {
+        assert_eq!(
+            spread(&[0.5]),
+            Spread {
+                mean: 0.5,
+                std: 0.0
+            }
+        );
+        let s = spread(&[1.0, 2.0, 3.0]);
+        assert_eq!(s.mean, 2.0);
+        assert_eq!(s.std, 1.0);
+    }
+}

@@ -1,0 +1,398 @@
+//! The job graph (SPEC §5 `plan.json`): every memory to make, every question to read and
+//! judge from it, and the keys that name them. Built before anything runs; never changed.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::budget::Ratio;
+use crate::cache;
+use crate::dataset::Dataset;
+use crate::hash::sha256;
+use crate::manifest::{CallbackSpec, Condition, Invalid, Loaded};
+use crate::tokenizer::Tokenizer;
+
+pub const SCHEMA: &str = "gacc.plan/1";
+
+/// A goal by position: (source index, goal index within the source).
+pub type GoalRef = (usize, usize);
+
+/// One memory to make: its source, the goal it answers (None: all of the source's goals),
+/// and the goal the compressor is shown.
+type Unit = (usize, Option<usize>, Option<GoalRef>);
+
+/// One compressor call's worth of work: a memory and the questions answered from it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryJob {
+    /// Unique within the plan: the memory's (seed, compressor, condition, ratio, source, goal).
+    pub key: String,
+    /// The compressor call's cache key (shared by jobs whose calls are identical).
+    pub cache_key: String,
+    pub seed: u64,
+    pub compressor: String,
+    pub condition: Condition,
+    pub ratio: Ratio,
+    pub source_id: String,
+    /// The goal whose questions this memory answers (none for no-goal).
+    pub goal_id: Option<String>,
+    /// The goal the compressor is shown (none for no-goal).
+    pub shown_goal_id: Option<String>,
+    pub source_tokens: usize,
+    pub budget: usize,
+    #[serde(skip)]
+    pub source: usize,
+    #[serde(skip)]
+    pub shown_goal: Option<(usize, usize)>,
+    #[serde(skip)]
+    pub questions: Vec<QuestionJob>,
+}
+
+/// A question read from a memory, then judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionJob {
+    pub read_key: String,
+    pub judge_key: String,
+    pub goal: usize,
+    pub question: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub memories: Vec<MemoryJob>,
+    /// Cache identity of each compressor, reader and judge.
+    pub compressor_identities: std::collections::BTreeMap<String, Value>,
+    pub reader_identity: Value,
+    pub judge_identity: Value,
+    pub tokenizer_identity: Value,
+}
+
+/// What a callback's answers depend on: its command or built-in, revision and params.
+pub fn callback_identity(spec: &CallbackSpec) -> Value {
+    let program = match (&spec.builtin, &spec.command) {
+        (Some(name), _) => {
+            json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
+        }
+        (None, command) => json!({"command": command}),
+    };
+    json!({"program": program, "revision": spec.revision, "params": spec.params})
+}
+
+pub fn compressor_key(
+    identity: &Value,
+    tokenizer: &Value,
+    source_sha256: &str,
+    goal_sha256: Option<&str>,
+    budget: usize,
+    seed: u64,
+) -> String {
+    cache::key(&json!({
+        "role": "compressor",
+        "callback": identity,
+        "tokenizer": tokenizer,
+        "source_sha256": source_sha256,
+        "goal_sha256": goal_sha256,
+        "budget": budget,
+        "seed": seed,
+    }))
+}
+
+pub fn reader_key(
+    identity: &Value,
+    memory_sha256: &str,
+    question_sha256: &str,
+    seed: u64,
+) -> String {
+    cache::key(&json!({
+        "role": "reader",
+        "callback": identity,
+        "memory_sha256": memory_sha256,
+        "question_sha256": question_sha256,
+        "seed": seed,
+    }))
+}
+
+pub struct JudgeInputs<'a> {
+    pub source: &'a str,
+    pub question: &'a str,
+    pub reference: &'a str,
+    pub answer: &'a str,
+}
+
+pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
+    cache::key(&json!({
+        "role": "judge",
+        "callback": identity,
+        "source_sha256": sha256(inputs.source),
+        "question_sha256": sha256(inputs.question),
+        "reference_sha256": sha256(inputs.reference),
+        "answer_sha256": sha256(inputs.answer),
+        "seed": seed,
+    }))
+}
+
+/// Expands a manifest and its dataset into the job graph, in a deterministic order:
+/// seeds, compressors (by name), conditions and ratios as listed, then sources and goals.
+pub fn plan(
+    loaded: &Loaded,
+    dataset: &Dataset,
+    tokenizer: &dyn Tokenizer,
+) -> Result<Plan, Invalid> {
+    let manifest = &loaded.manifest;
+    if manifest.conditions.contains(&Condition::CrossGoal) && dataset.sources.len() < 2 {
+        return Err(Invalid::one(
+            format!("{}: key `conditions`", loaded.path.display()),
+            "cross-goal shows each goal of a different source, and the dataset has a single source",
+        ));
+    }
+    let identity = tokenizer.identity();
+    let tokenizer_identity =
+        json!({"name": identity.name, "revision": tokenizer_revision(tokenizer)});
+    let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (name.clone(), callback_identity(spec)))
+        .collect();
+    let reader_identity = callback_identity(&manifest.reader);
+    let judge_identity = callback_identity(&manifest.judge);
+
+    let source_tokens: Vec<usize> = dataset
+        .sources
+        .iter()
+        .map(|s| tokenizer.count(&s.text))
+        .collect();
+    let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
+    let goals: Vec<(usize, usize)> = dataset
+        .sources
+        .iter()
+        .enumerate()
+        .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
+        .collect();
+
+    let mut memories = Vec::new();
+    for &seed in &manifest.seeds {
+        let shown_for_cross = derangement(&goals, seed);
+        for (compressor, compressor_identity) in &compressor_identities {
+            for &condition in &manifest.conditions {
+                for &ratio in &manifest.ratios {
+                    let mut units: Vec<Unit> = Vec::new();
+                    match condition {
+                        Condition::OwnGoal => {
+                            units.extend(goals.iter().map(|&(s, g)| (s, Some(g), Some((s, g)))))
+                        }
+                        Condition::NoGoal => {
+                            units.extend((0..dataset.sources.len()).map(|s| (s, None, None)))
+                        }
+                        Condition::CrossGoal => units.extend(
+                            goals
+                                .iter()
+                                .zip(&shown_for_cross)
+                                .map(|(&(s, g), &shown)| (s, Some(g), Some(shown))),
+                        ),
+                    }
+                    for (s, goal, shown) in units {
+                        let source = &dataset.sources[s];
+                        let budget = ratio.budget(source_tokens[s]);
+                        let shown_goal = shown.map(|(ss, gg)| &dataset.sources[ss].goals[gg]);
+                        let goal_sha = shown_goal.map(|g| sha256(&g.text));
+                        let cache_key = compressor_key(
+                            compressor_identity,
+                            &tokenizer_identity,
+                            &source_sha[s],
+                            goal_sha.as_deref(),
+                            budget,
+                            seed,
+                        );
+                        let goal_id = goal.map(|g| source.goals[g].id.clone());
+                        let shown_goal_id = shown_goal.map(|g| g.id.clone());
+                        let key = cache::key(&json!({
+                            "job": "compress",
+                            "seed": seed,
+                            "compressor": compressor,
+                            "condition": condition,
+                            "ratio": ratio.to_string(),
+                            "source_id": source.id,
+                            "goal_id": goal_id,
+                        }));
+                        let answered: Vec<usize> = match goal {
+                            Some(g) => vec![g],
+                            None => (0..source.goals.len()).collect(),
+                        };
+                        let questions = answered
+                            .into_iter()
+                            .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
+                            .map(|(g, q)| {
+                                let question_id = &source.goals[g].questions[q].id;
+                                let read_key = cache::key(&json!({"job": "read", "memory": key, "question_id": question_id}));
+                                let judge_key = cache::key(&json!({"job": "judge", "read": read_key}));
+                                QuestionJob {
+                                    read_key,
+                                    judge_key,
+                                    goal: g,
+                                    question: q,
+                                }
+                            })
+                            .collect();
+                        memories.push(MemoryJob {
+                            key,
+                            cache_key,
+                            seed,
+                            compressor: compressor.clone(),
+                            condition,
+                            ratio,
+                            source_id: source.id.clone(),
+                            goal_id,
+                            shown_goal_id,
+                            source_tokens: source_tokens[s],
+                            budget,
+                            source: s,
+                            shown_goal: shown,
+                            questions,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(Plan {
+        memories,
+        compressor_identities,
+        reader_identity,
+        judge_identity,
+        tokenizer_identity,
+    })
+}
+
+/// The tokenizer's identity in cache keys: for the built-in, its vocabulary's hash.
+fn tokenizer_revision(tokenizer: &dyn Tokenizer) -> String {
+    let identity = tokenizer.identity();
+    match &identity.vocabulary_sha256 {
+        Some(sha) if identity.builtin => format!("vocabulary sha256:{sha}"),
+        _ => identity.revision.clone(),
+    }
+}
+
+impl Plan {
+    pub fn question_jobs(&self) -> usize {
+        self.memories.iter().map(|m| m.questions.len()).sum()
+    }
+
+    /// `plan.json`: the schema, the size per stage, and every job with its key, stage and
+    /// dependencies.
+    pub fn to_json(&self, dataset: &Dataset) -> Value {
+        let mut jobs = Vec::with_capacity(self.memories.len() + 2 * self.question_jobs());
+        for memory in &self.memories {
+            let mut job = serde_json::to_value(memory).unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut job {
+                fields.insert("stage".into(), json!("compress"));
+                fields.insert("deps".into(), json!([]));
+            }
+            jobs.push(job);
+            let source = &dataset.sources[memory.source];
+            for question in &memory.questions {
+                let goal = &source.goals[question.goal];
+                let ids = (&goal.id, &goal.questions[question.question].id);
+                jobs.push(
+                    json!({"key": question.read_key, "stage": "read", "deps": [memory.key],
+                    "goal_id": ids.0, "question_id": ids.1}),
+                );
+                jobs.push(
+                    json!({"key": question.judge_key, "stage": "judge", "deps": [question.read_key],
+                    "goal_id": ids.0, "question_id": ids.1}),
+                );
+            }
+        }
+        json!({
+            "schema": SCHEMA,
+            "stages": {"compress": self.memories.len(), "read": self.question_jobs(), "judge": self.question_jobs()},
+            "jobs": jobs,
+        })
+    }
+}
+
+/// A deterministic, seeded generator (SplitMix64) for choices that must repeat exactly.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound` (bound > 0).
+    pub fn below(&mut self, bound: usize) -> usize {
+        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
+    }
+}
+
+/// How many seeded shuffles to try for a true derangement before choosing per goal.
+const DERANGEMENT_TRIES: usize = 1000;
+
+/// For each goal (source, goal), a goal of a different source: a permutation of all goals
+/// when one exists, seeded by `seed`; otherwise a seeded choice per goal.
+pub fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
+    let sources: std::collections::BTreeSet<usize> = goals.iter().map(|g| g.0).collect();
+    if sources.len() < 2 {
+        return goals.to_vec();
+    }
+    let mut rng = SplitMix64::new(seed ^ 0x6761_6363_2d78_676c);
+    let mut order: Vec<usize> = (0..goals.len()).collect();
+    for _ in 0..DERANGEMENT_TRIES {
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        if order
+            .iter()
+            .enumerate()
+            .all(|(i, &j)| goals[i].0 != goals[j].0)
+        {
+            return order.into_iter().map(|j| goals[j]).collect();
+        }
+    }
+    goals
+        .iter()
+        .map(|&(s, _)| {
+            let others: Vec<&(usize, usize)> = goals.iter().filter(|g| g.0 != s).collect();
+            *others[rng.below(others.len())]
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derangement_never_shows_a_goal_of_the_same_source() {
+        let goals: Vec<(usize, usize)> =
+            vec![(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)];
+        for seed in 0..50 {
+            let shown = derangement(&goals, seed);
+            assert_eq!(shown.len(), goals.len());
+            for (own, other) in goals.iter().zip(&shown) {
+                assert_ne!(own.0, other.0, "seed {seed}");
+            }
+            let mut sorted = shown.clone();
+            sorted.sort();
+            assert_eq!(sorted, goals, "a permutation exists, so one is used");
+            assert_eq!(shown, derangement(&goals, seed), "deterministic for a seed");
+        }
+        let differ = (0..10).any(|seed| derangement(&goals, seed) != derangement(&goals, seed + 1));
+        assert!(differ, "seeds change the choice");
+    }
+
+    #[test]
+    fn lopsided_sources_still_see_another_source() {
+        // Source 0 holds most goals: no permutation avoids it, so each goal chooses.
+        let goals = vec![(0, 0), (0, 1), (0, 2), (1, 0)];
+        let shown = derangement(&goals, 7);
+        for (own, other) in goals.iter().zip(&shown) {
+            assert_ne!(own.0, other.0);
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! `report.json` (schema `gacc.report/1`) and the reports rendered from it (SPEC §5).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::budget::Ratio;
+use crate::builtin::Role;
+use crate::dataset::Dataset;
+use crate::executor::{Outcome, Usage};
+use crate::hash::sha256;
+use crate::ledger::{FailureRow, LedgerRow, ResultRow};
+use crate::manifest::Condition;
+use crate::metrics::{self, Score, Spread};
+use crate::tokenizer::{Tokenizer, TokenizerIdentity};
+
+pub const SCHEMA: &str = "gacc.report/1";
+/// The default `report.md` template, compiled in.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/report.md.j2");
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub experiment: Experiment,
+    pub tokenizer: TokenizerIdentity,
+    pub dataset: DatasetSummary,
+    /// True when every job succeeded.
+    pub complete: bool,
+    pub cells: Vec<Cell>,
+    pub integrity: Integrity,
+    pub calls: BTreeMap<Role, Calls>,
+    /// Usage the callbacks reported for the calls these results rest on.
+    pub usage: BTreeMap<Role, Usage>,
+    pub failures: Vec<FailureRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Experiment {
+    pub name: String,
+    pub description: Option<String>,
+    /// SHA-256 of the resolved manifest as run (`manifest.toml`).
+    pub manifest_sha256: String,
+    pub gacc_version: &'static str,
+    pub seeds: Vec<u64>,
+    pub ratios: Vec<Ratio>,
+    pub conditions: Vec<Condition>,
+    /// Each callback's cache identity.
+    pub callbacks: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetSummary {
+    /// SHA-256 over every source's id, text and goals, in order.
+    pub sha256: String,
+    pub sources: usize,
+    pub goals: usize,
+    pub questions: usize,
+}
+
+/// Calls the results rest on: `made` distinct calls, and `cached` jobs that reused one of
+/// them. Both depend only on the experiment, not on what an earlier run left in the cache;
+/// this run's own counts are in `run.json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Calls {
+    pub jobs: usize,
+    pub made: usize,
+    pub cached: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub compressor: String,
+    pub condition: Condition,
+    pub ratio: Ratio,
+    /// False when a job of this cell failed: its scores leave those questions out.
+    pub complete: bool,
+    pub seeds: Vec<SeedScore>,
+    pub micro: Spread,
+    #[serde(rename = "macro")]
+    pub macro_: Spread,
+    pub ledger: LedgerSums,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SeedScore {
+    pub seed: u64,
+    #[serde(flatten)]
+    pub score: Score,
+}
+
+/// Ledger totals over a cell's memories (all seeds).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LedgerSums {
+    pub memories: usize,
+    pub source_tokens: usize,
+    pub budget: usize,
+    pub generated_tokens: usize,
+    pub retained_tokens: usize,
+    pub unused_budget: usize,
+    pub memory_tokens: usize,
+    pub padding_tokens: usize,
+    pub truncated: usize,
+    pub utf8_split: usize,
+    pub budget_violations: usize,
+}
+
+impl LedgerSums {
+    fn add(&mut self, row: &LedgerRow) {
+        self.memories += 1;
+        self.source_tokens += row.source_tokens;
+        self.budget += row.budget;
+        self.generated_tokens += row.generated_tokens;
+        self.retained_tokens += row.retained_tokens;
+        self.unused_budget += row.unused_budget;
+        self.memory_tokens += row.memory_tokens;
+        self.padding_tokens += row.padding_tokens;
+        self.truncated += usize::from(row.truncated);
+        self.utf8_split += usize::from(row.utf8_split);
+        self.budget_violations += usize::from(row.budget_violation);
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Integrity {
+    pub exposure_violations: usize,
+    pub budget_violations: usize,
+    pub padding_tokens: usize,
+    pub count_errors: usize,
+}
+
+/// What goes into a report besides the run's outcome.
+pub struct Inputs<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub manifest_sha256: &'a str,
+    pub seeds: &'a [u64],
+    pub ratios: &'a [Ratio],
+    pub conditions: &'a [Condition],
+    pub callbacks: BTreeMap<String, Value>,
+    pub dataset: &'a Dataset,
+    pub tokenizer: &'a dyn Tokenizer,
+}
+
+pub fn dataset_sha256(dataset: &Dataset) -> String {
+    sha256(serde_json::to_string(dataset).unwrap_or_default())
+}
+
+/// Builds the report; deterministic in its inputs.
+pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
+    let dataset = inputs.dataset;
+    let count_errors = recount(inputs.tokenizer, dataset, &outcome.ledger);
+    let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
+    let padding_tokens = outcome.ledger.iter().map(|r| r.padding_tokens).sum();
+
+    let mut calls = BTreeMap::new();
+    let mut usage = BTreeMap::new();
+    for role in [Role::Compressor, Role::Reader, Role::Judge] {
+        let distinct = outcome.calls.get(&role);
+        let made = distinct.map_or(0, |c| c.len());
+        let jobs = outcome.jobs.get(&role).copied().unwrap_or(0);
+        let failed = outcome
+            .failures
+            .iter()
+            .filter(|f| stage_role(&f.stage) == Some(role))
+            .count();
+        calls.insert(
+            role,
+            Calls {
+                jobs,
+                made,
+                cached: jobs.saturating_sub(made + failed),
+            },
+        );
+        let mut sum = Usage::default();
+        for response in distinct.into_iter().flat_map(|c| c.values()) {
+            sum.add(response);
+        }
+        usage.insert(role, sum);
+    }
+
+    Report {
+        schema: SCHEMA,
+        experiment: Experiment {
+            name: inputs.name.to_owned(),
+            description: inputs.description.map(str::to_owned),
+            manifest_sha256: inputs.manifest_sha256.to_owned(),
+            gacc_version: env!("CARGO_PKG_VERSION"),
+            seeds: inputs.seeds.to_vec(),
+            ratios: inputs.ratios.to_vec(),
+            conditions: inputs.conditions.to_vec(),
+            callbacks: inputs.callbacks.clone(),
+        },
+        tokenizer: inputs.tokenizer.identity().clone(),
+        dataset: DatasetSummary {
+            sha256: dataset_sha256(dataset),
+            sources: dataset.sources.len(),
+            goals: dataset.goals().count(),
+            questions: dataset.question_count(),
+        },
+        complete: outcome.failures.is_empty(),
+        cells: cells(&outcome.ledger, &outcome.results),
+        integrity: Integrity {
+            exposure_violations: outcome.exposure_violations,
+            budget_violations,
+            padding_tokens,
+            count_errors,
+        },
+        calls,
+        usage,
+        failures: outcome.failures.clone(),
+    }
+}
+
+fn stage_role(stage: &str) -> Option<Role> {
+    match stage {
+        "compress" => Some(Role::Compressor),
+        "read" => Some(Role::Reader),
+        "judge" => Some(Role::Judge),
+        _ => None,
+    }
+}
+
+type CellId = (String, Condition, Ratio);
+/// Per seed, each goal's verdicts, in first-seen order.
+type SeedVerdicts = Vec<(u64, Vec<(String, Vec<Option<bool>>)>)>;
+
+/// Groups rows into cells, in the order they first appear (the plan's order).
+fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
+    let mut order: Vec<CellId> = Vec::new();
+    // cell -> seed -> goal -> verdicts, each in first-seen order
+    let mut verdicts: HashMap<CellId, SeedVerdicts> = HashMap::new();
+    for row in results {
+        let id = (row.compressor.clone(), row.condition, row.ratio);
+        let seeds = verdicts.entry(id.clone()).or_insert_with(|| {
+            order.push(id);
+            Vec::new()
+        });
+        let position = match seeds.iter().position(|(s, _)| *s == row.seed) {
+            Some(position) => position,
+            None => {
+                seeds.push((row.seed, Vec::new()));
+                seeds.len() - 1
+            }
+        };
+        let goals = &mut seeds[position].1;
+        let verdict = if row.failure.is_some() {
+            None
+        } else {
+            row.correct
+        };
+        match goals.iter_mut().find(|(g, _)| *g == row.goal_id) {
+            Some((_, list)) => list.push(verdict),
+            None => goals.push((row.goal_id.clone(), vec![verdict])),
+        }
+    }
+    let mut sums: HashMap<CellId, LedgerSums> = HashMap::new();
+    for row in ledger {
+        sums.entry((row.compressor.clone(), row.condition, row.ratio))
+            .or_default()
+            .add(row);
+    }
+    order
+        .into_iter()
+        .map(|id| {
+            let seeds: Vec<SeedScore> = verdicts
+                .remove(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(seed, goals)| {
+                    let goals: Vec<Vec<Option<bool>>> = goals.into_iter().map(|(_, v)| v).collect();
+                    SeedScore {
+                        seed,
+                        score: metrics::score(&goals),
+                    }
+                })
+                .collect();
+            let micro: Vec<f64> = seeds.iter().map(|s| s.score.micro).collect();
+            let macro_: Vec<f64> = seeds.iter().map(|s| s.score.macro_).collect();
+            let ledger = sums.remove(&id).unwrap_or_default();
+            Cell {
+                complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
+                compressor: id.0,
+                condition: id.1,
+                ratio: id.2,
+                micro: metrics::spread(&micro),
+                macro_: metrics::spread(&macro_),
+                seeds,
+                ledger,
+            }
+        })
+        .collect()
+}
+
+/// Ledger rows whose counts disagree with an independent recount: the source re-encoded for
+/// `N`, the budget recomputed, the memory re-encoded and hashed.
+pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
+    let mut source_tokens: HashMap<&str, Option<usize>> = HashMap::new();
+    for source in &dataset.sources {
+        source_tokens.insert(&source.id, Some(tokenizer.encode(&source.text).len()));
+    }
+    ledger
+        .iter()
+        .filter(|row| {
+            let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
+            let memory_tokens = tokenizer.encode(&row.memory).len();
+            n != Some(row.source_tokens)
+                || row.budget != row.ratio.budget(row.source_tokens)
+                || row.retained_tokens > row.budget
+                || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
+                || row.memory_tokens != memory_tokens
+                || row.memory_sha256 != sha256(&row.memory)
+                || row.padding_tokens != 0
+        })
+        .count()
+}
+
+/// Renders a template over a report (and the run's own record as `run`), with undefined
+/// variables as errors that name the template line.
+pub fn render(
+    template: &str,
+    template_name: &str,
+    report: &Value,
+    run: &Value,
+) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(true)
+        .build()
+    {
+        env.set_syntax(syntax);
+    }
+    env.add_filter("fixed", |value: f64, places: Option<usize>| {
+        format!("{value:.*}", places.unwrap_or(3))
+    });
+    env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
+    env.add_template(template_name, template)
+        .map_err(describe_template_error)?;
+    let template = env
+        .get_template(template_name)
+        .map_err(describe_template_error)?;
+    let mut context = report.clone();
+    if let Value::Object(fields) = &mut context {
+        fields.insert("run".into(), run.clone());
+    }
+    let mut text = template
+        .render(minijinja::Value::from(minijinja::value::Serde(&context)))
+        .map_err(describe_template_error)?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+fn describe_template_error(error: minijinja::Error) -> String {
+    let place = match (error.name(), error.line()) {
+        (Some(name), Some(line)) => format!("{name}:{line}: "),
+        (Some(name), None) => format!("{name}: "),
+        _ => String::new(),
+    };
+    let detail = error
+        .detail()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    format!("{place}{}{detail}", error.kind())
+}
+
+/// Reads a template file, or the compiled-in default when `path` is None.
+pub fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
+    match path {
+        None => Ok((DEFAULT_TEMPLATE.to_owned(), "report.md.j2".to_owned())),
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| (text, path.display().to_string()))
+            .map_err(|error| format!("{}: cannot read the template: {error}", path.display())),
+    }
+}
+
+/// `gacc report RUN_DIR`: rewrites `report.md` from the stored `report.json` and
+/// `run.json`, or renders `template` and returns the text.
+pub fn rerender(
+    folder: &Path,
+    template: Option<&Path>,
+) -> Result<Option<String>, crate::run::Error> {
+    use crate::manifest::Invalid;
+    let read = |name: &str| -> Result<Value, crate::run::Error> {
+        let path = folder.join(name);
+        let text = std::fs::read_to_string(&path).map_err(|error| crate::run::Error::Io {
+            path: path.clone(),
+            message: format!("cannot read: {error} (is this a finished gacc run folder?)"),
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|error| Invalid::one(path.display().to_string(), error.to_string()).into())
+    };
+    let report = read("report.json")?;
+    let run = read("run.json").unwrap_or(Value::Null);
+    let custom = template.is_some();
+    let (text, name) =
+        load_template(template).map_err(|message| Invalid::one("--template", message))?;
+    let rendered =
+        render(&text, &name, &report, &run).map_err(|message| Invalid::one("template", message))?;
+    if custom {
+        Ok(Some(rendered))
+    } else {
+        crate::run::write(&folder.join("report.md"), rendered.as_bytes())?;
+        Ok(None)
+    }
+}

@@ -1,0 +1,633 @@
+//! The commands over a manifest: validate, plan and run (SPEC §6), and the run folder they
+//! write (SPEC §5).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::budget::truncate_to_budget;
+use crate::builtin::Role;
+use crate::cache::Cache;
+use crate::callback::Callback;
+use crate::dataset::{self, Dataset};
+use crate::executor::{self, Callbacks, Progress};
+use crate::hash::sha256;
+use crate::manifest::{self, CallbackSpec, Invalid, Loaded, Problem};
+use crate::plan::{self, Plan};
+use crate::report;
+use crate::tokenizer::{Cl100k, Tokenizer};
+
+/// Why a command could not do its work.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad manifest, dataset or command line: exit status 2.
+    #[error("{0}")]
+    Invalid(#[from] Invalid),
+    /// The file system refused: names the path.
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |error| Error::Io {
+        path: path.to_path_buf(),
+        message: error.to_string(),
+    }
+}
+
+/// A manifest and dataset that passed every check, with the tokenizer and plan.
+pub struct Prepared {
+    pub loaded: Loaded,
+    pub dataset: Dataset,
+    pub tokenizer: Arc<dyn Tokenizer>,
+    pub plan: Plan,
+    /// The resolved manifest as TOML, and its SHA-256.
+    pub resolved: String,
+    pub resolved_sha256: String,
+}
+
+/// Loads and checks everything a run needs, reporting every problem at once.
+pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
+    let (loaded, mut problems) = manifest::load(path, sets)?;
+    let dataset = match dataset::load(&loaded) {
+        Ok(dataset) => Some(dataset),
+        Err(found) => {
+            problems.extend(found);
+            None
+        }
+    };
+    for (key, spec) in callback_specs(&loaded) {
+        for name in &spec.env {
+            if std::env::var_os(name).is_none() {
+                problems.push(Problem {
+                    place: format!("{}: key `{key}.env`", loaded.path.display()),
+                    message: format!("variable `{name}` is listed but not set in the environment"),
+                });
+            }
+        }
+    }
+    let (Some(dataset), true) = (dataset, problems.is_empty()) else {
+        return Err(Invalid(problems).into());
+    };
+    let tokenizer: Arc<dyn Tokenizer> = Arc::new(Cl100k::new());
+    if let Some(mismatch) = &tokenizer.identity().first_mismatch {
+        return Err(Invalid::one(
+            "tokenizer",
+            format!("the built-in cl100k_base failed verification: {mismatch}"),
+        )
+        .into());
+    }
+    let plan = plan::plan(&loaded, &dataset, tokenizer.as_ref())?;
+    let resolved = toml::to_string(&loaded.manifest).map_err(|error| {
+        Invalid::one(
+            loaded.path.display().to_string(),
+            format!("cannot write the resolved manifest: {error}"),
+        )
+    })?;
+    let resolved_sha256 = sha256(&resolved);
+    Ok(Prepared {
+        loaded,
+        dataset,
+        tokenizer,
+        plan,
+        resolved,
+        resolved_sha256,
+    })
+}
+
+fn callback_specs(loaded: &Loaded) -> Vec<(String, &CallbackSpec)> {
+    let manifest = &loaded.manifest;
+    manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (format!("compressors.{name}"), spec))
+        .chain([
+            ("reader".to_owned(), &manifest.reader),
+            ("judge".to_owned(), &manifest.judge),
+        ])
+        .collect()
+}
+
+/// Turns the manifest's callback settings into callables.
+fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
+    let exe = std::env::current_exe().map_err(io(Path::new("gacc")))?;
+    let run_concurrency = loaded.manifest.run.concurrency;
+    let build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
+        let argv = match (&spec.builtin, &spec.command) {
+            (Some(builtin), _) => vec![
+                exe.display().to_string(),
+                "callback".into(),
+                builtin.clone(),
+            ],
+            (None, Some(command)) => {
+                let mut argv = command.clone();
+                if let Some(program) = manifest::find_program(&command[0], &loaded.folder) {
+                    argv[0] = program.display().to_string();
+                }
+                argv
+            }
+            (None, None) => Vec::new(),
+        };
+        Callback {
+            name,
+            role,
+            argv,
+            cwd: loaded.folder.clone(),
+            env: spec
+                .env
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+                .collect(),
+            timeout: spec.timeout.0,
+            retries: spec.retries,
+            params: spec.params.clone(),
+            identity: plan::callback_identity(spec),
+            limit: Arc::new(Semaphore::new(
+                spec.concurrency.unwrap_or(run_concurrency).max(1),
+            )),
+        }
+    };
+    let manifest = &loaded.manifest;
+    Ok(Callbacks {
+        compressors: manifest
+            .compressors
+            .iter()
+            .map(|(name, spec)| {
+                (
+                    name.clone(),
+                    build(format!("compressors.{name}"), Role::Compressor, spec),
+                )
+            })
+            .collect(),
+        reader: build("reader".into(), Role::Reader, &manifest.reader),
+        judge: build("judge".into(), Role::Judge, &manifest.judge),
+    })
+}
+
+fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
+    let root = match &loaded.manifest.run.cache {
+        Some(path) => loaded.resolve(path),
+        None => PathBuf::from(".gacc/cache"),
+    };
+    Cache::open(&root).map_err(io(&root))
+}
+
+/// `gacc validate`: a one-paragraph summary of a valid manifest.
+pub fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
+    let prepared = prepare(path, sets)?;
+    let dataset = &prepared.dataset;
+    Ok(format!(
+        "{}: valid: {} sources, {} goals, {} questions; {} memories, {} questions to read and judge",
+        path.display(),
+        dataset.sources.len(),
+        dataset.goals().count(),
+        dataset.question_count(),
+        prepared.plan.memories.len(),
+        prepared.plan.question_jobs(),
+    ))
+}
+
+/// Jobs per stage and how many the cache already answers.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StageStatus {
+    pub jobs: usize,
+    pub cached: usize,
+    /// Jobs that need no call (`L = 0` memories).
+    pub skipped: usize,
+}
+
+/// `gacc plan`: walks the plan through the cache without calling anything.
+pub fn plan_status(
+    path: &Path,
+    sets: &[String],
+) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
+    let prepared = prepare(path, sets)?;
+    let cache = cache_for(&prepared.loaded)?;
+    let plan = &prepared.plan;
+    let mut status: BTreeMap<&'static str, StageStatus> = BTreeMap::new();
+    let tokenizer = prepared.tokenizer.as_ref();
+    let truncation = prepared.loaded.manifest.truncation;
+    for job in &plan.memories {
+        let source = &prepared.dataset.sources[job.source];
+        let compress = status.entry("compress").or_default();
+        compress.jobs += 1;
+        status.entry("read").or_default().jobs += job.questions.len();
+        status.entry("judge").or_default().jobs += job.questions.len();
+        let generation = if job.budget == 0 {
+            status.entry("compress").or_default().skipped += 1;
+            Some(String::new())
+        } else {
+            cache
+                .get(Role::Compressor, &job.cache_key)
+                .and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned))
+        };
+        let Some(generation) = generation else {
+            continue;
+        };
+        if job.budget > 0 {
+            status.entry("compress").or_default().cached += 1;
+        }
+        let memory = truncate_to_budget(tokenizer, &generation, job.budget, truncation).memory;
+        let memory_sha256 = sha256(&memory);
+        for question_job in &job.questions {
+            let question = &source.goals[question_job.goal].questions[question_job.question];
+            let key = plan::reader_key(
+                &plan.reader_identity,
+                &memory_sha256,
+                &sha256(&question.question),
+                job.seed,
+            );
+            let Some(answer) = cache
+                .get(Role::Reader, &key)
+                .and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
+            else {
+                continue;
+            };
+            status.entry("read").or_default().cached += 1;
+            let inputs = plan::JudgeInputs {
+                source: &source.text,
+                question: &question.question,
+                reference: &question.reference,
+                answer: &answer,
+            };
+            if cache.contains(
+                Role::Judge,
+                &plan::judge_key(&plan.judge_identity, &inputs, job.seed),
+            ) {
+                status.entry("judge").or_default().cached += 1;
+            }
+        }
+    }
+    Ok(status)
+}
+
+/// How a run is asked for on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub manifest: PathBuf,
+    pub sets: Vec<String>,
+    /// Where run folders go instead of `runs/`.
+    pub out: Option<PathBuf>,
+    /// A folder whose `report.md.j2` replaces the default template.
+    pub templates: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+/// What a finished run left behind.
+#[derive(Debug)]
+pub struct Finished {
+    pub folder: PathBuf,
+    pub failures: usize,
+    pub summary: String,
+}
+
+/// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
+pub fn run(options: &RunOptions) -> Result<Finished, Error> {
+    let started_at = SystemTime::now();
+    let started = Instant::now();
+    let prepared = prepare(&options.manifest, &options.sets)?;
+    let callbacks = callbacks(&prepared.loaded)?;
+    let cache = cache_for(&prepared.loaded)?;
+    let manifest = &prepared.loaded.manifest;
+    let template_path = options
+        .templates
+        .clone()
+        .or_else(|| Some(PathBuf::from("templates")).filter(|p| p.join("report.md.j2").is_file()))
+        .map(|folder| folder.join("report.md.j2"));
+    let (template, template_name) = report::load_template(template_path.as_deref())
+        .map_err(|message| Invalid::one("--templates", message))?;
+
+    let runs = options
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs"))
+        .join(&manifest.name);
+    let folder = new_run_folder(&runs, started_at, &prepared.resolved_sha256)?;
+    let _ = crate::trace::open(&folder.join("trace.jsonl"));
+    tracing::info!(manifest = %options.manifest.display(), folder = %folder.display(), "run started");
+    write(
+        &folder.join("manifest.toml"),
+        resolved_manifest(&prepared).as_bytes(),
+    )?;
+    write_json_lines(&folder.join("dataset.jsonl"), &prepared.dataset.sources)?;
+    write(
+        &folder.join("plan.json"),
+        pretty(&prepared.plan.to_json(&prepared.dataset)).as_bytes(),
+    )?;
+
+    let progress = Arc::new(Progress::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(io(Path::new("tokio runtime")))?;
+    let inputs = report::Inputs {
+        name: &manifest.name,
+        description: manifest.description.as_deref(),
+        manifest_sha256: &prepared.resolved_sha256,
+        seeds: &manifest.seeds,
+        ratios: &manifest.ratios,
+        conditions: &manifest.conditions,
+        callbacks: callback_identities(&prepared.plan),
+        dataset: &prepared.dataset,
+        tokenizer: prepared.tokenizer.as_ref(),
+    };
+    let run = executor::Run {
+        plan: prepared.plan.clone(),
+        dataset: prepared.dataset.clone(),
+        callbacks,
+        cache,
+        tokenizer: prepared.tokenizer.clone(),
+        truncation: manifest.truncation,
+        concurrency: manifest.run.concurrency,
+        progress: progress.clone(),
+    };
+    let outcome = runtime.block_on(async {
+        let display = show_progress(progress.clone(), options.quiet);
+        let outcome = executor::execute(run).await;
+        display.abort();
+        outcome
+    });
+    if !options.quiet {
+        print_progress(&progress, std::io::stderr().is_terminal(), true);
+    }
+
+    write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
+    write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
+    let report = report::build(&inputs, &outcome);
+    let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
+    let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    report_text.push('\n');
+    write(&folder.join("report.json"), report_text.as_bytes())?;
+    let run_record = json!({
+        "started": utc_timestamp(started_at, true),
+        "seconds": started.elapsed().as_secs_f64(),
+        "host": hostname(),
+        "gacc_version": env!("CARGO_PKG_VERSION"),
+        "manifest": options.manifest.display().to_string(),
+        "cache": prepared.loaded.manifest.run.cache.as_ref().map(|p| p.display().to_string()).unwrap_or(".gacc/cache".into()),
+        "calls": outcome.this_run,
+        "paid": outcome.paid,
+        "failures": outcome.failures.len(),
+    });
+    write(&folder.join("run.json"), pretty(&run_record).as_bytes())?;
+    let markdown = report::render(&template, &template_name, &report_json, &run_record)
+        .map_err(|message| Invalid::one("report template", message))?;
+    write(&folder.join("report.md"), markdown.as_bytes())?;
+    point_latest(&runs, &folder);
+    tracing::info!(folder = %folder.display(), failures = outcome.failures.len(), "run finished");
+    crate::trace::close();
+    Ok(Finished {
+        summary: summary(&report, &outcome.this_run, started.elapsed()),
+        failures: outcome.failures.len(),
+        folder,
+    })
+}
+
+fn callback_identities(plan: &Plan) -> BTreeMap<String, Value> {
+    let mut identities: BTreeMap<String, Value> = plan
+        .compressor_identities
+        .iter()
+        .map(|(name, identity)| (format!("compressors.{name}"), identity.clone()))
+        .collect();
+    identities.insert("reader".into(), plan.reader_identity.clone());
+    identities.insert("judge".into(), plan.judge_identity.clone());
+    identities
+}
+
+fn resolved_manifest(prepared: &Prepared) -> String {
+    format!(
+        "# The manifest as run: {} with every override applied.\n# Relative paths are relative to that file's folder.\n{}",
+        prepared.loaded.path.display(),
+        prepared.resolved
+    )
+}
+
+fn summary(
+    report: &report::Report,
+    this_run: &BTreeMap<Role, executor::CallCounts>,
+    elapsed: Duration,
+) -> String {
+    let mut out = String::new();
+    for cell in &report.cells {
+        out.push_str(&format!(
+            "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
+            cell.compressor,
+            cell.condition,
+            cell.ratio.to_string(),
+            cell.micro.mean,
+            cell.micro.std,
+            cell.macro_.mean,
+            cell.macro_.std,
+            if cell.complete { "" } else { "  (incomplete)" }
+        ));
+    }
+    let calls: Vec<String> = [Role::Compressor, Role::Reader, Role::Judge]
+        .iter()
+        .map(|role| {
+            let c = this_run.get(role).cloned().unwrap_or_default();
+            format!("{role} {} made, {} cached", c.made, c.cached + c.shared)
+        })
+        .collect();
+    out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    let i = &report.integrity;
+    out.push_str(&format!(
+        "  integrity: exposure {} · budget {} · padding {} · count errors {} · tokenizer {}\n",
+        i.exposure_violations,
+        i.budget_violations,
+        i.padding_tokens,
+        i.count_errors,
+        if report.tokenizer.identity_verified {
+            "verified"
+        } else {
+            "NOT verified"
+        }
+    ));
+    for failure in &report.failures {
+        out.push_str(&format!(
+            "  FAILED {} {} ({}{}): {}\n",
+            failure.stage,
+            failure.callback,
+            failure.source_id,
+            failure
+                .question_id
+                .as_deref()
+                .map(|q| format!(", {q}"))
+                .unwrap_or_default(),
+            failure.reason
+        ));
+        if let Some(line) = failure
+            .stderr_tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+        {
+            out.push_str(&format!("         stderr: {line}\n"));
+        }
+    }
+    out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
+    out
+}
+
+fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if quiet {
+            return;
+        }
+        let terminal = std::io::stderr().is_terminal();
+        let every = if terminal {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(10)
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            print_progress(&progress, terminal, false);
+        }
+    })
+}
+
+fn print_progress(progress: &Progress, terminal: bool, last: bool) {
+    let stages: Vec<String> = [
+        ("compress", Role::Compressor),
+        ("read", Role::Reader),
+        ("judge", Role::Judge),
+    ]
+    .iter()
+    .map(|(name, role)| {
+        let s = progress.stage(*role);
+        let failed = s.failed.load(Ordering::Relaxed);
+        format!(
+            "{name} {}/{} ({} cached{})",
+            s.done.load(Ordering::Relaxed) + failed,
+            s.total.load(Ordering::Relaxed),
+            s.cached.load(Ordering::Relaxed),
+            if failed > 0 {
+                format!(", {failed} failed")
+            } else {
+                String::new()
+            }
+        )
+    })
+    .collect();
+    let line = stages.join(" · ");
+    let mut stderr = std::io::stderr().lock();
+    let _ = if terminal {
+        write!(stderr, "\r\x1b[K{line}{}", if last { "\n" } else { "" })
+    } else {
+        writeln!(stderr, "{line}")
+    };
+    let _ = stderr.flush();
+}
+
+/// `runs/<name>/<UTC time>-<hash8>`, made new (a suffix keeps two runs in one second apart).
+fn new_run_folder(runs: &Path, at: SystemTime, manifest_sha256: &str) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(runs).map_err(io(runs))?;
+    let base = format!("{}-{}", utc_timestamp(at, false), &manifest_sha256[..8]);
+    for attempt in 0..1000 {
+        let name = if attempt == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{attempt}")
+        };
+        let folder = runs.join(name);
+        match std::fs::create_dir(&folder) {
+            Ok(()) => return Ok(folder),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(error) => return Err(io(&folder)(error)),
+        }
+    }
+    Err(Error::Io {
+        path: runs.to_path_buf(),
+        message: "could not make a new run folder".into(),
+    })
+}
+
+/// Points `runs/<name>/latest` at a run folder, replacing the link in one step.
+fn point_latest(runs: &Path, folder: &Path) {
+    let Some(name) = folder.file_name() else {
+        return;
+    };
+    let temp = runs.join(format!(".latest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    if std::os::unix::fs::symlink(name, &temp).is_ok()
+        && std::fs::rename(&temp, runs.join("latest")).is_err()
+    {
+        let _ = std::fs::remove_file(&temp);
+    }
+}
+
+/// Writes a file whole: a temporary file renamed into place.
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&temp, bytes)
+        .and_then(|_| std::fs::rename(&temp, path))
+        .map_err(io(path))
+}
+
+fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
+    let mut text = String::new();
+    for row in rows {
+        text.push_str(&serde_json::to_string(row).unwrap_or_default());
+        text.push('\n');
+    }
+    write(path, text.as_bytes())
+}
+
+pub fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// `20261130T054041Z` (or `2026-11-30T05:40:41Z` when `readable`), in UTC.
+pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
+    let seconds = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if readable {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_017_241);
+        assert_eq!(utc_timestamp(at, true), "2026-11-30T05:40:41Z");
+        assert_eq!(utc_timestamp(at, false), "20261130T054041Z");
+        assert_eq!(
+            utc_timestamp(SystemTime::UNIX_EPOCH, true),
+            "1970-01-01T00:00:00Z"
+        );
+    }
+}
