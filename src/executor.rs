@@ -679,7 +679,7 @@ fn failure_row(
     failure: &Failure,
     question_id: Option<&str>,
 ) -> FailureRow {
-    tracing::error!(
+    tracing::warn!(
         job = key,
         stage,
         callback = %callback.name,

@@ -18,7 +18,7 @@ use gacc::run::{self, Error, RunOptions};
     about = "Goal-conditioned compression experiments (GACC-Bench)"
 )]
 struct Cli {
-    /// More detail on the terminal (-v info, -vv debug); RUST_LOG overrides.
+    /// More detail on the terminal (-v retries and failed jobs, -vv every job, -vvv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     /// No progress or summary on the terminal.
@@ -139,8 +139,9 @@ fn main() -> ExitCode {
 fn init_tracing(verbose: u8, quiet: bool) {
     let level = match (quiet, verbose) {
         (true, _) => "error",
-        (false, 0) => "warn",
-        (false, 1) => "gacc=info,warn",
+        (false, 0) => "error",
+        (false, 1) => "gacc=warn,error",
+        (false, 2) => "gacc=info,warn",
         (false, _) => "gacc=debug,info",
     };
     let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
@@ -153,6 +154,7 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .with_filter(EnvFilter::new("gacc=debug"));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_filter(terminal);
     let _ = tracing_subscriber::registry()

@@ -126,7 +126,7 @@ pub struct CallbackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<String>,
     /// The user's declared version: part of every cache key.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "string_or_number")]
     pub revision: String,
     #[serde(default)]
     pub mode: Mode,
@@ -194,6 +194,22 @@ impl Default for RunSpec {
             cache: None,
         }
     }
+}
+
+/// A revision may be written as `"1"` or `1`; it is kept as text.
+fn string_or_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Text(String),
+        Integer(i64),
+        Float(f64),
+    }
+    Ok(match Written::deserialize(deserializer)? {
+        Written::Text(text) => text,
+        Written::Integer(number) => number.to_string(),
+        Written::Float(number) => number.to_string(),
+    })
 }
 
 /// A duration written as `500ms`, `60s`, `2m` or `1h`.
@@ -345,9 +361,11 @@ pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Inva
         return Err(Invalid::one(&place, toml_error(&error)));
     }
     let mut figment = Figment::new().merge(Toml::string(&text)).merge(
-        Env::prefixed(ENV_PREFIX)
-            .split("__")
-            .filter(|key| TOP_LEVEL_KEYS.contains(&key.as_str().split('.').next().unwrap_or(""))),
+        Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
+            // The filter may see `run__concurrency` or `run.concurrency`.
+            let first = key.as_str().split(['.', '_']).next().unwrap_or("");
+            TOP_LEVEL_KEYS.contains(&first.to_ascii_lowercase().as_str())
+        }),
     );
     for set in sets {
         let (key, value) = parse_set(set)?;
@@ -364,17 +382,12 @@ pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Inva
                 .collect(),
         )
     })?;
-    let folder = path
-        .parent()
-        .map(|p| {
-            if p.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                p
-            }
-        })
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    // Absolute, so callbacks (which run in this folder) and messages agree on paths.
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
     let loaded = Loaded {
         manifest,
         path: path.to_path_buf(),
@@ -392,18 +405,23 @@ fn toml_error(error: &toml::de::Error) -> String {
 
 fn override_place(file: &str, error: &figment::Error) -> String {
     let key = error.path.join(".");
-    let source = error
-        .metadata
-        .as_ref()
-        .map(|metadata| match &metadata.source {
-            Some(source) => source.to_string(),
-            None => metadata.name.to_string(),
-        })
-        .unwrap_or_else(|| file.to_owned());
-    if key.is_empty() {
-        source
-    } else {
-        format!("{source}: key `{key}`")
+    let Some(metadata) = &error.metadata else {
+        return if key.is_empty() {
+            file.to_owned()
+        } else {
+            format!("{file}: key `{key}`")
+        };
+    };
+    match &metadata.source {
+        Some(figment::Source::File(_)) | None if metadata.name.contains("environment") => {
+            format!(
+                "environment variable {ENV_PREFIX}{}",
+                error.path.join("__").to_uppercase()
+            )
+        }
+        Some(figment::Source::Code(_)) => format!("--set {key}"),
+        _ if key.is_empty() => file.to_owned(),
+        _ => format!("{file}: key `{key}`"),
     }
 }
 

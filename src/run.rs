@@ -408,6 +408,9 @@ fn resolved_manifest(prepared: &Prepared) -> String {
     )
 }
 
+/// How many failures the terminal summary lists; report.md lists them all.
+const LISTED_FAILURES: usize = 10;
+
 fn summary(
     report: &report::Report,
     this_run: &BTreeMap<Role, executor::CallCounts>,
@@ -448,7 +451,7 @@ fn summary(
             "NOT verified"
         }
     ));
-    for failure in &report.failures {
+    for failure in report.failures.iter().take(LISTED_FAILURES) {
         out.push_str(&format!(
             "  FAILED {} {} ({}{}): {}\n",
             failure.stage,
@@ -469,6 +472,12 @@ fn summary(
         {
             out.push_str(&format!("         stderr: {line}\n"));
         }
+    }
+    if report.failures.len() > LISTED_FAILURES {
+        out.push_str(&format!(
+            "  … and {} more failures (all are listed in report.md and report.json)\n",
+            report.failures.len() - LISTED_FAILURES
+        ));
     }
     out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
     out

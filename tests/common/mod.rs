@@ -1,0 +1,122 @@
+//! Helpers for tests that drive the real `gacc` binary in a scratch folder.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// A scratch folder holding a copy of `experiments/`, where runs and the cache go.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"),
+            &dir.path().join("experiments"),
+        );
+        Scratch { dir }
+    }
+
+    pub fn empty() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn write(&self, relative: &str, text: &str) -> PathBuf {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Writes an executable script; `@GACC@` in it becomes the gacc binary's path.
+    pub fn script(&self, relative: &str, text: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let text = text.replace("@GACC@", &gacc_binary().display().to_string());
+        let path = self.write(relative, &text);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    pub fn gacc(&self) -> Command {
+        let mut command = Command::new(gacc_binary());
+        command.current_dir(self.dir.path()).env_remove("RUST_LOG");
+        for (name, _) in std::env::vars() {
+            if name.starts_with("GACC_") {
+                command.env_remove(name);
+            }
+        }
+        command
+    }
+
+    /// Runs `gacc run` and returns (exit status, run folder, stderr).
+    pub fn run(&self, manifest: &str, extra: &[&str]) -> (i32, PathBuf, String) {
+        let output = self
+            .gacc()
+            .arg("run")
+            .arg(manifest)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let folder = stdout
+            .lines()
+            .last()
+            .map(|l| self.path(l.trim()))
+            .unwrap_or_default();
+        (output.status.code().unwrap_or(-1), folder, stderr)
+    }
+
+    /// The number of lines in a file a test callback appends to, one per call.
+    pub fn count_lines(&self, relative: &str) -> usize {
+        std::fs::read_to_string(self.path(relative))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+pub fn gacc_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gacc"))
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Calls this run made per role, from `run.json`.
+pub fn made(folder: &Path, role: &str) -> u64 {
+    read_json(&folder.join("run.json"))["calls"][role]["made"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The reference fixture end to end: the numbers, the integrity audit, the cache.
+
+mod common;
+
+use common::{Scratch, made, read_json, read_lines};
+
+const FIXTURE: &str = "experiments/fixture.toml";
+
+#[test]
+fn the_fixture_reproduces_the_reference_numbers() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    for file in [
+        "manifest.toml",
+        "plan.json",
+        "memories.jsonl",
+        "results.jsonl",
+        "report.json",
+        "report.md",
+        "trace.jsonl",
+        "run.json",
+    ] {
+        assert!(folder.join(file).is_file(), "{file} is written");
+    }
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["schema"], "gacc.report/1");
+    let cells = report["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 1);
+    let seeds = cells[0]["seeds"].as_array().unwrap();
+    assert_eq!(
+        seeds
+            .iter()
+            .map(|s| s["seed"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [42, 43, 44]
+    );
+    for seed in seeds {
+        assert_eq!(
+            (seed["correct"].as_u64(), seed["questions"].as_u64()),
+            (Some(8), Some(12))
+        );
+        assert_eq!(seed["micro"].as_f64().unwrap(), 2.0 / 3.0);
+        assert_eq!(seed["macro"].as_f64().unwrap(), 0.0);
+        assert_eq!(
+            (seed["goals"].as_u64(), seed["goals_all_correct"].as_u64()),
+            (Some(4), Some(0))
+        );
+    }
+    assert_eq!(
+        report["integrity"],
+        serde_json::json!({"exposure_violations": 0, "budget_violations": 0, "padding_tokens": 0, "count_errors": 0})
+    );
+    assert_eq!(report["tokenizer"]["identity_verified"], true);
+    assert_eq!(report["tokenizer"]["name"], "cl100k_base");
+    // The compressor is called once per goal and seed: 4 times per seed.
+    assert_eq!(made(&folder, "compressor"), 12);
+    assert_eq!(made(&folder, "reader"), 36);
+    assert_eq!(made(&folder, "judge"), 36);
+
+    let ledger = read_lines(&folder.join("memories.jsonl"));
+    assert_eq!(ledger.len(), 12);
+    for row in &ledger {
+        assert_eq!(
+            row["truncated"], true,
+            "each goal's line loses its last field"
+        );
+        assert_eq!(row["retained_tokens"], row["budget"]);
+        assert_eq!(row["padding_tokens"], 0);
+        assert_eq!(row["unused_budget"], 0);
+        assert_eq!(row["goal_id"], row["shown_goal_id"]);
+    }
+    let results = read_lines(&folder.join("results.jsonl"));
+    assert_eq!(results.len(), 36);
+    let wrong: Vec<&str> = results
+        .iter()
+        .filter(|r| r["correct"] == false)
+        .map(|r| r["question_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(wrong.len(), 12);
+    assert!(wrong.iter().all(|q| {
+        ["status", "operator", "captain", "inspector"]
+            .iter()
+            .any(|f| q.ends_with(f))
+    }));
+
+    let plan = read_json(&folder.join("plan.json"));
+    assert_eq!(
+        plan["stages"],
+        serde_json::json!({"compress": 12, "read": 36, "judge": 36})
+    );
+    let latest = std::fs::canonicalize(scratch.path("runs/fixture/latest")).unwrap();
+    assert_eq!(latest, std::fs::canonicalize(&folder).unwrap());
+    let trace = read_lines(&folder.join("trace.jsonl"));
+    assert!(
+        trace
+            .iter()
+            .filter(|e| e["message"] == "job finished")
+            .count()
+            >= 84
+    );
+}
+
+#[test]
+fn a_second_run_makes_no_calls_and_writes_the_same_report() {
+    let scratch = Scratch::new();
+    let (status, first, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    let (status, second, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    assert_ne!(first, second, "each run gets its own folder");
+    for role in ["compressor", "reader", "judge"] {
+        assert_eq!(made(&second, role), 0, "{role}");
+    }
+    assert_eq!(
+        std::fs::read(first.join("report.json")).unwrap(),
+        std::fs::read(second.join("report.json")).unwrap()
+    );
+    let plan = scratch.gacc().args(["plan", FIXTURE]).output().unwrap();
+    let plan = String::from_utf8(plan.stdout).unwrap();
+    assert!(
+        plan.contains("compress         12       12        0"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("judge            36       36        0"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn changing_the_reader_reruns_readers_and_no_compressor() {
+    let scratch = Scratch::new();
+    assert_eq!(scratch.run(FIXTURE, &[]).0, 0);
+    let (status, folder, _) = scratch.run(FIXTURE, &["--set", "reader.revision=2"]);
+    assert_eq!(status, 0);
+    assert_eq!(made(&folder, "compressor"), 0);
+    assert_eq!(made(&folder, "reader"), 36);
+    // The new reader gave the same answers, and a judge call is keyed by its inputs: reused.
+    assert_eq!(made(&folder, "judge"), 0);
+
+    // A reader that answers differently sends every answer to the judge again.
+    scratch.script(
+        "experiments/constant-reader.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"answer\": \"42\"}'\n",
+    );
+    let (status, _, stderr) = scratch.run(
+        FIXTURE,
+        &["--set", "reader.command=[\"./constant-reader.sh\"]"],
+    );
+    assert_eq!(
+        status, 2,
+        "builtin and command together are refused: {stderr}"
+    );
+    assert!(stderr.contains("not both"), "{stderr}");
+    let manifest = std::fs::read_to_string(scratch.path(FIXTURE))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./constant-reader.sh\"]",
+        );
+    scratch.write("experiments/constant.toml", &manifest);
+    let (status, folder2, stderr) = scratch.run("experiments/constant.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(made(&folder2, "compressor"), 0);
+    assert_eq!(made(&folder2, "reader"), 36);
+    assert_eq!(made(&folder2, "judge"), 36);
+}
+
+#[test]
+fn changing_one_source_reruns_only_that_sources_jobs() {
+    let scratch = Scratch::new();
+    let (status, first, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    let dataset = scratch.path("experiments/data/fixture.jsonl");
+    let text = std::fs::read_to_string(&dataset).unwrap();
+    let changed = text.replace(
+        "The harbour master thanks all crews",
+        "The harbour master warmly thanks all crews",
+    );
+    assert_ne!(text, changed);
+    std::fs::write(&dataset, changed).unwrap();
+    let (status, second, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    // The harbour source has 2 goals × 3 seeds memories and 6 × 3 questions.
+    assert_eq!(made(&second, "compressor"), 6);
+    assert_eq!(made(&second, "judge"), 18, "judges see the source");
+    assert!(made(&second, "reader") <= 18);
+    let old = read_lines(&first.join("memories.jsonl"));
+    let new = read_lines(&second.join("memories.jsonl"));
+    for row in &new {
+        assert_eq!(row["cached"], row["source_id"] == "plant", "{row}");
+    }
+    assert_eq!(old.len(), new.len());
+}
