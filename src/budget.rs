@@ -34,12 +34,10 @@ impl FromStr for Ratio {
 
     /// Parses a plain decimal (`0.29`, `1`, `.5`, `1e-1` is refused) within `0..=1`.
     fn from_str(text: &str) -> Result<Self, String> {
-        let expected =
-            || format!("`{text}` is not a retention ratio: expected a decimal from 0 to 1");
+        let expected = || format!("`{text}` is not a retention ratio: expected a decimal from 0 to 1");
         let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
         let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-        if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction)
-        {
+        if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
             return Err(expected());
         }
         let fraction = fraction.trim_end_matches('0');

@@ -183,7 +183,8 @@ mod tests {
 
     #[test]
     fn goal_line_keeps_lines_with_the_keyword() {
-        let request = json!({"context": "intro\nreactor: temp=1 status=ok\npump: flow=2", "goal": "Check the reactor"});
+        let request =
+            json!({"context": "intro\nreactor: temp=1 status=ok\npump: flow=2", "goal": "Check the reactor"});
         assert_eq!(
             goal_line(&request).unwrap(),
             json!({"memory": "reactor: temp=1 status=ok"})
@@ -194,8 +195,7 @@ mod tests {
 
     #[test]
     fn field_lookup_answers_only_from_the_memory() {
-        let request =
-            json!({"memory": "reactor: temp=451, status=ok", "question": "What is the temp?"});
+        let request = json!({"memory": "reactor: temp=451, status=ok", "question": "What is the temp?"});
         assert_eq!(field_lookup(&request).unwrap(), json!({"answer": "451"}));
         let request = json!({"memory": "reactor: temp=451", "question": "What is the status?"});
         assert_eq!(field_lookup(&request).unwrap(), json!({"answer": ""}));

@@ -59,17 +59,12 @@ impl Cache {
 
     /// Stores a response durably: written to a temporary file, synced, then renamed into
     /// place, so a reader sees the whole entry or none, even after `kill -9` or power loss.
-    pub fn put(
-        &self,
-        role: Role,
-        key: &str,
-        description: &Value,
-        response: &Value,
-    ) -> std::io::Result<()> {
+    pub fn put(&self, role: Role, key: &str, description: &Value, response: &Value) -> std::io::Result<()> {
         let path = self.path(role, key);
         let folder = path.parent().unwrap_or(&self.root);
         std::fs::create_dir_all(folder)?;
-        let entry = json!({"key": key, "role": role.as_str(), "description": description, "response": response});
+        let entry =
+            json!({"key": key, "role": role.as_str(), "description": description, "response": response});
         let temp = folder.join(format!(
             ".tmp-{}-{}",
             std::process::id(),

@@ -230,10 +230,7 @@ impl Callback {
                 classify(self.role, status, output)
             }
         };
-        Attempt {
-            result,
-            stderr_tail,
-        }
+        Attempt { result, stderr_tail }
     }
 }
 
@@ -264,11 +261,7 @@ enum Output {
     TooLarge,
 }
 
-async fn read_limited(
-    mut pipe: impl AsyncRead + Unpin,
-    limit: usize,
-    group: Option<i32>,
-) -> Output {
+async fn read_limited(mut pipe: impl AsyncRead + Unpin, limit: usize, group: Option<i32>) -> Output {
     let mut out = Vec::new();
     let mut buffer = vec![0u8; 64 << 10];
     loop {
@@ -305,11 +298,7 @@ async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize) -> String {
     String::from_utf8_lossy(&tail).into_owned()
 }
 
-fn classify(
-    role: Role,
-    status: std::process::ExitStatus,
-    output: Output,
-) -> Result<Value, FailureKind> {
+fn classify(role: Role, status: std::process::ExitStatus, output: Output) -> Result<Value, FailureKind> {
     use std::os::unix::process::ExitStatusExt;
     let bytes = match output {
         Output::TooLarge => return Err(FailureKind::TooLarge(MAX_RESPONSE_BYTES)),
@@ -409,9 +398,7 @@ pub fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
             ("cost_usd", Value::is_number),
         ] {
             if usage.get(name).is_some_and(|v| !is_valid(v)) {
-                return Err(FailureKind::MissingField(format!(
-                    "`usage.{name}` as a number"
-                )));
+                return Err(FailureKind::MissingField(format!("`usage.{name}` as a number")));
             }
         }
     }

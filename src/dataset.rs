@@ -103,7 +103,7 @@ pub fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
 }
 
 fn read_jsonl(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
-    let file = path.display().to_string();
+    let file = crate::manifest::shown(path);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -176,7 +176,10 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
                 std::fs::read_to_string(&path).unwrap_or_else(|error| {
                     problems.push(Problem {
                         place: place.clone(),
-                        message: format!("cannot read source file {}: {error}", path.display()),
+                        message: format!(
+                            "cannot read source file {}: {error}",
+                            crate::manifest::shown(&path)
+                        ),
                     });
                     String::new()
                 })

@@ -79,14 +79,8 @@ impl Usage {
     /// Adds a response's `usage`, if it has one.
     pub fn add(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage") {
-            self.input_tokens += usage
-                .get("input_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            self.output_tokens += usage
-                .get("output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
+            self.input_tokens += usage.get("input_tokens").and_then(Value::as_u64).unwrap_or(0);
+            self.output_tokens += usage.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
             self.cost_usd += usage.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
         }
     }
@@ -292,13 +286,10 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
                 None,
                 Some(&failure),
             );
-            outcome.failures.push(failure_row(
-                job, "compress", &job.key, callback, &failure, None,
-            ));
-            let reason = format!(
-                "the memory was not made: {} {}",
-                callback.name, failure.kind
-            );
+            outcome
+                .failures
+                .push(failure_row(job, "compress", &job.key, callback, &failure, None));
+            let reason = format!("the memory was not made: {} {}", callback.name, failure.kind);
             for question in &job.questions {
                 outcome.results.push(result_row(
                     job,
@@ -331,12 +322,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         None,
     );
     let generation = response.get("memory").and_then(Value::as_str).unwrap_or("");
-    let truncation = truncate_to_budget(
-        run.tokenizer.as_ref(),
-        generation,
-        job.budget,
-        run.truncation,
-    );
+    let truncation = truncate_to_budget(run.tokenizer.as_ref(), generation, job.budget, run.truncation);
     let memory_tokens = run.tokenizer.count(&truncation.memory);
     let memory_sha256 = sha256(&truncation.memory);
     let memory: Arc<str> = Arc::from(truncation.memory.as_str());
@@ -376,8 +362,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
             (position, outcome)
         });
     }
-    let mut answered: Vec<Option<QuestionOutcome>> =
-        (0..job.questions.len()).map(|_| None).collect();
+    let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
     while let Some(joined) = questions.join_next().await {
         if let Ok((position, question)) = joined {
             answered[position] = Some(question);
@@ -452,9 +437,7 @@ async fn run_question(
                 Some(origin),
                 None,
             );
-            outcome
-                .calls
-                .push((Role::Reader, read_key, response.clone()));
+            outcome.calls.push((Role::Reader, read_key, response.clone()));
             response
                 .get("answer")
                 .and_then(Value::as_str)

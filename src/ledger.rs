@@ -78,6 +78,6 @@ pub struct FailureRow {
     pub condition: Condition,
     pub ratio: Ratio,
     pub source_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// None for a compress job.
     pub question_id: Option<String>,
 }

@@ -157,8 +157,5 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_filter(terminal);
-    let _ = tracing_subscriber::registry()
-        .with(trace)
-        .with(stderr)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(trace).with(stderr).try_init();
 }

@@ -220,12 +220,9 @@ impl std::str::FromStr for Timeout {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
-        let expected =
-            || format!("`{text}` is not a duration: expected e.g. `500ms`, `60s`, `2m`, `1h`");
+        let expected = || format!("`{text}` is not a duration: expected e.g. `500ms`, `60s`, `2m`, `1h`");
         let number: u64 = number.parse().map_err(|_| expected())?;
         let millis = match unit.trim() {
             "ms" => Some(number),
@@ -295,11 +292,7 @@ pub struct Invalid(pub Vec<Problem>);
 impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let count = self.0.len();
-        writeln!(
-            f,
-            "{count} problem{} found:",
-            if count == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "{count} problem{} found:", if count == 1 { "" } else { "s" })?;
         for problem in &self.0 {
             writeln!(f, "  {problem}")?;
         }
@@ -360,13 +353,14 @@ pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Inva
     if let Err(error) = toml::from_str::<Manifest>(&text) {
         return Err(Invalid::one(&place, toml_error(&error)));
     }
-    let mut figment = Figment::new().merge(Toml::string(&text)).merge(
-        Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
-            // The filter may see `run__concurrency` or `run.concurrency`.
-            let first = key.as_str().split(['.', '_']).next().unwrap_or("");
-            TOP_LEVEL_KEYS.contains(&first.to_ascii_lowercase().as_str())
-        }),
-    );
+    let mut figment =
+        Figment::new()
+            .merge(Toml::string(&text))
+            .merge(Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
+                // The filter may see `run__concurrency` or `run.concurrency`.
+                let first = key.as_str().split(['.', '_']).next().unwrap_or("");
+                TOP_LEVEL_KEYS.contains(&first.to_ascii_lowercase().as_str())
+            }));
     for set in sets {
         let (key, value) = parse_set(set)?;
         figment = figment.merge(Serialized::default(&key, value));
@@ -436,13 +430,11 @@ fn parse_set(set: &str) -> Result<(String, figment::value::Value), Invalid> {
         return Err(Invalid::one(place, "expected a dotted key path before `=`"));
     }
     let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
-        Ok(mut table) => table
-            .remove("v")
-            .unwrap_or(toml::Value::String(value.to_owned())),
+        Ok(mut table) => table.remove("v").unwrap_or(toml::Value::String(value.to_owned())),
         Err(_) => toml::Value::String(value.to_owned()),
     };
-    let value = figment::value::Value::serialize(&value)
-        .map_err(|error| Invalid::one(&place, error.to_string()))?;
+    let value =
+        figment::value::Value::serialize(&value).map_err(|error| Invalid::one(&place, error.to_string()))?;
     Ok((key.to_owned(), value))
 }
 
@@ -493,7 +485,8 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
     if manifest.tokenizer.command.is_some() {
         problem(
             "tokenizer.command",
-            "external tokenizers are not supported yet: remove `command` to use the built-in cl100k_base".into(),
+            "external tokenizers are not supported yet: remove `command` to use the built-in cl100k_base"
+                .into(),
         );
     } else if manifest.tokenizer.name != "cl100k_base" {
         problem(
@@ -521,13 +514,7 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
     let callbacks = manifest
         .compressors
         .iter()
-        .map(|(name, spec)| {
-            (
-                format!("compressors.{name}"),
-                spec,
-                builtin::Role::Compressor,
-            )
-        })
+        .map(|(name, spec)| (format!("compressors.{name}"), spec, builtin::Role::Compressor))
         .chain([
             ("reader".to_owned(), &manifest.reader, builtin::Role::Reader),
             ("judge".to_owned(), &manifest.judge, builtin::Role::Judge),
@@ -558,10 +545,7 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
 }
 
 fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
-    values
-        .iter()
-        .enumerate()
-        .any(|(i, v)| values[..i].contains(v))
+    values.iter().enumerate().any(|(i, v)| values[..i].contains(v))
 }
 
 fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Vec<String> {
@@ -569,16 +553,16 @@ fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Ve
     match (&spec.command, &spec.builtin) {
         (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),
         (Some(_), Some(_)) => problems.push("expected `command` or `builtin`, not both".into()),
-        (Some(command), None) => {
-            match command.first() {
-                None => problems.push("`command` is empty: expected [program, args...]".into()),
-                Some(program) => {
-                    if find_program(program, folder).is_none() {
-                        problems.push(format!("program `{program}` not found (searched the manifest's folder and PATH)"));
-                    }
+        (Some(command), None) => match command.first() {
+            None => problems.push("`command` is empty: expected [program, args...]".into()),
+            Some(program) => {
+                if find_program(program, folder).is_none() {
+                    problems.push(format!(
+                        "program `{program}` not found (searched the manifest's folder and PATH)"
+                    ));
                 }
             }
-        }
+        },
         (None, Some(name)) => {
             if !builtin::names(role).contains(&name.as_str()) {
                 problems.push(format!(
@@ -598,6 +582,16 @@ fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Ve
         problems.push("`params` must be a table".into());
     }
     problems
+}
+
+/// A path as a user would like to read it: relative to the current folder when inside it.
+pub fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Finds a callback's program: a path with a `/` relative to the manifest, else on PATH.
@@ -629,16 +623,10 @@ mod tests {
 
     #[test]
     fn timeouts() {
-        assert_eq!(
-            "500ms".parse::<Timeout>().unwrap().0,
-            Duration::from_millis(500)
-        );
+        assert_eq!("500ms".parse::<Timeout>().unwrap().0, Duration::from_millis(500));
         assert_eq!("60s".parse::<Timeout>().unwrap().0, Duration::from_secs(60));
         assert_eq!("2m".parse::<Timeout>().unwrap().0, Duration::from_secs(120));
-        assert_eq!(
-            "1h".parse::<Timeout>().unwrap().0,
-            Duration::from_secs(3600)
-        );
+        assert_eq!("1h".parse::<Timeout>().unwrap().0, Duration::from_secs(3600));
         for bad in ["", "0s", "1.5s", "s", "10x", "-1s"] {
             assert!(bad.parse::<Timeout>().is_err(), "{bad:?}");
         }

@@ -66,10 +66,7 @@ pub struct Spread {
 pub fn spread(values: &[f64]) -> Spread {
     let n = values.len();
     if n == 0 {
-        return Spread {
-            mean: 0.0,
-            std: 0.0,
-        };
+        return Spread { mean: 0.0, std: 0.0 };
     }
     let mean = values.iter().sum::<f64>() / n as f64;
     let std = if n < 2 {
@@ -124,13 +121,7 @@ mod tests {
 
     #[test]
     fn spread_over_seeds() {
-        assert_eq!(
-            spread(&[0.5]),
-            Spread {
-                mean: 0.5,
-                std: 0.0
-            }
-        );
+        assert_eq!(spread(&[0.5]), Spread { mean: 0.5, std: 0.0 });
         let s = spread(&[1.0, 2.0, 3.0]);
         assert_eq!(s.mean, 2.0);
         assert_eq!(s.std, 1.0);

@@ -95,12 +95,7 @@ pub fn compressor_key(
     }))
 }
 
-pub fn reader_key(
-    identity: &Value,
-    memory_sha256: &str,
-    question_sha256: &str,
-    seed: u64,
-) -> String {
+pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
     cache::key(&json!({
         "role": "reader",
         "callback": identity,
@@ -131,11 +126,7 @@ pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
 
 /// Expands a manifest and its dataset into the job graph, in a deterministic order:
 /// seeds, compressors (by name), conditions and ratios as listed, then sources and goals.
-pub fn plan(
-    loaded: &Loaded,
-    dataset: &Dataset,
-    tokenizer: &dyn Tokenizer,
-) -> Result<Plan, Invalid> {
+pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Result<Plan, Invalid> {
     let manifest = &loaded.manifest;
     if manifest.conditions.contains(&Condition::CrossGoal) && dataset.sources.len() < 2 {
         return Err(Invalid::one(
@@ -144,8 +135,7 @@ pub fn plan(
         ));
     }
     let identity = tokenizer.identity();
-    let tokenizer_identity =
-        json!({"name": identity.name, "revision": tokenizer_revision(tokenizer)});
+    let tokenizer_identity = json!({"name": identity.name, "revision": tokenizer_revision(tokenizer)});
     let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
         .compressors
         .iter()
@@ -154,11 +144,7 @@ pub fn plan(
     let reader_identity = callback_identity(&manifest.reader);
     let judge_identity = callback_identity(&manifest.judge);
 
-    let source_tokens: Vec<usize> = dataset
-        .sources
-        .iter()
-        .map(|s| tokenizer.count(&s.text))
-        .collect();
+    let source_tokens: Vec<usize> = dataset.sources.iter().map(|s| tokenizer.count(&s.text)).collect();
     let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
     let goals: Vec<(usize, usize)> = dataset
         .sources
@@ -221,7 +207,9 @@ pub fn plan(
                             .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
                             .map(|(g, q)| {
                                 let question_id = &source.goals[g].questions[q].id;
-                                let read_key = cache::key(&json!({"job": "read", "memory": key, "question_id": question_id}));
+                                let read_key = cache::key(
+                                    &json!({"job": "read", "memory": key, "question_id": question_id}),
+                                );
                                 let judge_key = cache::key(&json!({"job": "judge", "read": read_key}));
                                 QuestionJob {
                                     read_key,
@@ -346,11 +334,7 @@ pub fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i + 1));
         }
-        if order
-            .iter()
-            .enumerate()
-            .all(|(i, &j)| goals[i].0 != goals[j].0)
-        {
+        if order.iter().enumerate().all(|(i, &j)| goals[i].0 != goals[j].0) {
             return order.into_iter().map(|j| goals[j]).collect();
         }
     }
@@ -369,8 +353,7 @@ mod tests {
 
     #[test]
     fn derangement_never_shows_a_goal_of_the_same_source() {
-        let goals: Vec<(usize, usize)> =
-            vec![(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)];
+        let goals: Vec<(usize, usize)> = vec![(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)];
         for seed in 0..50 {
             let shown = derangement(&goals, seed);
             assert_eq!(shown.len(), goals.len());

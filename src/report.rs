@@ -245,11 +245,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
             }
         };
         let goals = &mut seeds[position].1;
-        let verdict = if row.failure.is_some() {
-            None
-        } else {
-            row.correct
-        };
+        let verdict = if row.failure.is_some() { None } else { row.correct };
         match goals.iter_mut().find(|(g, _)| *g == row.goal_id) {
             Some((_, list)) => list.push(verdict),
             None => goals.push((row.goal_id.clone(), vec![verdict])),
@@ -318,12 +314,7 @@ pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow
 
 /// Renders a template over a report (and the run's own record as `run`), with undefined
 /// variables as errors that name the template line.
-pub fn render(
-    template: &str,
-    template_name: &str,
-    report: &Value,
-    run: &Value,
-) -> Result<String, String> {
+pub fn render(template: &str, template_name: &str, report: &Value, run: &Value) -> Result<String, String> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
@@ -340,9 +331,7 @@ pub fn render(
     env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
     env.add_template(template_name, template)
         .map_err(describe_template_error)?;
-    let template = env
-        .get_template(template_name)
-        .map_err(describe_template_error)?;
+    let template = env.get_template(template_name).map_err(describe_template_error)?;
     let mut context = report.clone();
     if let Value::Object(fields) = &mut context {
         fields.insert("run".into(), run.clone());
@@ -362,10 +351,7 @@ fn describe_template_error(error: minijinja::Error) -> String {
         (Some(name), None) => format!("{name}: "),
         _ => String::new(),
     };
-    let detail = error
-        .detail()
-        .map(|d| format!(" ({d})"))
-        .unwrap_or_default();
+    let detail = error.detail().map(|d| format!(" ({d})")).unwrap_or_default();
     format!("{place}{}{detail}", error.kind())
 }
 
@@ -381,10 +367,7 @@ pub fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
 
 /// `gacc report RUN_DIR`: rewrites `report.md` from the stored `report.json` and
 /// `run.json`, or renders `template` and returns the text.
-pub fn rerender(
-    folder: &Path,
-    template: Option<&Path>,
-) -> Result<Option<String>, crate::run::Error> {
+pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, crate::run::Error> {
     use crate::manifest::Invalid;
     let read = |name: &str| -> Result<Value, crate::run::Error> {
         let path = folder.join(name);
@@ -398,8 +381,7 @@ pub fn rerender(
     let report = read("report.json")?;
     let run = read("run.json").unwrap_or(Value::Null);
     let custom = template.is_some();
-    let (text, name) =
-        load_template(template).map_err(|message| Invalid::one("--template", message))?;
+    let (text, name) = load_template(template).map_err(|message| Invalid::one("--template", message))?;
     let rendered =
         render(&text, &name, &report, &run).map_err(|message| Invalid::one("template", message))?;
     if custom {

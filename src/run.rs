@@ -120,11 +120,7 @@ fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
     let run_concurrency = loaded.manifest.run.concurrency;
     let build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
         let argv = match (&spec.builtin, &spec.command) {
-            (Some(builtin), _) => vec![
-                exe.display().to_string(),
-                "callback".into(),
-                builtin.clone(),
-            ],
+            (Some(builtin), _) => vec![exe.display().to_string(), "callback".into(), builtin.clone()],
             (None, Some(command)) => {
                 let mut argv = command.clone();
                 if let Some(program) = manifest::find_program(&command[0], &loaded.folder) {
@@ -148,9 +144,7 @@ fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
             retries: spec.retries,
             params: spec.params.clone(),
             identity: plan::callback_identity(spec),
-            limit: Arc::new(Semaphore::new(
-                spec.concurrency.unwrap_or(run_concurrency).max(1),
-            )),
+            limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
         }
     };
     let manifest = &loaded.manifest;
@@ -203,10 +197,7 @@ pub struct StageStatus {
 }
 
 /// `gacc plan`: walks the plan through the cache without calling anything.
-pub fn plan_status(
-    path: &Path,
-    sets: &[String],
-) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
+pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
     let prepared = prepare(path, sets)?;
     let cache = cache_for(&prepared.loaded)?;
     let plan = &prepared.plan;
@@ -464,12 +455,7 @@ fn summary(
                 .unwrap_or_default(),
             failure.reason
         ));
-        if let Some(line) = failure
-            .stderr_tail
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-        {
+        if let Some(line) = failure.stderr_tail.lines().rev().find(|l| !l.trim().is_empty()) {
             out.push_str(&format!("         stderr: {line}\n"));
         }
     }
@@ -564,8 +550,7 @@ fn point_latest(runs: &Path, folder: &Path) {
     };
     let temp = runs.join(format!(".latest-{}", std::process::id()));
     let _ = std::fs::remove_file(&temp);
-    if std::os::unix::fs::symlink(name, &temp).is_ok()
-        && std::fs::rename(&temp, runs.join("latest")).is_err()
+    if std::os::unix::fs::symlink(name, &temp).is_ok() && std::fs::rename(&temp, runs.join("latest")).is_err()
     {
         let _ = std::fs::remove_file(&temp);
     }

@@ -4,8 +4,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 /// SHA-256 of the official `cl100k_base.tiktoken` vocabulary file (SPEC §5).
-pub const CL100K_VOCAB_SHA256: &str =
-    "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7";
+pub const CL100K_VOCAB_SHA256: &str = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7";
 
 /// The pinned cl100k_base test vectors of SPEC §7 (text, tokens).
 pub fn test_vectors() -> Vec<(String, Vec<u32>)> {
@@ -81,8 +80,7 @@ impl Cl100k {
             },
         };
         let mismatch = first_mismatch(&this);
-        this.identity.identity_verified =
-            mismatch.is_none() && vocabulary_sha256 == CL100K_VOCAB_SHA256;
+        this.identity.identity_verified = mismatch.is_none() && vocabulary_sha256 == CL100K_VOCAB_SHA256;
         this.identity.first_mismatch = mismatch.or_else(|| {
             (vocabulary_sha256 != CL100K_VOCAB_SHA256)
                 .then(|| format!("vocabulary SHA-256 {vocabulary_sha256}"))
@@ -140,11 +138,7 @@ fn vocabulary_sha256(bpe: &bpe_openai::byte_pair_encoding::BytePairEncoding) -> 
 fn base64_encode(bytes: &[u8], out: &mut String) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {

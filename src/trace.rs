@@ -43,11 +43,7 @@ impl Write for EventWriter {
 
 impl Drop for EventWriter {
     fn drop(&mut self) {
-        if let Some(file) = TRACE_FILE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
+        if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             let _ = file.write_all(&self.0);
         }
     }

@@ -61,10 +61,7 @@ fn the_fixture_reproduces_the_reference_numbers() {
     let ledger = read_lines(&folder.join("memories.jsonl"));
     assert_eq!(ledger.len(), 12);
     for row in &ledger {
-        assert_eq!(
-            row["truncated"], true,
-            "each goal's line loses its last field"
-        );
+        assert_eq!(row["truncated"], true, "each goal's line loses its last field");
         assert_eq!(row["retained_tokens"], row["budget"]);
         assert_eq!(row["padding_tokens"], 0);
         assert_eq!(row["unused_budget"], 0);
@@ -92,13 +89,7 @@ fn the_fixture_reproduces_the_reference_numbers() {
     let latest = std::fs::canonicalize(scratch.path("runs/fixture/latest")).unwrap();
     assert_eq!(latest, std::fs::canonicalize(&folder).unwrap());
     let trace = read_lines(&folder.join("trace.jsonl"));
-    assert!(
-        trace
-            .iter()
-            .filter(|e| e["message"] == "job finished")
-            .count()
-            >= 84
-    );
+    assert!(trace.iter().filter(|e| e["message"] == "job finished").count() >= 84);
 }
 
 #[test]
@@ -118,14 +109,8 @@ fn a_second_run_makes_no_calls_and_writes_the_same_report() {
     );
     let plan = scratch.gacc().args(["plan", FIXTURE]).output().unwrap();
     let plan = String::from_utf8(plan.stdout).unwrap();
-    assert!(
-        plan.contains("compress         12       12        0"),
-        "{plan}"
-    );
-    assert!(
-        plan.contains("judge            36       36        0"),
-        "{plan}"
-    );
+    assert!(plan.contains("compress         12       12        0"), "{plan}");
+    assert!(plan.contains("judge            36       36        0"), "{plan}");
 }
 
 #[test]
@@ -144,21 +129,13 @@ fn changing_the_reader_reruns_readers_and_no_compressor() {
         "experiments/constant-reader.sh",
         "#!/bin/sh\ncat >/dev/null\necho '{\"answer\": \"42\"}'\n",
     );
-    let (status, _, stderr) = scratch.run(
-        FIXTURE,
-        &["--set", "reader.command=[\"./constant-reader.sh\"]"],
-    );
-    assert_eq!(
-        status, 2,
-        "builtin and command together are refused: {stderr}"
-    );
+    let (status, _, stderr) = scratch.run(FIXTURE, &["--set", "reader.command=[\"./constant-reader.sh\"]"]);
+    assert_eq!(status, 2, "builtin and command together are refused: {stderr}");
     assert!(stderr.contains("not both"), "{stderr}");
-    let manifest = std::fs::read_to_string(scratch.path(FIXTURE))
-        .unwrap()
-        .replace(
-            "[reader]\nbuiltin = \"field-lookup\"",
-            "[reader]\ncommand = [\"./constant-reader.sh\"]",
-        );
+    let manifest = std::fs::read_to_string(scratch.path(FIXTURE)).unwrap().replace(
+        "[reader]\nbuiltin = \"field-lookup\"",
+        "[reader]\ncommand = [\"./constant-reader.sh\"]",
+    );
     scratch.write("experiments/constant.toml", &manifest);
     let (status, folder2, stderr) = scratch.run("experiments/constant.toml", &[]);
     assert_eq!(status, 0, "{stderr}");
@@ -192,4 +169,81 @@ fn changing_one_source_reruns_only_that_sources_jobs() {
         assert_eq!(row["cached"], row["source_id"] == "plant", "{row}");
     }
     assert_eq!(old.len(), new.len());
+}
+
+#[test]
+fn a_zero_budget_calls_no_compressor_and_keeps_an_empty_memory() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run(FIXTURE, &["--set", "ratios=[0]"]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        made(&folder, "compressor"),
+        0,
+        "whatever it wrote would be cut away"
+    );
+    for row in read_lines(&folder.join("memories.jsonl")) {
+        assert_eq!(row["budget"], 0);
+        assert_eq!(row["memory"], "");
+        assert_eq!(row["generated_tokens"], 0);
+        assert_eq!(row["memory_tokens"], 0);
+    }
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["cells"][0]["micro"]["mean"], 0.0);
+    assert_eq!(report["calls"]["compressor"]["jobs"], 0);
+}
+
+#[test]
+fn the_markdown_report() {
+    let scratch = Scratch::new();
+    let (status, folder, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    insta::assert_snapshot!(markdown);
+}
+
+#[test]
+fn gacc_report_rerenders_and_takes_other_templates() {
+    let scratch = Scratch::new();
+    let (status, folder, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    let original = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    std::fs::remove_file(folder.join("report.md")).unwrap();
+    let output = scratch.gacc().arg("report").arg(&folder).output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        std::fs::read_to_string(folder.join("report.md")).unwrap(),
+        original
+    );
+
+    scratch.write(
+        "cells.csv.j2",
+        "compressor,condition,ratio,micro,macro\n{% for c in cells %}{{ c.compressor }},{{ c.condition }},{{ c.ratio }},{{ c.micro.mean | fixed(4) }},{{ c.macro.mean | fixed(4) }}\n{% endfor %}",
+    );
+    let output = scratch
+        .gacc()
+        .arg("report")
+        .arg(&folder)
+        .args(["--template", "cells.csv.j2"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "compressor,condition,ratio,micro,macro\ngoal-line,own-goal,0.15,0.6667,0.0000\n"
+    );
+
+    scratch.write("broken.j2", "line one\n{{ cells[0].no_such_field }}\n");
+    let output = scratch
+        .gacc()
+        .arg("report")
+        .arg(&folder)
+        .args(["--template", "broken.j2"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("broken.j2:2") && stderr.contains("undefined"),
+        "{stderr}"
+    );
 }

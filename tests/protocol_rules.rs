@@ -27,10 +27,7 @@ fn cl100k_reproduces_every_pinned_vector() {
 #[test]
 fn the_builtin_identity_is_computed_not_declared() {
     let identity = CL100K.identity();
-    assert_eq!(
-        identity.vocabulary_sha256.as_deref(),
-        Some(CL100K_VOCAB_SHA256)
-    );
+    assert_eq!(identity.vocabulary_sha256.as_deref(), Some(CL100K_VOCAB_SHA256));
     assert!(identity.identity_verified);
     assert!(identity.builtin);
 }
@@ -70,11 +67,7 @@ fn budget_reads_the_exact_decimal() {
     assert_eq!(ratio("0.15").budget(78), 11);
     assert_eq!(ratio("0.15").budget(68), 10);
     assert_eq!(ratio("0").budget(100), 0);
-    assert_eq!(
-        ratio("0.01").budget(99),
-        0,
-        "a short source rounds down to 0"
-    );
+    assert_eq!(ratio("0.01").budget(99), 0, "a short source rounds down to 0");
 }
 
 #[test]

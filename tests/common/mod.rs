@@ -60,13 +60,7 @@ impl Scratch {
 
     /// Runs `gacc run` and returns (exit status, run folder, stderr).
     pub fn run(&self, manifest: &str, extra: &[&str]) -> (i32, PathBuf, String) {
-        let output = self
-            .gacc()
-            .arg("run")
-            .arg(manifest)
-            .args(extra)
-            .output()
-            .unwrap();
+        let output = self.gacc().arg("run").arg(manifest).args(extra).output().unwrap();
         let stdout = String::from_utf8(output.stdout).unwrap();
         let stderr = String::from_utf8(output.stderr).unwrap();
         let folder = stdout

@@ -1,0 +1,289 @@
+//! A bad manifest or dataset is refused with exit status 2 and a message naming the place,
+//! before any callback runs.
+
+mod common;
+
+use common::Scratch;
+
+const MANIFEST: &str = r#"name = "bad"
+seeds = [1]
+ratios = [0.5]
+
+[dataset]
+path = "data.jsonl"
+
+[compressors.lines]
+builtin = "goal-line"
+
+[reader]
+builtin = "field-lookup"
+
+[judge]
+builtin = "exact"
+"#;
+
+const GOOD_LINE: &str = r#"{"id": "s1", "text": "alpha: x=1", "goals": [{"id": "g1", "text": "about alpha", "questions": [{"id": "q1", "question": "what is x?", "reference": "1"}]}]}"#;
+
+/// Asserts that `gacc validate` and `gacc run` refuse with status 2, and that stderr
+/// contains every expected fragment; returns stderr.
+fn refused(scratch: &Scratch, expected: &[&str]) -> String {
+    let mut stderr = String::new();
+    for command in ["validate", "run"] {
+        let output = scratch.gacc().args([command, "bad.toml"]).output().unwrap();
+        stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+        for fragment in expected {
+            assert!(
+                stderr.contains(fragment),
+                "{command}: expected {fragment:?} in:\n{stderr}"
+            );
+        }
+    }
+    assert!(
+        !scratch.path(".gacc").exists(),
+        "nothing ran, so no cache was made"
+    );
+    assert!(!scratch.path("runs").exists(), "no run folder was made");
+    stderr
+}
+
+fn scratch_with(manifest: &str, dataset: &str) -> Scratch {
+    let scratch = Scratch::empty();
+    scratch.write("bad.toml", manifest);
+    scratch.write("data.jsonl", dataset);
+    scratch
+}
+
+#[test]
+fn the_good_manifest_is_valid() {
+    let scratch = scratch_with(MANIFEST, GOOD_LINE);
+    let output = scratch.gacc().args(["validate", "bad.toml"]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn duplicate_ids_name_both_places() {
+    let second = GOOD_LINE.replace("\"s1\"", "\"s2\"").replace("\"g1\"", "\"g2\"");
+    let scratch = scratch_with(MANIFEST, &format!("{GOOD_LINE}\n{second}\n"));
+    refused(
+        &scratch,
+        &["data.jsonl:2", "duplicate id `q1`", "first used at data.jsonl:1"],
+    );
+}
+
+#[test]
+fn a_source_without_goals() {
+    let scratch = scratch_with(MANIFEST, r#"{"id": "s1", "text": "t", "goals": []}"#);
+    refused(
+        &scratch,
+        &["data.jsonl:1 (source `s1`)", "the source has no goals"],
+    );
+}
+
+#[test]
+fn an_empty_goal() {
+    let scratch = scratch_with(MANIFEST, &GOOD_LINE.replace("about alpha", "  "));
+    refused(&scratch, &["goal `g1`", "the goal's text is empty"]);
+}
+
+#[test]
+fn a_goal_without_questions() {
+    let line = r#"{"id": "s1", "text": "t", "goals": [{"id": "g1", "text": "about t", "questions": []}]}"#;
+    let scratch = scratch_with(MANIFEST, line);
+    refused(&scratch, &["goal `g1`", "the goal has no questions"]);
+}
+
+#[test]
+fn a_ratio_outside_zero_to_one() {
+    let scratch = scratch_with(
+        &MANIFEST.replace("ratios = [0.5]", "ratios = [0.5, 1.5]"),
+        GOOD_LINE,
+    );
+    refused(
+        &scratch,
+        &["bad.toml", "line 3, column", "`1.5` is outside 0..=1"],
+    );
+}
+
+#[test]
+fn a_missing_dataset_file() {
+    let scratch = Scratch::empty();
+    scratch.write("bad.toml", MANIFEST);
+    refused(&scratch, &["data.jsonl: cannot read the dataset"]);
+}
+
+#[test]
+fn a_missing_source_file() {
+    let line = GOOD_LINE.replace(r#""text": "alpha: x=1""#, r#""path": "sources/s1.txt""#);
+    let scratch = scratch_with(MANIFEST, &line);
+    refused(
+        &scratch,
+        &["source `s1`", "cannot read source file", "sources/s1.txt"],
+    );
+}
+
+#[test]
+fn an_empty_compressor_map() {
+    let manifest = MANIFEST.replace("[compressors.lines]\nbuiltin = \"goal-line\"", "[compressors]");
+    let scratch = scratch_with(&manifest, GOOD_LINE);
+    refused(
+        &scratch,
+        &["key `compressors`", "expected at least one compressor"],
+    );
+}
+
+#[test]
+fn an_unknown_key_is_an_error_with_its_line() {
+    let scratch = scratch_with(
+        &MANIFEST.replace("seeds = [1]", "seeds = [1]\nratioz = [0.1]"),
+        GOOD_LINE,
+    );
+    refused(
+        &scratch,
+        &["bad.toml", "line 3, column 1", "unknown field `ratioz`"],
+    );
+}
+
+#[test]
+fn a_wrong_type_names_the_line_and_the_expected_type() {
+    let scratch = scratch_with(&MANIFEST.replace("seeds = [1]", "seeds = \"one\""), GOOD_LINE);
+    refused(&scratch, &["line 2, column 9", "expected a sequence"]);
+}
+
+#[test]
+fn a_broken_dataset_line_names_file_line_and_column() {
+    let scratch = scratch_with(MANIFEST, &format!("{GOOD_LINE}\n{{\"id\": \"s2\", \"text\": \n"));
+    refused(&scratch, &["data.jsonl:2:", "not a source record"]);
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let manifest = MANIFEST
+        .replace("name = \"bad\"", "name = \"Bad Name\"")
+        .replace("[compressors.lines]\nbuiltin = \"goal-line\"", "[compressors]");
+    let line = r#"{"id": "s1", "text": "t", "goals": [{"id": "g1", "text": "", "questions": []}]}"#;
+    let scratch = scratch_with(&manifest, &format!("{line}\n{line}\n"));
+    let stderr = refused(
+        &scratch,
+        &[
+            "key `name`",
+            "key `compressors`",
+            "the goal's text is empty",
+            "the goal has no questions",
+            "duplicate id `s1`",
+            "duplicate id `g1`",
+        ],
+    );
+    assert!(stderr.contains("problems found"), "{stderr}");
+}
+
+#[test]
+fn unknown_builtin_and_missing_program() {
+    let manifest = MANIFEST
+        .replace("builtin = \"goal-line\"", "builtin = \"goal-lines\"")
+        .replace("builtin = \"exact\"", "command = [\"./no-such-judge.sh\"]");
+    let scratch = scratch_with(&manifest, GOOD_LINE);
+    refused(
+        &scratch,
+        &[
+            "key `compressors.lines`",
+            "`goal-lines` is not a built-in compressor: expected one of identity, goal-line",
+            "key `judge`",
+            "program `./no-such-judge.sh` not found",
+        ],
+    );
+}
+
+#[test]
+fn overrides_are_checked_and_named() {
+    let scratch = scratch_with(MANIFEST, GOOD_LINE);
+    let output = scratch
+        .gacc()
+        .args(["validate", "bad.toml", "--set", "run.concurrency=many"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("--set run.concurrency") && stderr.contains("expected usize"),
+        "{stderr}"
+    );
+
+    let output = scratch
+        .gacc()
+        .args(["validate", "bad.toml"])
+        .env("GACC_RUN__CONCURENCY", "4")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("environment variable GACC_RUN__CONCURENCY") && stderr.contains("unknown field"),
+        "{stderr}"
+    );
+
+    let output = scratch
+        .gacc()
+        .args(["validate", "bad.toml"])
+        .env("GACC_RUN__CONCURRENCY", "3")
+        .env("GACC_UNRELATED", "x")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "a valid override, and GACC_ variables that are not manifest keys, pass"
+    );
+
+    let output = scratch
+        .gacc()
+        .args(["validate", "bad.toml", "--set", "novalue"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .contains("expected key.path=value")
+    );
+}
+
+#[test]
+fn an_unset_secret_variable_is_named() {
+    let manifest = MANIFEST.replace(
+        "builtin = \"goal-line\"",
+        "builtin = \"goal-line\"\nenv = [\"GACC_TEST_SURELY_UNSET_KEY\"]",
+    );
+    let scratch = scratch_with(&manifest, GOOD_LINE);
+    refused(
+        &scratch,
+        &[
+            "key `compressors.lines.env`",
+            "`GACC_TEST_SURELY_UNSET_KEY` is listed but not set",
+        ],
+    );
+}
+
+#[test]
+fn cross_goal_needs_two_sources() {
+    let scratch = scratch_with(
+        &MANIFEST.replace("ratios = [0.5]", "ratios = [0.5]\nconditions = [\"cross-goal\"]"),
+        GOOD_LINE,
+    );
+    refused(&scratch, &["key `conditions`", "single source"]);
+}
+
+#[test]
+fn a_missing_manifest() {
+    let scratch = Scratch::empty();
+    let output = scratch.gacc().args(["run", "nowhere.toml"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .contains("nowhere.toml: cannot read the manifest")
+    );
+}

@@ -1,0 +1,196 @@
+//! Callbacks that misbehave: each failure is reported with the callback's name, the reason
+//! and its stderr; nothing is scored for it; a re-run after the fix repeats no finished call.
+
+mod common;
+
+use common::{Scratch, made, read_json, read_lines};
+
+/// The fixture with its reader replaced by `experiments/reader.sh`.
+fn fixture_with_script_reader(scratch: &Scratch, misbehaviour: &str) {
+    scratch.script(
+        "experiments/reader.sh",
+        &format!(
+            "#!/bin/sh\nrequest=$(cat)\necho call >> reader-calls.log\ncase \"$request\" in\n  *\"status of the reactor\"*) if [ -e broken ]; then {misbehaviour}; fi ;;\nesac\nprintf '%s' \"$request\" | exec @GACC@ callback field-lookup\n"
+        ),
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\nretries = 0",
+        );
+    scratch.write("experiments/scripted.toml", &manifest);
+    scratch.write("experiments/broken", "");
+}
+
+fn fails_then_recovers(misbehaviour: &str, reason: &str) {
+    let scratch = Scratch::new();
+    fixture_with_script_reader(&scratch, misbehaviour);
+    let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
+    assert_eq!(status, 1, "{stderr}");
+    assert!(
+        stderr.contains("FAILED read reader (plant, plant-reactor-status)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(reason), "expected {reason:?} in {stderr}");
+    assert!(stderr.contains("run the same command again"), "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let failures = report["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 3, "one per seed");
+    for failure in failures {
+        assert_eq!(failure["callback"], "reader");
+        assert_eq!(failure["stage"], "read");
+        assert_eq!(failure["question_id"], "plant-reactor-status");
+        assert!(failure["reason"].as_str().unwrap().contains(reason));
+    }
+    assert_eq!(report["complete"], false);
+    let cell = &report["cells"][0];
+    assert_eq!(cell["complete"], false);
+    for seed in cell["seeds"].as_array().unwrap() {
+        // A failure is not a wrong answer: the question is left out, not scored 0.
+        assert_eq!(
+            (seed["correct"].as_u64(), seed["questions"].as_u64()),
+            (Some(8), Some(11))
+        );
+        assert_eq!(seed["unscored_questions"], 1);
+    }
+    let results = read_lines(&folder.join("results.jsonl"));
+    let failed: Vec<_> = results.iter().filter(|r| r["failure"].is_string()).collect();
+    assert_eq!(failed.len(), 3);
+    assert!(failed.iter().all(|r| r["correct"].is_null()));
+    assert!(
+        std::fs::read_to_string(folder.join("report.md"))
+            .unwrap()
+            .contains("## Failures")
+    );
+    assert_eq!(scratch.count_lines("experiments/reader-calls.log"), 36);
+
+    std::fs::remove_file(scratch.path("experiments/broken")).unwrap();
+    let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        scratch.count_lines("experiments/reader-calls.log"),
+        39,
+        "only the 3 failed reads are made again"
+    );
+    assert_eq!(made(&folder, "compressor"), 0);
+    assert_eq!(made(&folder, "reader"), 3);
+    assert_eq!(made(&folder, "judge"), 3);
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["cells"][0]["micro"]["mean"].as_f64(), Some(2.0 / 3.0));
+}
+
+#[test]
+fn a_callback_that_exits_non_zero() {
+    fails_then_recovers("echo 'model server said no' >&2; exit 3", "exited with status 3");
+}
+
+#[test]
+fn the_stderr_tail_is_kept() {
+    let scratch = Scratch::new();
+    fixture_with_script_reader(&scratch, "echo 'model server said no' >&2; exit 3");
+    let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
+    assert_eq!(status, 1);
+    assert!(stderr.contains("stderr: model server said no"), "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert!(
+        report["failures"][0]["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("model server said no")
+    );
+}
+
+#[test]
+fn a_callback_that_prints_invalid_json() {
+    fails_then_recovers(
+        "echo 'Sure! Here is the answer: green'; exit 0",
+        "not one JSON object",
+    );
+}
+
+#[test]
+fn a_callback_that_omits_a_field() {
+    fails_then_recovers(
+        "echo '{\"answr\": \"green\"}'; exit 0",
+        "answered without the field `answer`",
+    );
+}
+
+#[test]
+fn a_callback_that_explains_its_error() {
+    fails_then_recovers(
+        "echo '{\"error\": \"rate limited\", \"retryable\": false}'; exit 1",
+        "reported an error: rate limited",
+    );
+}
+
+#[test]
+fn a_failed_compressor_leaves_its_questions_unscored() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/compressor.sh",
+        "#!/bin/sh\nrequest=$(cat)\ncase \"$request\" in\n  *\"state of the turbine\"*) echo 'out of memory' >&2; exit 1 ;;\nesac\nprintf '%s' \"$request\" | exec @GACC@ callback goal-line\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace("builtin = \"goal-line\"", "command = [\"./compressor.sh\"]");
+    scratch.write("experiments/scripted.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
+    assert_eq!(status, 1, "{stderr}");
+    assert!(
+        stderr.contains("FAILED compress compressors.goal-line (plant)"),
+        "{stderr}"
+    );
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["failures"].as_array().unwrap().len(), 3);
+    for seed in report["cells"][0]["seeds"].as_array().unwrap() {
+        assert_eq!(
+            (seed["questions"].as_u64(), seed["unscored_questions"].as_u64()),
+            (Some(9), Some(3))
+        );
+        assert_eq!(seed["goals"], 3);
+    }
+    assert_eq!(
+        read_lines(&folder.join("memories.jsonl")).len(),
+        9,
+        "no ledger row for a memory never made"
+    );
+}
+
+#[test]
+fn a_hanging_callback_is_timed_out_and_its_process_group_killed() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/reader.sh",
+        "#!/bin/sh\ncat >/dev/null\nsleep 300 &\necho $! >> grandchildren.pid\nsleep 300\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\ntimeout = \"300ms\"\nretries = 1",
+        )
+        .replace("seeds = [42, 43, 44]", "seeds = [42]");
+    scratch.write("experiments/hang.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/hang.toml", &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let failures = report["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 12);
+    assert!(
+        failures
+            .iter()
+            .all(|f| f["reason"].as_str().unwrap().contains("timed out") && f["attempts"] == 2)
+    );
+    let pids = std::fs::read_to_string(scratch.path("experiments/grandchildren.pid")).unwrap();
+    assert_eq!(pids.lines().count(), 24, "12 questions, 2 attempts each");
+    for pid in pids.lines() {
+        let alive = std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "grandchild {pid} outlived its call");
+    }
+}
