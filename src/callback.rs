@@ -183,6 +183,7 @@ impl Callback {
             }
         };
         let group = child.id().map(|pid| pid as i32);
+        live_groups().extend(group);
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -207,6 +208,7 @@ impl Callback {
         let status = tokio::time::timeout(self.timeout, child.wait()).await;
         // Whatever happened, nothing the callback started outlives its call.
         kill_group(group);
+        live_groups().retain(|g| Some(*g) != group);
         writer.abort();
         let status = match status {
             Ok(Ok(status)) => Some(status),
@@ -244,6 +246,20 @@ fn backoff(attempt: u32) -> Duration {
         .unwrap_or(0);
     // Between half and the whole of the capped delay.
     capped / 2 + capped.mul_f64(f64::from(nanos % 1000) / 2000.0)
+}
+
+/// The process groups of calls in flight, so an interrupted run can end them all.
+static LIVE_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Kills every callback process group still running (on Ctrl-C).
+pub fn kill_all() {
+    for group in live_groups().drain(..) {
+        kill_group(Some(group));
+    }
 }
 
 /// Sends SIGKILL to a whole process group; a group that is already gone is fine.

@@ -127,12 +127,19 @@ fn main() -> ExitCode {
         }),
         Command::Callback { .. } => Ok(ExitCode::SUCCESS),
     };
-    result.unwrap_or_else(|error| {
-        match &error {
-            Error::Invalid(invalid) => eprint!("error: {invalid}"),
-            Error::Io { .. } => eprintln!("error: {error}"),
+    result.unwrap_or_else(|error| match &error {
+        Error::Invalid(invalid) => {
+            eprint!("error: {invalid}");
+            ExitCode::from(2)
         }
-        ExitCode::from(2)
+        Error::Io { .. } => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+        Error::Interrupted { .. } => {
+            eprintln!("\n{error}");
+            ExitCode::from(130)
+        }
     })
 }
 

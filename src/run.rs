@@ -32,6 +32,9 @@ pub enum Error {
     /// The file system refused: names the path.
     #[error("{path}: {message}")]
     Io { path: PathBuf, message: String },
+    /// Ctrl-C: in-flight calls were killed; finished calls are in the cache.
+    #[error("interrupted: every finished call is cached; run `{resume}` again to resume")]
+    Interrupted { resume: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -340,10 +343,21 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     };
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
-        let outcome = executor::execute(run).await;
+        let outcome = tokio::select! {
+            outcome = executor::execute(run) => Some(outcome),
+            _ = tokio::signal::ctrl_c() => None,
+        };
         display.abort();
         outcome
     });
+    let Some(outcome) = outcome else {
+        crate::callback::kill_all();
+        tracing::warn!(folder = %folder.display(), "run interrupted");
+        crate::trace::close();
+        return Err(Error::Interrupted {
+            resume: resume_command(options),
+        });
+    };
     if !options.quiet {
         print_progress(&progress, std::io::stderr().is_terminal(), true);
     }
@@ -378,6 +392,23 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         failures: outcome.failures.len(),
         folder,
     })
+}
+
+/// The command line that runs the same experiment again.
+fn resume_command(options: &RunOptions) -> String {
+    let mut words = vec![
+        "gacc".to_owned(),
+        "run".to_owned(),
+        options.manifest.display().to_string(),
+    ];
+    for set in &options.sets {
+        words.push("--set".into());
+        words.push(format!("'{set}'"));
+    }
+    if let Some(out) = &options.out {
+        words.push(format!("--out {}", out.display()));
+    }
+    words.join(" ")
 }
 
 fn callback_identities(plan: &Plan) -> BTreeMap<String, Value> {

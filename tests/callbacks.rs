@@ -194,3 +194,78 @@ fn a_hanging_callback_is_timed_out_and_its_process_group_killed() {
         assert!(!alive, "grandchild {pid} outlived its call");
     }
 }
+
+#[test]
+fn ctrl_c_kills_calls_in_flight_keeps_finished_work_and_says_how_to_resume() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/reader.sh",
+        "#!/bin/sh\nrequest=$(cat)\ncase \"$request\" in\n  *status*) echo $$ >> slow.pid; exec sleep 300 ;;\nesac\nprintf '%s' \"$request\" | exec @GACC@ callback field-lookup\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]",
+        );
+    scratch.write("experiments/slow.toml", &manifest);
+    let child = std::process::Command::new(common::gacc_binary())
+        .args(["run", "experiments/slow.toml"])
+        .current_dir(scratch.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while scratch.count_lines("experiments/slow.pid") < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow calls never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("run `gacc run experiments/slow.toml` again to resume"),
+        "{stderr}"
+    );
+    for pid in std::fs::read_to_string(scratch.path("experiments/slow.pid"))
+        .unwrap()
+        .lines()
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "call {pid} outlived the interrupted run"
+        );
+    }
+    // Compressor calls that finished before the interrupt are cached and not made again.
+    let cached = count_files(&scratch.path(".gacc/cache/compressor"));
+    assert!(cached > 0);
+    let manifest = manifest.replace("command = [\"./reader.sh\"]", "builtin = \"field-lookup\"");
+    scratch.write("experiments/slow.toml", &manifest);
+    let (status, folder, _) = scratch.run("experiments/slow.toml", &[]);
+    assert_eq!(status, 0);
+    assert_eq!(made(&folder, "compressor") as usize, 12 - cached);
+}
+
+fn count_files(folder: &std::path::Path) -> usize {
+    std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        count_files(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
