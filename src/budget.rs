@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::tokenizer::Tokenizer;
 
 /// A retention fraction held as the exact decimal the user wrote: `numerator / 10^scale`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ratio {
     numerator: u64,
     scale: u32,
@@ -26,6 +26,21 @@ impl Ratio {
 
     pub fn as_f64(self) -> f64 {
         self.numerator as f64 / 10f64.powi(self.scale as i32)
+    }
+}
+
+impl Ord for Ratio {
+    /// By value: 0.25 < 0.5 < 1.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let scale = self.scale.max(other.scale);
+        let widen = |r: &Ratio| u128::from(r.numerator) * 10u128.pow(scale - r.scale);
+        widen(self).cmp(&widen(other))
+    }
+}
+
+impl PartialOrd for Ratio {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -263,6 +278,14 @@ mod tests {
         assert_eq!(ratio("0.1").budget(9), 0);
         assert_eq!(ratio("0.5").budget(usize::MAX), usize::MAX / 2);
         assert_eq!(ratio("1").budget(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn ratios_order_by_value() {
+        let mut ratios = [ratio("1"), ratio("0.5"), ratio("0.25"), ratio("0.1"), ratio("0")];
+        ratios.sort();
+        let shown: Vec<String> = ratios.iter().map(Ratio::to_string).collect();
+        assert_eq!(shown, ["0", "0.1", "0.25", "0.5", "1"]);
     }
 
     #[test]

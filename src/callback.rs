@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Semaphore;
 
 use crate::builtin::Role;
+use crate::manifest::Mode;
 
 pub const PROTOCOL: &str = "gacc/1";
 /// The largest response a callback may write to stdout.
@@ -42,6 +44,9 @@ pub struct Callback {
     /// What determines its answers: command or built-in name, revision, params.
     pub identity: Value,
     pub limit: Arc<Semaphore>,
+    pub mode: Mode,
+    /// Idle persistent workers, ready for their next request.
+    pub workers: std::sync::Mutex<Vec<Worker>>,
 }
 
 /// Why a call failed.
@@ -67,6 +72,8 @@ pub enum FailureKind {
     TooLarge(usize),
     #[error("reported an error: {message}")]
     Reported { message: String, retryable: bool },
+    #[error("persistent worker ended before answering ({0})")]
+    WorkerDied(String),
 }
 
 impl FailureKind {
@@ -76,6 +83,7 @@ impl FailureKind {
             FailureKind::Timeout(_) => true,
             FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
             FailureKind::Reported { retryable, .. } => *retryable,
+            FailureKind::WorkerDied(_) => true,
             _ => false,
         }
     }
@@ -115,7 +123,10 @@ impl Callback {
                 let _mine = self.limit.acquire().await;
                 let _run = run_limit.acquire().await;
                 let started = Instant::now();
-                let outcome = self.attempt(bytes.as_bytes()).await;
+                let outcome = match self.mode {
+                    Mode::Oneshot => self.attempt(bytes.as_bytes()).await,
+                    Mode::Persistent => self.persistent_attempt(bytes.as_bytes()).await,
+                };
                 tracing::debug!(
                     callback = %self.name,
                     attempt,
@@ -135,7 +146,12 @@ impl Callback {
                         stderr_tail: outcome.stderr_tail,
                     });
                 }
-                Err(kind) if kind.retryable() && attempt <= self.retries => {
+                // A persistent worker that dies is replaced and its request tried again.
+                Err(kind)
+                    if kind.retryable()
+                        && (attempt <= self.retries
+                            || (attempt == 1 && matches!(kind, FailureKind::WorkerDied(_)))) =>
+                {
                     tracing::warn!(callback = %self.name, attempt, reason = %kind, "retrying");
                     tokio::time::sleep(backoff(attempt)).await;
                 }
@@ -150,7 +166,7 @@ impl Callback {
         }
     }
 
-    async fn attempt(&self, request: &[u8]) -> Attempt {
+    fn command(&self) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.argv[0]);
         command
             .args(&self.argv[1..])
@@ -170,7 +186,11 @@ impl Callback {
         command
             .env("GACC_PROTOCOL", PROTOCOL)
             .env("GACC_ROLE", self.role.as_str());
-        let mut child = match command.spawn() {
+        command
+    }
+
+    async fn attempt(&self, request: &[u8]) -> Attempt {
+        let mut child = match self.command().spawn() {
             Ok(child) => child,
             Err(error) => {
                 return Attempt {
@@ -233,6 +253,164 @@ impl Callback {
             }
         };
         Attempt { result, stderr_tail }
+    }
+}
+
+impl Callback {
+    /// One request to a persistent worker: a line out, a line back, within the timeout.
+    async fn persistent_attempt(&self, request: &[u8]) -> Attempt {
+        let idle = self.workers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut worker = match idle {
+            Some(worker) => worker,
+            None => match Worker::start(self) {
+                Ok(worker) => worker,
+                Err(kind) => {
+                    return Attempt {
+                        result: Err(kind),
+                        stderr_tail: String::new(),
+                    };
+                }
+            },
+        };
+        let exchange = async {
+            let mut line = request.to_vec();
+            line.push(b'\n');
+            if let Err(error) = worker
+                .stdin
+                .write_all(&line)
+                .await
+                .and(worker.stdin.flush().await)
+            {
+                return Err(FailureKind::WorkerDied(format!(
+                    "could not write the request: {error}"
+                )));
+            }
+            read_line_limited(&mut worker.stdout, MAX_RESPONSE_BYTES).await
+        };
+        let result = match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(FailureKind::Timeout(self.timeout)),
+            Ok(Err(kind)) => Err(kind),
+            Ok(Ok(line)) => parse_response(&line).and_then(|response| {
+                if let Some(error) = reported_error(&response, 0) {
+                    return Err(error);
+                }
+                check_response(self.role, &response).map(|()| response)
+            }),
+        };
+        // A worker that answered in protocol (even with an error) serves on; any other is replaced.
+        let healthy = matches!(&result, Ok(_) | Err(FailureKind::Reported { .. }));
+        let stderr_tail = if healthy {
+            String::new()
+        } else {
+            worker.stderr_tail()
+        };
+        if healthy {
+            self.workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(worker);
+        }
+        Attempt { result, stderr_tail }
+    }
+
+    /// Ends every idle persistent worker.
+    pub fn stop_workers(&self) {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// A long-lived persistent callback process: one request per line in, one response per line out.
+#[derive(Debug)]
+pub struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    group: Option<i32>,
+    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Worker {
+    fn start(callback: &Callback) -> Result<Worker, FailureKind> {
+        let mut child = callback.command().spawn().map_err(|error| FailureKind::Spawn {
+            program: callback.argv[0].clone(),
+            error: error.to_string(),
+        })?;
+        let group = child.id().map(|pid| pid as i32);
+        live_groups().extend(group);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            kill_group(group);
+            return Err(FailureKind::Spawn {
+                program: callback.argv[0].clone(),
+                error: "no pipes to the child".into(),
+            });
+        };
+        let tail = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = tail.clone();
+        tokio::spawn(async move {
+            let mut stderr = stderr;
+            let mut buffer = vec![0u8; 8 << 10];
+            while let Ok(n @ 1..) = stderr.read(&mut buffer).await {
+                let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                tail.extend_from_slice(&buffer[..n]);
+                if tail.len() > 2 * STDERR_TAIL_BYTES {
+                    let excess = tail.len() - STDERR_TAIL_BYTES;
+                    tail.drain(..excess);
+                }
+            }
+        });
+        Ok(Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            group,
+            stderr: tail,
+        })
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        String::from_utf8_lossy(&tail[start..]).into_owned()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        kill_group(self.group);
+        let _ = self.child.start_kill();
+        live_groups().retain(|g| Some(*g) != self.group);
+    }
+}
+
+/// Reads one line (without its newline), failing on EOF or when it grows past `limit`.
+async fn read_line_limited(
+    reader: &mut BufReader<ChildStdout>,
+    limit: usize,
+) -> Result<Vec<u8>, FailureKind> {
+    let mut line = Vec::new();
+    loop {
+        let buffer = reader
+            .fill_buf()
+            .await
+            .map_err(|error| FailureKind::WorkerDied(error.to_string()))?;
+        if buffer.is_empty() {
+            return Err(FailureKind::WorkerDied("its stdout closed".into()));
+        }
+        let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(end) => (&buffer[..end], Some(end + 1)),
+            None => (buffer, None),
+        };
+        if line.len() + chunk.len() > limit {
+            return Err(FailureKind::TooLarge(limit));
+        }
+        line.extend_from_slice(chunk);
+        let consumed = done.unwrap_or(buffer.len());
+        reader.consume(consumed);
+        if done.is_some() {
+            return Ok(line);
+        }
     }
 }
 

@@ -79,7 +79,7 @@ impl Condition {
 
 impl fmt::Display for Condition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -571,9 +571,6 @@ fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Ve
                 ));
             }
         }
-    }
-    if spec.mode == Mode::Persistent {
-        problems.push("`mode = \"persistent\"` is not supported yet: expected \"oneshot\"".into());
     }
     if spec.concurrency == Some(0) {
         problems.push("`concurrency` must be at least 1".into());

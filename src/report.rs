@@ -29,6 +29,8 @@ pub struct Report {
     /// True when every job succeeded.
     pub complete: bool,
     pub cells: Vec<Cell>,
+    /// Per compressor and ratio, the conditions side by side and the goal-conditioning gaps.
+    pub by_condition: Vec<ConditionRow>,
     pub integrity: Integrity,
     pub calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
@@ -122,6 +124,92 @@ impl LedgerSums {
     }
 }
 
+/// Mean Micro or Macro of one compressor and ratio under each condition run.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ByCondition {
+    pub own_goal: Option<f64>,
+    pub no_goal: Option<f64>,
+    pub cross_goal: Option<f64>,
+}
+
+impl ByCondition {
+    fn set(&mut self, condition: Condition, value: f64) {
+        match condition {
+            Condition::OwnGoal => self.own_goal = Some(value),
+            Condition::NoGoal => self.no_goal = Some(value),
+            Condition::CrossGoal => self.cross_goal = Some(value),
+        }
+    }
+
+    /// own-goal minus `other`, when both were run.
+    fn gap(&self, other: Option<f64>) -> Option<f64> {
+        Some(self.own_goal? - other?)
+    }
+}
+
+/// How much seeing its own goal helps a compressor at one ratio.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConditionRow {
+    pub compressor: String,
+    pub ratio: Ratio,
+    pub micro: ByCondition,
+    #[serde(rename = "macro")]
+    pub macro_: ByCondition,
+    /// own-goal minus no-goal, Micro and Macro.
+    pub gap_no_goal: Option<Gap>,
+    /// own-goal minus cross-goal, Micro and Macro.
+    pub gap_cross_goal: Option<Gap>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gap {
+    pub micro: f64,
+    #[serde(rename = "macro")]
+    pub macro_: f64,
+}
+
+/// Pivots cells into one row per (compressor, ratio), in first-seen order.
+fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
+    let mut rows: Vec<ConditionRow> = Vec::new();
+    for cell in cells {
+        let position = rows
+            .iter()
+            .position(|r| r.compressor == cell.compressor && r.ratio == cell.ratio)
+            .unwrap_or_else(|| {
+                rows.push(ConditionRow {
+                    compressor: cell.compressor.clone(),
+                    ratio: cell.ratio,
+                    micro: ByCondition::default(),
+                    macro_: ByCondition::default(),
+                    gap_no_goal: None,
+                    gap_cross_goal: None,
+                });
+                rows.len() - 1
+            });
+        rows[position].micro.set(cell.condition, cell.micro.mean);
+        rows[position].macro_.set(cell.condition, cell.macro_.mean);
+    }
+    for row in &mut rows {
+        let gap = |micro: Option<f64>, macro_: Option<f64>| {
+            Some(Gap {
+                micro: micro?,
+                macro_: macro_?,
+            })
+        };
+        row.gap_no_goal = gap(
+            row.micro.gap(row.micro.no_goal),
+            row.macro_.gap(row.macro_.no_goal),
+        );
+        row.gap_cross_goal = gap(
+            row.micro.gap(row.micro.cross_goal),
+            row.macro_.gap(row.macro_.cross_goal),
+        );
+    }
+    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.ratio.cmp(&b.ratio)));
+    rows
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Integrity {
     pub exposure_violations: usize,
@@ -180,6 +268,7 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
         usage.insert(role, sum);
     }
 
+    let cells = cells(&outcome.ledger, &outcome.results);
     Report {
         schema: SCHEMA,
         experiment: Experiment {
@@ -200,7 +289,8 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
             questions: dataset.question_count(),
         },
         complete: outcome.failures.is_empty(),
-        cells: cells(&outcome.ledger, &outcome.results),
+        by_condition: by_condition(&cells),
+        cells,
         integrity: Integrity {
             exposure_violations: outcome.exposure_violations,
             budget_violations,
@@ -325,8 +415,14 @@ pub fn render(template: &str, template_name: &str, report: &Value, run: &Value) 
     {
         env.set_syntax(syntax);
     }
-    env.add_filter("fixed", |value: f64, places: Option<usize>| {
-        format!("{value:.*}", places.unwrap_or(3))
+    // Absent values (a condition not run) print as a dash rather than failing the template.
+    env.add_filter("fixed", |value: Option<f64>, places: Option<usize>| match value {
+        Some(value) => format!("{value:.*}", places.unwrap_or(3)),
+        None => "—".to_owned(),
+    });
+    env.add_filter("signed", |value: Option<f64>| match value {
+        Some(value) => format!("{value:+.3}"),
+        None => "—".to_owned(),
     });
     env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
     env.add_template(template_name, template)

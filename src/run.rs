@@ -148,6 +148,8 @@ fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
             params: spec.params.clone(),
             identity: plan::callback_identity(spec),
             limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
+            mode: spec.mode,
+            workers: Default::default(),
         }
     };
     let manifest = &loaded.manifest;

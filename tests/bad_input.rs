@@ -191,7 +191,7 @@ fn unknown_builtin_and_missing_program() {
         &scratch,
         &[
             "key `compressors.lines`",
-            "`goal-lines` is not a built-in compressor: expected one of identity, goal-line",
+            "`goal-lines` is not a built-in compressor: expected one of identity, prefix, goal-line, goal-bm25, random-sentences",
             "key `judge`",
             "program `./no-such-judge.sh` not found",
         ],
