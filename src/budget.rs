@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// A retention fraction held as the exact decimal the user wrote: `numerator / 10^scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,21 +154,26 @@ pub fn truncate_to_budget(
     generation: &str,
     budget: usize,
     mode: TruncationMode,
-) -> Truncation {
-    let tokens = tokenizer.encode(generation);
+) -> Result<Truncation, TokenizerError> {
+    let tokens = tokenizer.encode(generation)?;
     let generated_tokens = tokens.len();
     if generated_tokens <= budget {
-        return Truncation {
+        return Ok(Truncation {
             memory: generation.to_owned(),
             generated_tokens,
             retained_tokens: generated_tokens,
             truncated: false,
             utf8_split: false,
-        };
+        });
     }
-    let bytes = tokenizer.decode_bytes(&tokens[..budget]);
+    let bytes = tokenizer.decode_bytes(&tokens[..budget])?;
     let (memory, utf8_split) = match String::from_utf8(bytes) {
-        Ok(memory) => (memory, false),
+        Ok(memory) if generation.starts_with(&memory) => (memory, false),
+        // An external decoder that replaced a broken tail itself.
+        Ok(memory) => match mode {
+            TruncationMode::Replace => (memory, true),
+            TruncationMode::Utf8Safe => (common_prefix(&memory, generation).to_owned(), true),
+        },
         Err(error) => {
             let bytes = error.into_bytes();
             let memory = match mode {
@@ -178,13 +183,23 @@ pub fn truncate_to_budget(
             (memory, true)
         }
     };
-    Truncation {
+    Ok(Truncation {
         memory,
         generated_tokens,
         retained_tokens: budget,
         truncated: true,
         utf8_split,
-    }
+    })
+}
+
+/// The longest common prefix of two texts, ending on a character boundary.
+fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
+    let end = a
+        .char_indices()
+        .zip(b.chars())
+        .find(|((_, x), y)| x != y)
+        .map_or_else(|| a.len().min(b.len()), |((i, _), _)| i);
+    &a[..end]
 }
 
 /// The longest valid UTF-8 text made of whole characters of `bytes`, dropping broken ones.

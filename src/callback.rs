@@ -74,6 +74,9 @@ pub enum FailureKind {
     Reported { message: String, retryable: bool },
     #[error("persistent worker ended before answering ({0})")]
     WorkerDied(String),
+    /// The tokenizer could not cut or count a memory.
+    #[error("{0}")]
+    Tokenizer(String),
 }
 
 impl FailureKind {

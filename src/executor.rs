@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::budget::{TruncationMode, truncate_to_budget};
+use crate::budget::{Truncation, TruncationMode, truncate_to_budget};
 use crate::builtin::Role;
 use crate::cache::Cache;
-use crate::callback::{Callback, Failure, PROTOCOL};
+use crate::callback::{Callback, Failure, FailureKind, PROTOCOL};
 use crate::dataset::Dataset;
 use crate::hash::sha256;
 use crate::ledger::{FailureRow, LedgerRow, ResultRow};
@@ -272,10 +272,17 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         let description = json!({"job": "compress", "cache_key": job.cache_key});
         obtain(shared, callback, &job.cache_key, &description, &request).await
     };
+    let made = match generation {
+        Ok((response, origin)) => match measure(run, &response, job.budget).await {
+            Ok(measured) => Ok((response, origin, measured)),
+            Err(failure) => Err((failure, "tokenizer")),
+        },
+        Err(failure) => Err((failure, callback.name.as_str())),
+    };
     let progress = run.progress.stage(Role::Compressor);
-    let (response, origin) = match generation {
-        Ok(answer) => answer,
-        Err(failure) => {
+    let (response, origin, (truncation, memory_tokens)) = match made {
+        Ok(made) => made,
+        Err((failure, culprit)) => {
             progress.failed.fetch_add(1, Ordering::Relaxed);
             trace_job(
                 job,
@@ -288,8 +295,8 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
             );
             outcome
                 .failures
-                .push(failure_row(job, "compress", &job.key, callback, &failure, None));
-            let reason = format!("the memory was not made: {} {}", callback.name, failure.kind);
+                .push(failure_row(job, "compress", &job.key, culprit, &failure, None));
+            let reason = format!("the memory was not made: {culprit} {}", failure.kind);
             for question in &job.questions {
                 outcome.results.push(result_row(
                     job,
@@ -321,9 +328,6 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         Some(origin),
         None,
     );
-    let generation = response.get("memory").and_then(Value::as_str).unwrap_or("");
-    let truncation = truncate_to_budget(run.tokenizer.as_ref(), generation, job.budget, run.truncation);
-    let memory_tokens = run.tokenizer.count(&truncation.memory);
     let memory_sha256 = sha256(&truncation.memory);
     let memory: Arc<str> = Arc::from(truncation.memory.as_str());
     outcome.ledger = Some(LedgerRow {
@@ -460,7 +464,7 @@ async fn run_question(
                 job,
                 "read",
                 &question_job.read_key,
-                reader,
+                &reader.name,
                 &failure,
                 Some(&question.id),
             ));
@@ -523,7 +527,7 @@ async fn run_question(
                 job,
                 "judge",
                 &question_job.judge_key,
-                judge,
+                &judge.name,
                 &failure,
                 Some(&question.id),
             ));
@@ -654,18 +658,42 @@ fn result_row(
     }
 }
 
+/// Cuts a generation to its budget and counts the memory again, off the async workers
+/// (tokenizing is CPU work, and an external tokenizer blocks).
+async fn measure(run: &Run, response: &Value, budget: usize) -> Result<(Truncation, usize), Failure> {
+    let tokenizer = run.tokenizer.clone();
+    let mode = run.truncation;
+    let generation = response.get("memory").and_then(Value::as_str).unwrap_or("").to_owned();
+    let measured = tokio::task::spawn_blocking(move || {
+        let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
+        let memory_tokens = tokenizer.count(&truncation.memory)?;
+        Ok::<_, crate::tokenizer::TokenizerError>((truncation, memory_tokens))
+    })
+    .await;
+    let error = match measured {
+        Ok(Ok(measured)) => return Ok(measured),
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => format!("tokenizer task failed: {error}"),
+    };
+    Err(Failure {
+        kind: FailureKind::Tokenizer(error),
+        stderr_tail: String::new(),
+        attempts: 1,
+    })
+}
+
 fn failure_row(
     job: &MemoryJob,
     stage: &str,
     key: &str,
-    callback: &Callback,
+    callback: &str,
     failure: &Failure,
     question_id: Option<&str>,
 ) -> FailureRow {
     tracing::warn!(
         job = key,
         stage,
-        callback = %callback.name,
+        callback,
         reason = %failure.kind,
         attempts = failure.attempts,
         stderr = %failure.stderr_tail,
@@ -674,7 +702,7 @@ fn failure_row(
     FailureRow {
         job: key.to_owned(),
         stage: stage.to_owned(),
-        callback: callback.name.clone(),
+        callback: callback.to_owned(),
         reason: failure.kind.to_string(),
         attempts: failure.attempts,
         stderr_tail: failure.stderr_tail.clone(),

@@ -92,6 +92,14 @@ pub struct TokenizerSpec {
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// For an external tokenizer: one process per request, or one kept running.
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_timeout")]
+    pub timeout: Timeout,
+    /// Run even when the tokenizer fails verification (the report says so).
+    #[serde(default)]
+    pub allow_unverified: bool,
 }
 
 fn default_tokenizer_name() -> String {
@@ -104,6 +112,9 @@ impl Default for TokenizerSpec {
             name: default_tokenizer_name(),
             command: None,
             revision: None,
+            mode: Mode::Oneshot,
+            timeout: default_timeout(),
+            allow_unverified: false,
         }
     }
 }
@@ -482,20 +493,23 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
             problem(key, "lists a value twice".into());
         }
     }
-    if manifest.tokenizer.command.is_some() {
-        problem(
-            "tokenizer.command",
-            "external tokenizers are not supported yet: remove `command` to use the built-in cl100k_base"
-                .into(),
-        );
-    } else if manifest.tokenizer.name != "cl100k_base" {
-        problem(
+    match &manifest.tokenizer.command {
+        None if manifest.tokenizer.name != "cl100k_base" => problem(
             "tokenizer.name",
             format!(
-                "`{}` is not built in: expected `cl100k_base`",
+                "`{}` is not built in: expected `cl100k_base`, or a `command` for an external tokenizer",
                 manifest.tokenizer.name
             ),
-        );
+        ),
+        Some(command) => match command.first() {
+            None => problem("tokenizer.command", "is empty: expected [program, args...]".into()),
+            Some(program) if find_program(program, &loaded.folder).is_none() => problem(
+                "tokenizer.command",
+                format!("program `{program}` not found (searched the manifest's folder and PATH)"),
+            ),
+            Some(_) => {}
+        },
+        None => {}
     }
     match (&manifest.dataset.path, &manifest.dataset.sources) {
         (None, None) => problem("dataset", "expected `path` or `[[dataset.sources]]`".into()),

@@ -135,7 +135,8 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         ));
     }
     let identity = tokenizer.identity();
-    let tokenizer_identity = json!({"name": identity.name, "revision": tokenizer_revision(tokenizer)});
+    let tokenizer_identity =
+        json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)});
     let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
         .compressors
         .iter()
@@ -144,7 +145,15 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
     let reader_identity = callback_identity(&manifest.reader);
     let judge_identity = callback_identity(&manifest.judge);
 
-    let source_tokens: Vec<usize> = dataset.sources.iter().map(|s| tokenizer.count(&s.text)).collect();
+    let source_tokens: Vec<usize> = dataset
+        .sources
+        .iter()
+        .map(|s| {
+            tokenizer
+                .count(&s.text)
+                .map_err(|error| Invalid::one(format!("source `{}`", s.id), format!("cannot count its tokens: {error}")))
+        })
+        .collect::<Result<_, _>>()?;
     let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
     let goals: Vec<(usize, usize)> = dataset
         .sources

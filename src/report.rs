@@ -384,18 +384,18 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
 pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
     let mut source_tokens: HashMap<&str, Option<usize>> = HashMap::new();
     for source in &dataset.sources {
-        source_tokens.insert(&source.id, Some(tokenizer.encode(&source.text).len()));
+        source_tokens.insert(&source.id, tokenizer.encode(&source.text).ok().map(|t| t.len()));
     }
     ledger
         .iter()
         .filter(|row| {
             let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
-            let memory_tokens = tokenizer.encode(&row.memory).len();
+            let memory_tokens = tokenizer.encode(&row.memory).ok().map(|t| t.len());
             n != Some(row.source_tokens)
                 || row.budget != row.ratio.budget(row.source_tokens)
                 || row.retained_tokens > row.budget
                 || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
-                || row.memory_tokens != memory_tokens
+                || Some(row.memory_tokens) != memory_tokens
                 || row.memory_sha256 != sha256(&row.memory)
                 || row.padding_tokens != 0
         })

@@ -21,7 +21,7 @@ use crate::hash::sha256;
 use crate::manifest::{self, CallbackSpec, Invalid, Loaded, Problem};
 use crate::plan::{self, Plan};
 use crate::report;
-use crate::tokenizer::{Cl100k, Tokenizer};
+use crate::tokenizer::Tokenizer;
 
 /// Why a command could not do its work.
 #[derive(Debug, thiserror::Error)]
@@ -78,14 +78,8 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     let (Some(dataset), true) = (dataset, problems.is_empty()) else {
         return Err(Invalid(problems).into());
     };
-    let tokenizer: Arc<dyn Tokenizer> = Arc::new(Cl100k::new());
-    if let Some(mismatch) = &tokenizer.identity().first_mismatch {
-        return Err(Invalid::one(
-            "tokenizer",
-            format!("the built-in cl100k_base failed verification: {mismatch}"),
-        )
-        .into());
-    }
+    let tokenizer = crate::tokenizer::open(&loaded.manifest.tokenizer, &loaded.folder)
+        .map_err(|message| Invalid::one(format!("{}: key `tokenizer`", loaded.path.display()), message))?;
     let plan = plan::plan(&loaded, &dataset, tokenizer.as_ref())?;
     let resolved = toml::to_string(&loaded.manifest).map_err(|error| {
         Invalid::one(
@@ -229,7 +223,9 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
         if job.budget > 0 {
             status.entry("compress").or_default().cached += 1;
         }
-        let memory = truncate_to_budget(tokenizer, &generation, job.budget, truncation).memory;
+        let Ok(memory) = truncate_to_budget(tokenizer, &generation, job.budget, truncation).map(|t| t.memory) else {
+            continue;
+        };
         let memory_sha256 = sha256(&memory);
         for question_job in &job.questions {
             let question = &source.goals[question_job.goal].questions[question_job.question];

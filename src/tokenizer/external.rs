@@ -1,0 +1,223 @@
+//! A tokenizer of the user's own: a program speaking the `tokenizer` role of `gacc/1`
+//! (`{"op": "encode", "text": …}` → `{"tokens": […]}`, `{"op": "decode", "tokens": […]}` →
+//! `{"text": …}`), called once per request (`oneshot`) or kept running (`persistent`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Tokenizer, TokenizerError, TokenizerIdentity};
+use crate::callback::{KEPT_VARIABLES, MAX_RESPONSE_BYTES, PROTOCOL};
+use crate::manifest::Mode;
+
+/// An external tokenizer, ready to call.
+pub struct External {
+    argv: Vec<String>,
+    cwd: PathBuf,
+    timeout: Duration,
+    mode: Mode,
+    identity: TokenizerIdentity,
+    /// The running process in persistent mode.
+    worker: Mutex<Option<Process>>,
+}
+
+/// A started tokenizer process: its stdin, and its stdout's lines arriving on a channel.
+struct Process {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Result<Vec<u8>, String>>,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our child's own process group.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl External {
+    /// Prepares the tokenizer; its identity is verified by `super::verify`, not here.
+    pub fn new(
+        argv: Vec<String>,
+        cwd: PathBuf,
+        timeout: Duration,
+        mode: Mode,
+        name: &str,
+        revision: &str,
+    ) -> External {
+        External {
+            argv,
+            cwd,
+            timeout,
+            mode,
+            identity: TokenizerIdentity {
+                name: name.to_owned(),
+                revision: revision.to_owned(),
+                builtin: false,
+                identity_verified: false,
+                vocabulary_sha256: None,
+                first_mismatch: None,
+                allow_unverified: false,
+            },
+            worker: Mutex::new(None),
+        }
+    }
+
+    pub fn identity_mut(&mut self) -> &mut TokenizerIdentity {
+        &mut self.identity
+    }
+
+    fn start(&self) -> Result<Process, TokenizerError> {
+        let mut command = Command::new(&self.argv[0]);
+        command
+            .args(&self.argv[1..])
+            .current_dir(&self.cwd)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0);
+        for name in KEPT_VARIABLES {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        command.env("GACC_PROTOCOL", PROTOCOL).env("GACC_ROLE", "tokenizer");
+        let mut child = command
+            .spawn()
+            .map_err(|error| TokenizerError(format!("could not start `{}`: {error}", self.argv[0])))?;
+        let stdout = child.stdout.take();
+        let stdin = child.stdin.take();
+        let (sender, lines) = channel();
+        if let Some(stdout) = stdout {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stdout).take(MAX_RESPONSE_BYTES as u64 + 1);
+                loop {
+                    let mut line = Vec::new();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) => {
+                            let _ = sender.send(Err("its stdout closed".to_owned()));
+                            return;
+                        }
+                        Ok(_) if line.len() > MAX_RESPONSE_BYTES => {
+                            let _ = sender.send(Err(format!("it wrote more than {MAX_RESPONSE_BYTES} bytes")));
+                            return;
+                        }
+                        Ok(_) => {
+                            if sender.send(Ok(line)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(error) => {
+                            let _ = sender.send(Err(error.to_string()));
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(Process { child, stdin, lines })
+    }
+
+    /// Sends one request and reads one response line, within the timeout.
+    fn exchange(&self, process: &mut Process, request: &Value) -> Result<Value, TokenizerError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut line = request.to_string().into_bytes();
+        line.push(b'\n');
+        let stdin = process
+            .stdin
+            .as_mut()
+            .ok_or_else(|| TokenizerError("its stdin is closed".into()))?;
+        stdin
+            .write_all(&line)
+            .and_then(|_| stdin.flush())
+            .map_err(|error| TokenizerError(format!("could not send the request: {error}")))?;
+        if self.mode == Mode::Oneshot {
+            process.stdin = None;
+        }
+        let response = match process.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(line)) => line,
+            Ok(Err(reason)) => return Err(TokenizerError(format!("no response: {reason}"))),
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(TokenizerError(format!("timed out after {:?}", self.timeout)));
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err(TokenizerError("no response".into())),
+        };
+        let text = std::str::from_utf8(&response).map_err(|_| TokenizerError("stdout is not UTF-8".into()))?;
+        let value: Value = serde_json::from_str(text.trim())
+            .map_err(|error| TokenizerError(format!("response is not one JSON object: {error}")))?;
+        if let Some(error) = value.get("error") {
+            return Err(TokenizerError(format!("it reported an error: {error}")));
+        }
+        Ok(value)
+    }
+
+    fn call(&self, request: Value) -> Result<Value, TokenizerError> {
+        match self.mode {
+            Mode::Oneshot => {
+                let mut process = self.start()?;
+                self.exchange(&mut process, &request)
+            }
+            Mode::Persistent => {
+                let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+                // A worker that died is started again, once, for the same request.
+                for attempt in 0..2 {
+                    if worker.is_none() {
+                        *worker = Some(self.start()?);
+                    }
+                    let Some(process) = worker.as_mut() else { continue };
+                    match self.exchange(process, &request) {
+                        Ok(value) => return Ok(value),
+                        Err(error) => {
+                            *worker = None;
+                            if attempt == 1 || !error.0.starts_with("no response") {
+                                return Err(error);
+                            }
+                        }
+                    }
+                }
+                Err(TokenizerError("no response".into()))
+            }
+        }
+    }
+}
+
+impl Tokenizer for External {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let response = self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "encode", "text": text}))?;
+        response
+            .get("tokens")
+            .and_then(Value::as_array)
+            .and_then(|tokens| {
+                tokens
+                    .iter()
+                    .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                    .collect::<Option<Vec<u32>>>()
+            })
+            .ok_or_else(|| TokenizerError("the encode response has no `tokens` list of token ids".into()))
+    }
+
+    fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>, TokenizerError> {
+        let response =
+            self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "decode", "tokens": tokens}))?;
+        response
+            .get("text")
+            .and_then(Value::as_str)
+            .map(|text| text.as_bytes().to_vec())
+            .ok_or_else(|| TokenizerError("the decode response has no `text` string".into()))
+    }
+
+    fn identity(&self) -> &TokenizerIdentity {
+        &self.identity
+    }
+}
