@@ -133,6 +133,15 @@ pub fn revision(name: &str) -> Option<&'static str> {
     BUILTINS.iter().find(|b| b.name == name).map(|b| b.revision)
 }
 
+/// Answers one request as the built-in `name` would, in process (for tests and tools).
+pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
+    match BUILTINS.iter().find(|b| b.name == name) {
+        Some(builtin) => (builtin.respond)(request),
+        None if name == TOKENIZER => tokenize(request),
+        None => Err(format!("unknown built-in `{name}`")),
+    }
+}
+
 /// Every built-in: (name, role, what it does).
 pub fn catalogue() -> Vec<(&'static str, Role, &'static str)> {
     BUILTINS.iter().map(|b| (b.name, b.role, b.summary)).collect()
@@ -141,7 +150,11 @@ pub fn catalogue() -> Vec<(&'static str, Role, &'static str)> {
 /// Serves requests from stdin until it closes: one JSON value in, one JSON line out, flushed,
 /// so the same program serves oneshot and persistent mode. Returns the exit status.
 pub fn serve(name: &str) -> i32 {
-    let Some(builtin) = BUILTINS.iter().find(|b| b.name == name) else {
+    let respond = if name == TOKENIZER {
+        tokenize
+    } else if let Some(builtin) = BUILTINS.iter().find(|b| b.name == name) {
+        builtin.respond
+    } else {
         let all: Vec<_> = BUILTINS.iter().map(|b| b.name).collect();
         eprintln!(
             "gacc callback: unknown built-in `{name}`: expected one of {}",
@@ -159,7 +172,7 @@ pub fn serve(name: &str) -> i32 {
             None if served > 0 => break,
             None => (Err("no request on stdin".to_owned()), true),
             Some(Err(error)) => (Err(format!("the request is not JSON: {error}")), true),
-            Some(Ok(request)) => ((builtin.respond)(&request), false),
+            Some(Ok(request)) => (respond(&request), false),
         };
         served += 1;
         let response = response.unwrap_or_else(|message| {
@@ -178,6 +191,35 @@ pub fn serve(name: &str) -> i32 {
         }
     }
     status
+}
+
+/// The built-in cl100k_base served over the tokenizer role, for external tokenizers that
+/// wrap it (and for testing external tokenizer support).
+pub const TOKENIZER: &str = "cl100k_base";
+
+fn tokenize(request: &Value) -> Result<Value, String> {
+    let tokenizer = bpe_openai::cl100k_base();
+    match request.get("op").and_then(Value::as_str) {
+        Some("encode") => Ok(json!({"tokens": tokenizer.encode(field(request, "text")?)})),
+        Some("decode") => {
+            let tokens: Vec<u32> = request
+                .get("tokens")
+                .and_then(Value::as_array)
+                .and_then(|t| {
+                    t.iter()
+                        .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                        .collect()
+                })
+                .ok_or("the request has no `tokens` list of token ids")?;
+            let vocabulary = tokenizer.bpe.num_tokens() as u32;
+            if let Some(token) = tokens.iter().find(|t| **t >= vocabulary) {
+                return Err(format!("token {token} is outside the vocabulary"));
+            }
+            let bytes = tokenizer.bpe.decode_tokens(&tokens);
+            Ok(json!({"text": String::from_utf8_lossy(&bytes)}))
+        }
+        _ => Err("`op` must be \"encode\" or \"decode\"".into()),
+    }
 }
 
 fn field<'a>(request: &'a Value, name: &str) -> Result<&'a str, String> {

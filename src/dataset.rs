@@ -82,7 +82,7 @@ pub fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
     let spec = &loaded.manifest.dataset;
     let mut problems = Vec::new();
     let records = match (&spec.path, &spec.sources) {
-        (Some(path), _) => read_jsonl(&loaded.resolve(path), &mut problems),
+        (Some(path), _) => read_files(&loaded.resolve(path), &mut problems),
         (None, Some(sources)) => sources
             .iter()
             .enumerate()
@@ -99,6 +99,56 @@ pub fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
         Ok(dataset)
     } else {
         Err(problems)
+    }
+}
+
+/// Loads a dataset from a JSON Lines file, a folder of them, or a glob pattern, with no
+/// manifest (for `gacc dataset stats`).
+pub fn load_path(path: &Path) -> Result<Dataset, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let records = read_files(path, &mut problems);
+    let dataset = check(records, &mut problems);
+    if problems.is_empty() {
+        Ok(dataset)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The JSON Lines files a dataset path names: the file itself, every `*.jsonl` in a folder,
+/// or every match of a glob pattern (`data/*.jsonl`, `data/**/*.jsonl`), in sorted order.
+fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let text = path.to_string_lossy();
+    let pattern = if path.is_dir() {
+        format!("{}/*.jsonl", glob::Pattern::escape(&text))
+    } else if text.contains(['*', '?', '[']) {
+        text.into_owned()
+    } else {
+        return Ok(vec![path.to_path_buf()]);
+    };
+    let matches =
+        glob::glob(&pattern).map_err(|error| format!("`{pattern}` is not a valid pattern: {error}"))?;
+    let mut files: Vec<PathBuf> = matches.filter_map(Result::ok).filter(|p| p.is_file()).collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!(
+            "no dataset files match `{}`",
+            crate::manifest::shown(Path::new(&pattern))
+        ));
+    }
+    Ok(files)
+}
+
+fn read_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
+    match dataset_files(path) {
+        Ok(files) => files.iter().flat_map(|file| read_jsonl(file, problems)).collect(),
+        Err(message) => {
+            problems.push(Problem {
+                place: crate::manifest::shown(path),
+                message,
+            });
+            Vec::new()
+        }
     }
 }
 
@@ -243,4 +293,100 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
         });
     }
     Dataset { sources }
+}
+
+/// The size of a dataset: what `gacc dataset stats` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub sources: usize,
+    pub goals: usize,
+    pub questions: usize,
+    /// cl100k_base tokens per source.
+    pub tokens: Summary,
+    pub goals_per_source: Summary,
+    pub questions_per_goal: Summary,
+}
+
+/// Minimum, median, maximum and total of a list of counts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    pub min: usize,
+    pub median: f64,
+    pub max: usize,
+    pub total: usize,
+}
+
+impl Summary {
+    pub fn of(mut values: Vec<usize>) -> Summary {
+        values.sort_unstable();
+        let n = values.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => values[n / 2] as f64,
+            _ => (values[n / 2 - 1] + values[n / 2]) as f64 / 2.0,
+        };
+        Summary {
+            min: values.first().copied().unwrap_or(0),
+            median,
+            max: values.last().copied().unwrap_or(0),
+            total: values.iter().sum(),
+        }
+    }
+}
+
+/// Counts a dataset's sources, goals, questions and tokens.
+pub fn stats(dataset: &Dataset, tokenizer: &dyn crate::tokenizer::Tokenizer) -> Result<Stats, String> {
+    let tokens = dataset
+        .sources
+        .iter()
+        .map(|s| {
+            tokenizer
+                .count(&s.text)
+                .map_err(|e| format!("source `{}`: {e}", s.id))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Stats {
+        sources: dataset.sources.len(),
+        goals: dataset.goals().count(),
+        questions: dataset.question_count(),
+        tokens: Summary::of(tokens),
+        goals_per_source: Summary::of(dataset.sources.iter().map(|s| s.goals.len()).collect()),
+        questions_per_goal: Summary::of(dataset.goals().map(|(_, g)| g.questions.len()).collect()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries() {
+        assert_eq!(
+            Summary::of(vec![3, 1, 2]),
+            Summary {
+                min: 1,
+                median: 2.0,
+                max: 3,
+                total: 6
+            }
+        );
+        assert_eq!(
+            Summary::of(vec![4, 1, 2, 3]),
+            Summary {
+                min: 1,
+                median: 2.5,
+                max: 4,
+                total: 10
+            }
+        );
+        assert_eq!(
+            Summary::of(vec![]),
+            Summary {
+                min: 0,
+                median: 0.0,
+                max: 0,
+                total: 0
+            }
+        );
+    }
 }

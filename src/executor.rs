@@ -663,7 +663,11 @@ fn result_row(
 async fn measure(run: &Run, response: &Value, budget: usize) -> Result<(Truncation, usize), Failure> {
     let tokenizer = run.tokenizer.clone();
     let mode = run.truncation;
-    let generation = response.get("memory").and_then(Value::as_str).unwrap_or("").to_owned();
+    let generation = response
+        .get("memory")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let measured = tokio::task::spawn_blocking(move || {
         let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
         let memory_tokens = tokenizer.count(&truncation.memory)?;

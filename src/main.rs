@@ -67,6 +67,23 @@ enum Command {
     },
     /// Run a built-in callback over the protocol on stdin/stdout.
     Callback { name: String },
+    /// Look at a dataset.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatasetCommand {
+    /// Sources, goals, questions, and cl100k_base tokens per source (min/median/max).
+    Stats {
+        /// A JSON Lines file, a folder of them, a glob pattern, or a manifest.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -122,6 +139,22 @@ fn main() -> ExitCode {
         Command::Report { run_dir, template } => gacc::report::rerender(&run_dir, template.as_deref()).map(|rendered| {
             if let Some(text) = rendered {
                 print!("{text}");
+            }
+            ExitCode::SUCCESS
+        }),
+        Command::Dataset {
+            command: DatasetCommand::Stats { path, json },
+        } => run::dataset_stats(&path).map(|(shown, stats)| {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+            } else {
+                let line = |name: &str, s: &gacc::dataset::Summary| {
+                    println!("{name:<20} min {:>6}  median {:>8}  max {:>6}  total {:>8}", s.min, s.median, s.max, s.total)
+                };
+                println!("{shown}: {} sources, {} goals, {} questions", stats.sources, stats.goals, stats.questions);
+                line("tokens per source", &stats.tokens);
+                line("goals per source", &stats.goals_per_source);
+                line("questions per goal", &stats.questions_per_goal);
             }
             ExitCode::SUCCESS
         }),

@@ -502,7 +502,10 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
             ),
         ),
         Some(command) => match command.first() {
-            None => problem("tokenizer.command", "is empty: expected [program, args...]".into()),
+            None => problem(
+                "tokenizer.command",
+                "is empty: expected [program, args...]".into(),
+            ),
             Some(program) if find_program(program, &loaded.folder).is_none() => problem(
                 "tokenizer.command",
                 format!("program `{program}` not found (searched the manifest's folder and PATH)"),

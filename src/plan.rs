@@ -135,8 +135,7 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         ));
     }
     let identity = tokenizer.identity();
-    let tokenizer_identity =
-        json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)});
+    let tokenizer_identity = json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)});
     let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
         .compressors
         .iter()
@@ -149,9 +148,12 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         .sources
         .iter()
         .map(|s| {
-            tokenizer
-                .count(&s.text)
-                .map_err(|error| Invalid::one(format!("source `{}`", s.id), format!("cannot count its tokens: {error}")))
+            tokenizer.count(&s.text).map_err(|error| {
+                Invalid::one(
+                    format!("source `{}`", s.id),
+                    format!("cannot count its tokens: {error}"),
+                )
+            })
         })
         .collect::<Result<_, _>>()?;
     let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();

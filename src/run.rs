@@ -186,6 +186,20 @@ pub fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
     ))
 }
 
+/// `gacc dataset stats`: a dataset given directly, or the one a manifest names.
+pub fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
+    let is_manifest = path.extension().is_some_and(|e| e == "toml");
+    let dataset = if is_manifest {
+        let (loaded, _) = manifest::load(path, &[])?;
+        dataset::load(&loaded).map_err(Invalid)?
+    } else {
+        dataset::load_path(path).map_err(Invalid)?
+    };
+    let stats = dataset::stats(&dataset, &crate::tokenizer::Cl100k::new())
+        .map_err(|message| Invalid::one(manifest::shown(path), message))?;
+    Ok((manifest::shown(path), stats))
+}
+
 /// Jobs per stage and how many the cache already answers.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct StageStatus {
@@ -223,7 +237,8 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
         if job.budget > 0 {
             status.entry("compress").or_default().cached += 1;
         }
-        let Ok(memory) = truncate_to_budget(tokenizer, &generation, job.budget, truncation).map(|t| t.memory) else {
+        let Ok(memory) = truncate_to_budget(tokenizer, &generation, job.budget, truncation).map(|t| t.memory)
+        else {
             continue;
         };
         let memory_sha256 = sha256(&memory);

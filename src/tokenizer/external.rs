@@ -32,6 +32,50 @@ struct Process {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<Result<Vec<u8>, String>>,
+    stderr: std::sync::Arc<Mutex<Vec<u8>>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long a tokenizer that stopped answering gets to exit, so its status can be reported.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+impl Process {
+    /// What became of a process that stopped answering: its exit status and last stderr line.
+    fn post_mortem(&mut self) -> String {
+        let deadline = Instant::now() + EXIT_GRACE;
+        let mut status = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(exited)) = self.child.try_wait() {
+                status = Some(exited);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Let the stderr reader drain what the process wrote before it ended.
+        while status.is_some()
+            && Instant::now() < deadline
+            && !self.stderr_reader.as_ref().is_none_or(|r| r.is_finished())
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let last = String::from_utf8_lossy(&stderr);
+        let last = last
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let mut out = match status {
+            Some(status) => format!("; it ended with {status}"),
+            None => String::new(),
+        };
+        if !last.is_empty() {
+            out.push_str(&format!("; stderr: {last}"));
+        }
+        out
+    }
 }
 
 impl Drop for Process {
@@ -85,19 +129,34 @@ impl External {
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .process_group(0);
         for name in KEPT_VARIABLES {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
         }
-        command.env("GACC_PROTOCOL", PROTOCOL).env("GACC_ROLE", "tokenizer");
+        command
+            .env("GACC_PROTOCOL", PROTOCOL)
+            .env("GACC_ROLE", "tokenizer");
         let mut child = command
             .spawn()
             .map_err(|error| TokenizerError(format!("could not start `{}`: {error}", self.argv[0])))?;
         let stdout = child.stdout.take();
         let stdin = child.stdin.take();
+        let stderr_tail = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let stderr_reader = child.stderr.take().map(|mut stderr| {
+            let sink = stderr_tail.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n @ 1..) = stderr.read(&mut buffer) {
+                    let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.extend_from_slice(&buffer[..n]);
+                    let excess = tail.len().saturating_sub(crate::callback::STDERR_TAIL_BYTES);
+                    tail.drain(..excess);
+                }
+            })
+        });
         let (sender, lines) = channel();
         if let Some(stdout) = stdout {
             std::thread::spawn(move || {
@@ -110,7 +169,8 @@ impl External {
                             return;
                         }
                         Ok(_) if line.len() > MAX_RESPONSE_BYTES => {
-                            let _ = sender.send(Err(format!("it wrote more than {MAX_RESPONSE_BYTES} bytes")));
+                            let _ =
+                                sender.send(Err(format!("it wrote more than {MAX_RESPONSE_BYTES} bytes")));
                             return;
                         }
                         Ok(_) => {
@@ -126,11 +186,31 @@ impl External {
                 }
             });
         }
-        Ok(Process { child, stdin, lines })
+        Ok(Process {
+            child,
+            stdin,
+            lines,
+            stderr: stderr_tail,
+            stderr_reader,
+        })
     }
 
-    /// Sends one request and reads one response line, within the timeout.
+    /// Sends one request and reads one response line, within the timeout; a process that
+    /// stopped answering is described by its exit status and stderr.
     fn exchange(&self, process: &mut Process, request: &Value) -> Result<Value, TokenizerError> {
+        self.exchange_once(process, request)
+            .map_err(|TokenizerError(reason)| {
+                let post_mortem = if reason.starts_with("no response") || reason.starts_with("could not send")
+                {
+                    process.post_mortem()
+                } else {
+                    String::new()
+                };
+                TokenizerError(format!("{reason}{post_mortem}"))
+            })
+    }
+
+    fn exchange_once(&self, process: &mut Process, request: &Value) -> Result<Value, TokenizerError> {
         let deadline = Instant::now() + self.timeout;
         let mut line = request.to_string().into_bytes();
         line.push(b'\n');
@@ -141,11 +221,14 @@ impl External {
         stdin
             .write_all(&line)
             .and_then(|_| stdin.flush())
-            .map_err(|error| TokenizerError(format!("could not send the request: {error}")))?;
+            .map_err(|error| TokenizerError(format!("could not send the request ({error})")))?;
         if self.mode == Mode::Oneshot {
             process.stdin = None;
         }
-        let response = match process.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let response = match process
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
             Ok(Ok(line)) => line,
             Ok(Err(reason)) => return Err(TokenizerError(format!("no response: {reason}"))),
             Err(RecvTimeoutError::Timeout) => {
@@ -153,7 +236,8 @@ impl External {
             }
             Err(RecvTimeoutError::Disconnected) => return Err(TokenizerError("no response".into())),
         };
-        let text = std::str::from_utf8(&response).map_err(|_| TokenizerError("stdout is not UTF-8".into()))?;
+        let text =
+            std::str::from_utf8(&response).map_err(|_| TokenizerError("stdout is not UTF-8".into()))?;
         let value: Value = serde_json::from_str(text.trim())
             .map_err(|error| TokenizerError(format!("response is not one JSON object: {error}")))?;
         if let Some(error) = value.get("error") {
@@ -180,7 +264,9 @@ impl External {
                         Ok(value) => return Ok(value),
                         Err(error) => {
                             *worker = None;
-                            if attempt == 1 || !error.0.starts_with("no response") {
+                            let died =
+                                error.0.starts_with("no response") || error.0.starts_with("could not send");
+                            if attempt == 1 || !died {
                                 return Err(error);
                             }
                         }
@@ -194,7 +280,8 @@ impl External {
 
 impl Tokenizer for External {
     fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let response = self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "encode", "text": text}))?;
+        let response =
+            self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "encode", "text": text}))?;
         response
             .get("tokens")
             .and_then(Value::as_array)

@@ -20,17 +20,28 @@ pub fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokenizer>, S
     let Some(command) = &spec.command else {
         let builtin = Cl100k::new();
         if let Some(mismatch) = &builtin.identity().first_mismatch {
-            return Err(format!("the built-in cl100k_base failed verification: {mismatch}"));
+            return Err(format!(
+                "the built-in cl100k_base failed verification: {mismatch}"
+            ));
         }
         return Ok(Arc::new(builtin));
     };
     let mut argv = command.clone();
-    if let Some(program) = argv.first().and_then(|p| crate::manifest::find_program(p, folder)) {
+    if let Some(program) = argv
+        .first()
+        .and_then(|p| crate::manifest::find_program(p, folder))
+    {
         argv[0] = program.display().to_string();
     }
     let revision = spec.revision.clone().unwrap_or_default();
-    let mut tokenizer =
-        external::External::new(argv, folder.to_path_buf(), spec.timeout.0, spec.mode, &spec.name, &revision);
+    let mut tokenizer = external::External::new(
+        argv,
+        folder.to_path_buf(),
+        spec.timeout.0,
+        spec.mode,
+        &spec.name,
+        &revision,
+    );
     let mismatch = first_mismatch(&tokenizer);
     let declares_cl100k = spec.name == "cl100k_base";
     let identity = tokenizer.identity_mut();
@@ -182,12 +193,24 @@ const ROUND_TRIPS: &[&str] = &[
 /// The first SPEC §7 vector (or round trip) a tokenizer gets wrong, described for a user.
 pub fn first_mismatch(tokenizer: &dyn Tokenizer) -> Option<String> {
     for (text, expected) in test_vectors() {
-        let shown = if text.len() > 40 { format!("{:?}… ({} bytes)", &text[..20], text.len()) } else { format!("{text:?}") };
+        let shown = if text.len() > 40 {
+            format!("{:?}… ({} bytes)", &text[..20], text.len())
+        } else {
+            format!("{text:?}")
+        };
         match tokenizer.encode(&text) {
             Err(error) => return Some(format!("encode({shown}) failed: {error}")),
             Ok(got) if got != expected => {
-                let got = if got.len() > 16 { format!("{} tokens", got.len()) } else { format!("{got:?}") };
-                let expected = if expected.len() > 16 { format!("{} tokens", expected.len()) } else { format!("{expected:?}") };
+                let got = if got.len() > 16 {
+                    format!("{} tokens", got.len())
+                } else {
+                    format!("{got:?}")
+                };
+                let expected = if expected.len() > 16 {
+                    format!("{} tokens", expected.len())
+                } else {
+                    format!("{expected:?}")
+                };
                 return Some(format!("encode({shown}) gave {got}, expected {expected}"));
             }
             Ok(_) => {}
@@ -195,17 +218,25 @@ pub fn first_mismatch(tokenizer: &dyn Tokenizer) -> Option<String> {
         match tokenizer.decode_bytes(&expected) {
             Ok(bytes) if bytes == text.as_bytes() => {}
             Ok(bytes) => {
-                return Some(format!("decode of the tokens of {shown} gave {:?}", String::from_utf8_lossy(&bytes)));
+                return Some(format!(
+                    "decode of the tokens of {shown} gave {:?}",
+                    String::from_utf8_lossy(&bytes)
+                ));
             }
             Err(error) => return Some(format!("decode of the tokens of {shown} failed: {error}")),
         }
     }
     for text in ROUND_TRIPS {
-        let round_trip = tokenizer.encode(text).and_then(|tokens| tokenizer.decode_bytes(&tokens));
+        let round_trip = tokenizer
+            .encode(text)
+            .and_then(|tokens| tokenizer.decode_bytes(&tokens));
         match round_trip {
             Ok(bytes) if bytes == text.as_bytes() => {}
             Ok(bytes) => {
-                return Some(format!("decode(encode({text:?})) gave {:?}", String::from_utf8_lossy(&bytes)));
+                return Some(format!(
+                    "decode(encode({text:?})) gave {:?}",
+                    String::from_utf8_lossy(&bytes)
+                ));
             }
             Err(error) => return Some(format!("round trip of {text:?} failed: {error}")),
         }
