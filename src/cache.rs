@@ -1,16 +1,32 @@
-//! The call cache (SPEC §4): one file per key, written whole or not at all.
+//! The call cache (SPEC §4): append-only segment logs with an in-memory index.
+//!
+//! Each gacc process appends to a segment of its own (`segments/<time>-<pid>.log`), one entry per
+//! line: `<key> <kind> <sha256 of payload> <payload JSON>`. An entry is written with a single
+//! `write` the moment its call finishes, so a `kill -9` loses nothing that finished; segments are
+//! synced to disk in groups a few times a second, which bounds what a power loss can take. A
+//! torn or corrupt line (a process killed mid-write, a damaged disk) fails its checksum and is a
+//! miss, never a wrong answer. Readers of a cache see every segment that existed when they
+//! opened it, so two gacc processes can share one cache safely.
 
-use std::io::Write;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::builtin::Role;
 use crate::hash::sha256;
 
 /// The prefix of every cache key's canonical description; bump it to invalidate all keys.
 const KEY_DOMAIN: &str = "gacc/1 cache key\n";
+/// How often new entries are synced to disk.
+const SYNC_INTERVAL: Duration = Duration::from_millis(200);
+const SEGMENTS: &str = "segments";
 
 /// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
 /// serialise to equal bytes).
@@ -18,71 +34,287 @@ pub fn key(description: &Value) -> String {
     sha256(format!("{KEY_DOMAIN}{description}"))
 }
 
-/// A persistent, content-addressed store of successful callback responses.
-#[derive(Debug, Clone)]
-pub struct Cache {
-    root: PathBuf,
+/// Where an entry's payload lies.
+#[derive(Debug, Clone, Copy)]
+struct Location {
+    segment: usize,
+    offset: u64,
+    length: usize,
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// The entries written to this process's own segment.
+struct Writer {
+    file: File,
+    length: u64,
+    segment: usize,
+}
+
+struct Inner {
+    root: PathBuf,
+    segments: RwLock<Vec<File>>,
+    index: RwLock<HashMap<(String, String), (Location, [u8; 32])>>,
+    writer: Mutex<Option<Writer>>,
+    dirty: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// A persistent, content-addressed store of successful callback responses (and of other
+/// results worth never computing twice, by `kind`).
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").field("root", &self.inner.root).finish()
+    }
+}
+
+/// What `gacc cache stats` reports.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    pub segments: usize,
+    pub bytes: u64,
+    pub entries: std::collections::BTreeMap<String, usize>,
+    /// Lines that failed to parse (torn by a crash); they are ignored.
+    pub torn_lines: usize,
+}
+
+fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, pair) in text.chunks(2).enumerate() {
+        let digit = |b: u8| (b as char).to_digit(16);
+        out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some(out)
+}
 
 impl Cache {
+    /// Opens (creating) the cache at `root` and indexes every segment in it.
     pub fn open(root: &Path) -> std::io::Result<Cache> {
-        std::fs::create_dir_all(root)?;
-        Ok(Cache {
+        let folder = root.join(SEGMENTS);
+        std::fs::create_dir_all(&folder)?;
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&folder)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        names.sort();
+        let mut segments = Vec::new();
+        let mut index = HashMap::new();
+        for path in names {
+            let file = File::open(&path)?;
+            let segment = segments.len();
+            scan(&file, segment, &mut index, &mut Stats::default())?;
+            segments.push(file);
+        }
+        let inner = Arc::new(Inner {
             root: root.to_path_buf(),
-        })
+            segments: RwLock::new(segments),
+            index: RwLock::new(index),
+            writer: Mutex::new(None),
+            dirty: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let syncer = Arc::downgrade(&inner);
+        std::thread::spawn(move || {
+            while let Some(inner) = syncer.upgrade() {
+                if inner.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                inner.sync();
+                drop(inner);
+                std::thread::sleep(SYNC_INTERVAL);
+            }
+        });
+        Ok(Cache { inner })
     }
 
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.inner.root
     }
 
-    fn path(&self, role: Role, key: &str) -> PathBuf {
-        let shard = key.get(..2).unwrap_or("00");
-        self.root
-            .join(role.as_str())
-            .join(shard)
-            .join(format!("{key}.json"))
-    }
-
-    /// The stored response for `key`, if any. An unreadable entry counts as a miss.
-    pub fn get(&self, role: Role, key: &str) -> Option<Value> {
-        let bytes = std::fs::read(self.path(role, key)).ok()?;
-        let entry: Value = serde_json::from_slice(&bytes).ok()?;
-        (entry.get("key")?.as_str()? == key).then(|| entry.get("response").cloned())?
-    }
-
-    pub fn contains(&self, role: Role, key: &str) -> bool {
-        self.path(role, key).is_file()
-    }
-
-    /// Stores a response durably: written to a temporary file, synced, then renamed into
-    /// place, so a reader sees the whole entry or none, even after `kill -9` or power loss.
-    pub fn put(&self, role: Role, key: &str, description: &Value, response: &Value) -> std::io::Result<()> {
-        let path = self.path(role, key);
-        let folder = path.parent().unwrap_or(&self.root);
-        std::fs::create_dir_all(folder)?;
-        let entry =
-            json!({"key": key, "role": role.as_str(), "description": description, "response": response});
-        let temp = folder.join(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut file = std::fs::File::create(&temp)?;
-            file.write_all(entry.to_string().as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temp, &path)?;
-            // The rename itself is durable once the folder is synced.
-            std::fs::File::open(folder)?.sync_all()
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
+    /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
+    pub fn get(&self, kind: &str, key: &str) -> Option<Value> {
+        let (location, checksum) = *self.read_index().get(&(kind.to_owned(), key.to_owned()))?;
+        let mut payload = vec![0u8; location.length];
+        {
+            let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
+            segments
+                .get(location.segment)?
+                .read_exact_at(&mut payload, location.offset)
+                .ok()?;
         }
-        written
+        let digest: [u8; 32] =
+            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&payload)).into();
+        if digest != checksum {
+            return None;
+        }
+        let entry: Value = serde_json::from_slice(&payload).ok()?;
+        entry.get("response").cloned()
     }
+
+    pub fn contains(&self, kind: &str, key: &str) -> bool {
+        self.read_index().contains_key(&(kind.to_owned(), key.to_owned()))
+    }
+
+    fn read_index(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), (Location, [u8; 32])>> {
+        self.inner.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends an entry with one write; it survives `kill -9` from the moment this returns.
+    pub fn put(&self, kind: &str, key: &str, description: &Value, response: &Value) -> std::io::Result<()> {
+        let payload = json!({"description": description, "response": response}).to_string();
+        let digest: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+            payload.as_bytes(),
+        ))
+        .into();
+        let checksum = crate::hash::hex(&digest);
+        let prefix = format!("{key} {kind} {checksum} ");
+        let mut line = Vec::with_capacity(prefix.len() + payload.len() + 1);
+        line.extend_from_slice(prefix.as_bytes());
+        line.extend_from_slice(payload.as_bytes());
+        line.push(b'\n');
+        let location = {
+            let mut writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if writer.is_none() {
+                *writer = Some(self.new_segment()?);
+            }
+            let Some(writer) = writer.as_mut() else {
+                return Err(std::io::Error::other("no cache segment"));
+            };
+            writer.file.write_all(&line)?;
+            let location = Location {
+                segment: writer.segment,
+                offset: writer.length + prefix.len() as u64,
+                length: payload.len(),
+            };
+            writer.length += line.len() as u64;
+            location
+        };
+        self.inner.dirty.store(true, Ordering::Relaxed);
+        self.inner
+            .index
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((kind.to_owned(), key.to_owned()), (location, digest));
+        Ok(())
+    }
+
+    /// Starts this process's own segment.
+    fn new_segment(&self) -> std::io::Result<Writer> {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let folder = self.inner.root.join(SEGMENTS);
+        let path = folder.join(format!("{millis:015}-{:010}.log", std::process::id()));
+        let file = OpenOptions::new().create_new(true).append(true).open(&path)?;
+        // The new name is durable once the folder is synced.
+        File::open(&folder)?.sync_all()?;
+        let reader = File::open(&path)?;
+        let mut segments = self.inner.segments.write().unwrap_or_else(|e| e.into_inner());
+        segments.push(reader);
+        Ok(Writer {
+            file,
+            length: 0,
+            segment: segments.len() - 1,
+        })
+    }
+
+    /// Syncs what this process wrote (also done in the background a few times a second).
+    pub fn flush(&self) {
+        self.inner.sync();
+    }
+
+    /// Entries per kind, segments and bytes of the cache at `root`.
+    pub fn stats(root: &Path) -> std::io::Result<Stats> {
+        let mut stats = Stats::default();
+        let folder = root.join(SEGMENTS);
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            return Ok(stats);
+        };
+        let mut index = HashMap::new();
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                stats.segments += 1;
+                stats.bytes += entry.metadata()?.len();
+                scan(&File::open(&path)?, stats.segments, &mut index, &mut stats)?;
+            }
+        }
+        for (kind, _) in index.keys() {
+            *stats.entries.entry(kind.clone()).or_default() += 1;
+        }
+        Ok(stats)
+    }
+}
+
+impl Inner {
+    fn sync(&self) {
+        if self.dirty.swap(false, Ordering::Relaxed) {
+            let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(writer) = writer.as_ref() {
+                let _ = writer.file.sync_data();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.sync();
+    }
+}
+
+/// Indexes one segment's lines; a line without its newline or with a malformed header is
+/// skipped (a checksum mismatch is caught when the entry is read).
+fn scan(
+    file: &File,
+    segment: usize,
+    index: &mut HashMap<(String, String), (Location, [u8; 32])>,
+    stats: &mut Stats,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut offset = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line)?;
+        if read == 0 {
+            break;
+        }
+        let start = offset;
+        offset += read as u64;
+        let parsed = (|| {
+            let body = line.strip_suffix(b"\n")?;
+            let mut fields = body.splitn(4, |b| *b == b' ');
+            let key = std::str::from_utf8(fields.next()?).ok()?;
+            let kind = std::str::from_utf8(fields.next()?).ok()?;
+            let checksum = decode_hex(fields.next()?)?;
+            let payload = fields.next()?;
+            let header = key.len() + kind.len() + 64 + 3;
+            (key.len() == 64).then_some(())?;
+            Some((key.to_owned(), kind.to_owned(), checksum, header, payload.len()))
+        })();
+        match parsed {
+            Some((key, kind, checksum, header, length)) => {
+                let location = Location {
+                    segment,
+                    offset: start + header as u64,
+                    length,
+                };
+                index.insert((kind, key), (location, checksum));
+            }
+            None => stats.torn_lines += 1,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -98,32 +330,53 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_and_no_temporary_files_left() {
+    fn round_trip_across_processes_of_the_cache() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(dir.path()).unwrap();
         let k = key(&json!({"x": 1}));
-        assert_eq!(cache.get(Role::Reader, &k), None);
-        cache
-            .put(Role::Reader, &k, &json!({"x": 1}), &json!({"answer": "a"}))
-            .unwrap();
-        assert_eq!(cache.get(Role::Reader, &k), Some(json!({"answer": "a"})));
-        assert_eq!(cache.get(Role::Judge, &k), None);
-        let shard = dir.path().join("reader").join(&k[..2]);
-        let names: Vec<_> = std::fs::read_dir(shard)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from(format!("{k}.json"))]);
+        {
+            let cache = Cache::open(dir.path()).unwrap();
+            assert_eq!(cache.get("reader", &k), None);
+            cache
+                .put("reader", &k, &json!({"x": 1}), &json!({"answer": "a\nb"}))
+                .unwrap();
+            assert_eq!(cache.get("reader", &k), Some(json!({"answer": "a\nb"})));
+            assert_eq!(cache.get("judge", &k), None, "kinds are separate");
+        }
+        let reopened = Cache::open(dir.path()).unwrap();
+        assert_eq!(reopened.get("reader", &k), Some(json!({"answer": "a\nb"})));
+        let stats = Cache::stats(dir.path()).unwrap();
+        assert_eq!(stats.entries.get("reader"), Some(&1));
+        assert_eq!(stats.torn_lines, 0);
     }
 
     #[test]
-    fn a_partial_entry_is_a_miss() {
+    fn a_torn_or_corrupt_entry_is_a_miss() {
         let dir = tempfile::tempdir().unwrap();
+        let (k1, k2) = (key(&json!(1)), key(&json!(2)));
+        {
+            let cache = Cache::open(dir.path()).unwrap();
+            cache
+                .put("reader", &k1, &json!(1), &json!({"answer": "one"}))
+                .unwrap();
+            cache
+                .put("reader", &k2, &json!(2), &json!({"answer": "two"}))
+                .unwrap();
+        }
+        let segment = std::fs::read_dir(dir.path().join(SEGMENTS))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        // Flip a byte inside the first payload, and cut the second line short.
+        let first_payload = bytes.iter().position(|b| *b == b'{').unwrap();
+        bytes[first_payload + 5] ^= 1;
+        bytes.truncate(bytes.len() - 4);
+        std::fs::write(&segment, &bytes).unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        let k = key(&json!({"x": 2}));
-        let path = cache.path(Role::Reader, &k);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, b"{\"key\": \"").unwrap();
-        assert_eq!(cache.get(Role::Reader, &k), None);
+        assert_eq!(cache.get("reader", &k1), None, "checksum mismatch");
+        assert_eq!(cache.get("reader", &k2), None, "torn line");
+        assert_eq!(Cache::stats(dir.path()).unwrap().torn_lines, 1);
     }
 }

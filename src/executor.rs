@@ -558,11 +558,11 @@ async fn obtain(
         .get_or_init(|| {
             origin = Origin::Called;
             async {
-                if let Some(response) = shared.run.cache.get(role, key) {
+                if let Some(response) = shared.run.cache.get(role.as_str(), key) {
                     return Ok((response, true));
                 }
                 let answer = callback.call(request, &shared.run_limit).await?;
-                if let Err(error) = shared.run.cache.put(role, key, description, &answer.response) {
+                if let Err(error) = shared.run.cache.put(role.as_str(), key, description, &answer.response) {
                     tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
                 }
                 Ok((answer.response, false))

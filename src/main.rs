@@ -67,10 +67,28 @@ enum Command {
     },
     /// Run a built-in callback over the protocol on stdin/stdout.
     Callback { name: String },
+    /// Look at a cache.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
     /// Look at a dataset.
     Dataset {
         #[command(subcommand)]
         command: DatasetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Entries per kind, segments and bytes.
+    Stats {
+        /// The cache folder.
+        #[arg(default_value = ".gacc/cache")]
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -158,6 +176,27 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }),
+        Command::Cache {
+            command: CacheCommand::Stats { path, json },
+        } => gacc::cache::Cache::stats(&path)
+            .map_err(|error| Error::Io {
+                path: path.clone(),
+                message: error.to_string(),
+            })
+            .map(|stats| {
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+                } else {
+                    println!("{}: {} segments, {} bytes", path.display(), stats.segments, stats.bytes);
+                    for (kind, count) in &stats.entries {
+                        println!("  {kind:<12} {count:>10} entries");
+                    }
+                    if stats.torn_lines > 0 {
+                        println!("  {} torn lines (from interrupted writes; ignored)", stats.torn_lines);
+                    }
+                }
+                ExitCode::SUCCESS
+            }),
         Command::Callback { .. } => Ok(ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| match &error {

@@ -228,7 +228,7 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
             Some(String::new())
         } else {
             cache
-                .get(Role::Compressor, &job.cache_key)
+                .get(Role::Compressor.as_str(), &job.cache_key)
                 .and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned))
         };
         let Some(generation) = generation else {
@@ -251,7 +251,7 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
                 job.seed,
             );
             let Some(answer) = cache
-                .get(Role::Reader, &key)
+                .get(Role::Reader.as_str(), &key)
                 .and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
             else {
                 continue;
@@ -264,7 +264,7 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
                 answer: &answer,
             };
             if cache.contains(
-                Role::Judge,
+                Role::Judge.as_str(),
                 &plan::judge_key(&plan.judge_identity, &inputs, job.seed),
             ) {
                 status.entry("judge").or_default().cached += 1;

@@ -244,28 +244,11 @@ fn ctrl_c_kills_calls_in_flight_keeps_finished_work_and_says_how_to_resume() {
         );
     }
     // Compressor calls that finished before the interrupt are cached and not made again.
-    let cached = count_files(&scratch.path(".gacc/cache/compressor"));
+    let cached = scratch.cached("compressor");
     assert!(cached > 0);
     let manifest = manifest.replace("command = [\"./reader.sh\"]", "builtin = \"field-lookup\"");
     scratch.write("experiments/slow.toml", &manifest);
     let (status, folder, _) = scratch.run("experiments/slow.toml", &[]);
     assert_eq!(status, 0);
     assert_eq!(made(&folder, "compressor") as usize, 12 - cached);
-}
-
-fn count_files(folder: &std::path::Path) -> usize {
-    std::fs::read_dir(folder)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| {
-                    if e.path().is_dir() {
-                        count_files(&e.path())
-                    } else {
-                        1
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
 }

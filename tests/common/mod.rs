@@ -95,6 +95,15 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Entries of one kind in the scratch folder's cache, from `gacc cache stats`.
+impl Scratch {
+    pub fn cached(&self, kind: &str) -> usize {
+        let output = self.gacc().args(["cache", "stats", "--json"]).output().unwrap();
+        let stats: Value = serde_json::from_slice(&output.stdout).unwrap();
+        stats["entries"][kind].as_u64().unwrap_or(0) as usize
+    }
+}
+
 /// Calls this run made per role, from `run.json`.
 pub fn made(folder: &Path, role: &str) -> u64 {
     read_json(&folder.join("run.json"))["calls"][role]["made"]
