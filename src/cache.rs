@@ -34,6 +34,19 @@ pub fn key(description: &Value) -> String {
     sha256(format!("{KEY_DOMAIN}{description}"))
 }
 
+/// The kinds of entry a cache holds: one per callback role, and truncated memories.
+const KINDS: &[&str] = &["compressor", "reader", "judge", "memory"];
+
+/// An entry's kind and binary key.
+type Slot = (u8, [u8; 32]);
+/// Every entry: where its payload lies and the payload's SHA-256.
+type Index = HashMap<Slot, (Location, [u8; 32])>;
+
+fn slot(kind: &str, key: &str) -> Option<Slot> {
+    let kind = KINDS.iter().position(|k| *k == kind)? as u8;
+    Some((kind, decode_hex(key.as_bytes())?))
+}
+
 /// Where an entry's payload lies.
 #[derive(Debug, Clone, Copy)]
 struct Location {
@@ -52,7 +65,7 @@ struct Writer {
 struct Inner {
     root: PathBuf,
     segments: RwLock<Vec<File>>,
-    index: RwLock<HashMap<(String, String), (Location, [u8; 32])>>,
+    index: RwLock<Index>,
     writer: Mutex<Option<Writer>>,
     dirty: AtomicBool,
     stop: AtomicBool,
@@ -140,7 +153,7 @@ impl Cache {
 
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub fn get(&self, kind: &str, key: &str) -> Option<Value> {
-        let (location, checksum) = *self.read_index().get(&(kind.to_owned(), key.to_owned()))?;
+        let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
         let mut payload = vec![0u8; location.length];
         {
             let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
@@ -159,15 +172,20 @@ impl Cache {
     }
 
     pub fn contains(&self, kind: &str, key: &str) -> bool {
-        self.read_index().contains_key(&(kind.to_owned(), key.to_owned()))
+        slot(kind, key).is_some_and(|slot| self.read_index().contains_key(&slot))
     }
 
-    fn read_index(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), (Location, [u8; 32])>> {
+    fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
         self.inner.index.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Appends an entry with one write; it survives `kill -9` from the moment this returns.
     pub fn put(&self, kind: &str, key: &str, description: &Value, response: &Value) -> std::io::Result<()> {
+        let Some(entry_slot) = slot(kind, key) else {
+            return Err(std::io::Error::other(format!(
+                "`{kind}` is not a cache kind, or `{key}` not a key"
+            )));
+        };
         let payload = json!({"description": description, "response": response}).to_string();
         let digest: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
             payload.as_bytes(),
@@ -201,7 +219,7 @@ impl Cache {
             .index
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((kind.to_owned(), key.to_owned()), (location, digest));
+            .insert(entry_slot, (location, digest));
         Ok(())
     }
 
@@ -248,7 +266,8 @@ impl Cache {
             }
         }
         for (kind, _) in index.keys() {
-            *stats.entries.entry(kind.clone()).or_default() += 1;
+            let name = KINDS.get(*kind as usize).copied().unwrap_or("unknown");
+            *stats.entries.entry(name.to_owned()).or_default() += 1;
         }
         Ok(stats)
     }
@@ -274,12 +293,7 @@ impl Drop for Inner {
 
 /// Indexes one segment's lines; a line without its newline or with a malformed header is
 /// skipped (a checksum mismatch is caught when the entry is read).
-fn scan(
-    file: &File,
-    segment: usize,
-    index: &mut HashMap<(String, String), (Location, [u8; 32])>,
-    stats: &mut Stats,
-) -> std::io::Result<()> {
+fn scan(file: &File, segment: usize, index: &mut Index, stats: &mut Stats) -> std::io::Result<()> {
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut offset = 0u64;
     let mut line = Vec::new();
@@ -299,17 +313,16 @@ fn scan(
             let checksum = decode_hex(fields.next()?)?;
             let payload = fields.next()?;
             let header = key.len() + kind.len() + 64 + 3;
-            (key.len() == 64).then_some(())?;
-            Some((key.to_owned(), kind.to_owned(), checksum, header, payload.len()))
+            Some((slot(kind, key)?, checksum, header, payload.len()))
         })();
         match parsed {
-            Some((key, kind, checksum, header, length)) => {
+            Some((entry_slot, checksum, header, length)) => {
                 let location = Location {
                     segment,
                     offset: start + header as u64,
                     length,
                 };
-                index.insert((kind, key), (location, checksum));
+                index.insert(entry_slot, (location, checksum));
             }
             None => stats.torn_lines += 1,
         }
