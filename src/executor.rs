@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::budget::{Truncation, TruncationMode, truncate_to_budget};
+use crate::budget::{TruncationMode, truncate_to_budget};
 use crate::builtin::Role;
 use crate::cache::Cache;
 use crate::callback::{Callback, Failure, FailureKind, PROTOCOL};
@@ -76,6 +76,20 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds another usage.
+    pub fn plus(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd += other.cost_usd;
+    }
+
+    /// The usage a response reported.
+    pub fn of(response: &Value) -> Usage {
+        let mut usage = Usage::default();
+        usage.add(response);
+        usage
+    }
+
     /// Adds a response's `usage`, if it has one.
     pub fn add(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage") {
@@ -97,8 +111,8 @@ pub struct Outcome {
     pub this_run: BTreeMap<Role, CallCounts>,
     /// What this run paid, per role (calls it made).
     pub paid: BTreeMap<Role, Usage>,
-    /// Every distinct successful call the results rest on, per role, with its response.
-    pub calls: BTreeMap<Role, BTreeMap<String, Value>>,
+    /// Every distinct successful call the results rest on, per role, with the usage it reported.
+    pub calls: BTreeMap<Role, BTreeMap<String, Usage>>,
     /// Jobs per role that needed a call (all but `L = 0` memories).
     pub jobs: BTreeMap<Role, usize>,
 }
@@ -150,6 +164,8 @@ struct Shared {
     run: Run,
     calls: Calls,
     run_limit: Semaphore,
+    /// Memories already measured in this run, by (SHA-256 of the generation, budget).
+    measured: Mutex<HashMap<(String, usize), Arc<Measured>>>,
 }
 
 /// The result of one memory job and its questions.
@@ -158,7 +174,7 @@ struct MemoryOutcome {
     results: Vec<ResultRow>,
     failures: Vec<FailureRow>,
     exposure_violation: bool,
-    calls: Vec<(Role, String, Value)>,
+    calls: Vec<(Role, String, Usage)>,
     jobs: Vec<Role>,
 }
 
@@ -182,6 +198,7 @@ pub async fn execute(run: Run) -> Outcome {
         run_limit: Semaphore::new(run.concurrency.max(1)),
         run,
         calls: Calls::default(),
+        measured: Mutex::default(),
     });
     let mut tasks = JoinSet::new();
     for index in 0..shared.run.plan.memories.len() {
@@ -216,8 +233,8 @@ pub async fn execute(run: Run) -> Outcome {
         outcome.results.extend(memory.results);
         outcome.failures.extend(memory.failures);
         outcome.exposure_violations += usize::from(memory.exposure_violation);
-        for (role, key, response) in memory.calls {
-            outcome.calls.entry(role).or_default().insert(key, response);
+        for (role, key, usage) in memory.calls {
+            outcome.calls.entry(role).or_default().insert(key, usage);
         }
         for role in memory.jobs {
             *outcome.jobs.entry(role).or_default() += 1;
@@ -234,10 +251,10 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
     let goal_text = job
         .shown_goal
         .map(|(s, g)| run.dataset.sources[s].goals[g].text.as_str());
-    let request = json!({
+    // The request as sent, but for `context`, which is the source itself by construction.
+    let skeleton = json!({
         "protocol": PROTOCOL,
         "role": "compressor",
-        "context": source.text,
         "goal": goal_text,
         "token_budget": job.budget,
         "seed": job.seed,
@@ -251,7 +268,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
             [question.question.as_str(), question.reference.as_str()]
         })
         .collect();
-    let exposure_violation = exposes(&request, &source.text, &protected);
+    let exposure_violation = exposes(&skeleton, &source.text, &protected);
     if exposure_violation {
         tracing::error!(job = %job.key, "compressor request carries held-out text");
     }
@@ -265,22 +282,14 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
     };
 
     let started = Instant::now();
-    let generation = if job.budget == 0 {
-        Ok((json!({"memory": ""}), Origin::Skipped))
+    let made = if job.budget == 0 {
+        Ok((Arc::new(Measured::empty()), Origin::Skipped, Usage::default()))
     } else {
         outcome.jobs.push(Role::Compressor);
-        let description = json!({"job": "compress", "cache_key": job.cache_key});
-        obtain(shared, callback, &job.cache_key, &description, &request).await
-    };
-    let made = match generation {
-        Ok((response, origin)) => match measure(run, &response, job.budget).await {
-            Ok(measured) => Ok((response, origin, measured)),
-            Err(failure) => Err((failure, "tokenizer")),
-        },
-        Err(failure) => Err((failure, callback.name.as_str())),
+        make_memory(shared, callback, job, skeleton).await
     };
     let progress = run.progress.stage(Role::Compressor);
-    let (response, origin, (truncation, memory_tokens)) = match made {
+    let (measured, origin, usage) = match made {
         Ok(made) => made,
         Err((failure, culprit)) => {
             progress.failed.fetch_add(1, Ordering::Relaxed);
@@ -317,7 +326,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
     if origin != Origin::Skipped {
         outcome
             .calls
-            .push((Role::Compressor, job.cache_key.clone(), response.clone()));
+            .push((Role::Compressor, job.cache_key.clone(), usage));
     }
     trace_job(
         job,
@@ -328,8 +337,9 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         Some(origin),
         None,
     );
-    let memory_sha256 = sha256(&truncation.memory);
-    let memory: Arc<str> = Arc::from(truncation.memory.as_str());
+    let memory_sha256 = measured.memory_sha256.clone();
+    let memory = measured.memory.clone();
+    let memory_tokens = measured.memory_tokens;
     outcome.ledger = Some(LedgerRow {
         seed: job.seed,
         compressor: job.compressor.clone(),
@@ -340,20 +350,20 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         shown_goal_id: job.shown_goal_id.clone(),
         source_tokens: job.source_tokens,
         budget: job.budget,
-        generated_tokens: truncation.generated_tokens,
-        retained_tokens: truncation.retained_tokens,
-        unused_budget: job.budget - truncation.retained_tokens,
-        truncated: truncation.truncated,
+        generated_tokens: measured.generated_tokens,
+        retained_tokens: measured.retained_tokens,
+        unused_budget: job.budget - measured.retained_tokens,
+        truncated: measured.truncated,
         memory_tokens,
         padding_tokens: 0,
-        utf8_split: truncation.utf8_split,
+        utf8_split: measured.utf8_split,
         truncation: run.truncation,
         budget_violation: memory_tokens > job.budget,
         memory_sha256: memory_sha256.clone(),
         key: job.key.clone(),
         cache_key: job.cache_key.clone(),
         cached: origin != Origin::Called,
-        memory: truncation.memory,
+        memory: measured.memory.clone(),
     });
 
     let mut questions = JoinSet::new();
@@ -386,7 +396,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
 struct QuestionOutcome {
     row: ResultRow,
     failure: Option<FailureRow>,
-    calls: Vec<(Role, String, Value)>,
+    calls: Vec<(Role, String, Usage)>,
     jobs: usize,
 }
 
@@ -441,7 +451,7 @@ async fn run_question(
                 Some(origin),
                 None,
             );
-            outcome.calls.push((Role::Reader, read_key, response.clone()));
+            outcome.calls.push((Role::Reader, read_key, Usage::of(&response)));
             response
                 .get("answer")
                 .and_then(Value::as_str)
@@ -509,7 +519,7 @@ async fn run_question(
             );
             outcome.row.correct = response.get("correct").and_then(Value::as_bool);
             outcome.row.score = response.get("score").and_then(Value::as_f64);
-            outcome.calls.push((Role::Judge, judge_key, response));
+            outcome.calls.push((Role::Judge, judge_key, Usage::of(&response)));
         }
         Err(failure) => {
             progress.failed.fetch_add(1, Ordering::Relaxed);
@@ -569,6 +579,15 @@ async fn obtain(
             }
         })
         .await;
+    if origin == Origin::Called {
+        // Later identical calls find the cache; only calls in flight need the slot.
+        shared
+            .calls
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(role, key.to_owned()));
+    }
     let result: Result<Value, Failure> = match (result, origin) {
         (Ok((response, from_cache)), Origin::Called) => {
             if *from_cache {
@@ -658,24 +677,156 @@ fn result_row(
     }
 }
 
+/// A memory and the counts the ledger records about it.
+#[derive(Debug, Clone)]
+struct Measured {
+    memory: Arc<str>,
+    memory_sha256: String,
+    generated_tokens: usize,
+    retained_tokens: usize,
+    truncated: bool,
+    utf8_split: bool,
+    memory_tokens: usize,
+}
+
+impl Measured {
+    /// `L = 0`: nothing generated, nothing kept.
+    fn empty() -> Measured {
+        Measured {
+            memory: Arc::from(""),
+            memory_sha256: sha256(""),
+            generated_tokens: 0,
+            retained_tokens: 0,
+            truncated: false,
+            utf8_split: false,
+            memory_tokens: 0,
+        }
+    }
+
+    fn to_json(&self, usage: &Usage) -> Value {
+        json!({
+            "memory": &*self.memory,
+            "generated_tokens": self.generated_tokens,
+            "retained_tokens": self.retained_tokens,
+            "truncated": self.truncated,
+            "utf8_split": self.utf8_split,
+            "memory_tokens": self.memory_tokens,
+            "usage": usage,
+        })
+    }
+
+    fn from_json(entry: &Value) -> Option<(Measured, Usage)> {
+        let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
+        let memory = entry.get("memory")?.as_str()?;
+        let measured = Measured {
+            memory_sha256: sha256(memory),
+            memory: Arc::from(memory),
+            generated_tokens: count("generated_tokens")?,
+            retained_tokens: count("retained_tokens")?,
+            truncated: entry.get("truncated")?.as_bool()?,
+            utf8_split: entry.get("utf8_split")?.as_bool()?,
+            memory_tokens: count("memory_tokens")?,
+        };
+        let mut usage = Usage::default();
+        usage.add(entry);
+        Some((measured, usage))
+    }
+}
+
+/// Makes a memory: from the cache of truncated memories, or by obtaining the generation
+/// (cache or call) and cutting it to its budget, which is then stored for next time.
+async fn make_memory<'a>(
+    shared: &Shared,
+    callback: &'a Callback,
+    job: &MemoryJob,
+    skeleton: Value,
+) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
+    let run = &shared.run;
+    let memory_key = crate::cache::key(&json!({
+        "kind": "memory",
+        "compressor_key": job.cache_key,
+        "tokenizer": run.plan.tokenizer_identity,
+        "budget": job.budget,
+        "truncation": run.truncation,
+    }));
+    if let Some((measured, usage)) = run
+        .cache
+        .get("memory", &memory_key)
+        .as_ref()
+        .and_then(Measured::from_json)
+    {
+        shared.calls.count(Role::Compressor, |c| c.cached += 1);
+        return Ok((Arc::new(measured), Origin::Cache, usage));
+    }
+    let source = &run.dataset.sources[job.source];
+    let mut request = skeleton;
+    if let Value::Object(fields) = &mut request {
+        fields.insert("context".into(), Value::String(source.text.clone()));
+    }
+    let description = json!({"job": "compress", "cache_key": job.cache_key});
+    let (response, origin) = obtain(shared, callback, &job.cache_key, &description, &request)
+        .await
+        .map_err(|failure| (failure, callback.name.as_str()))?;
+    let mut usage = Usage::default();
+    usage.add(&response);
+    let measured = measure(shared, &response, job.budget)
+        .await
+        .map_err(|failure| (failure, "tokenizer"))?;
+    let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
+    if let Err(error) = run
+        .cache
+        .put("memory", &memory_key, &description, &measured.to_json(&usage))
+    {
+        tracing::error!(key = memory_key, %error, "could not write the cache entry");
+    }
+    Ok((measured, origin, usage))
+}
+
 /// Cuts a generation to its budget and counts the memory again, off the async workers
-/// (tokenizing is CPU work, and an external tokenizer blocks).
-async fn measure(run: &Run, response: &Value, budget: usize) -> Result<(Truncation, usize), Failure> {
-    let tokenizer = run.tokenizer.clone();
-    let mode = run.truncation;
+/// (tokenizing is CPU work, and an external tokenizer blocks); identical generations of a
+/// run are measured once.
+async fn measure(shared: &Shared, response: &Value, budget: usize) -> Result<Arc<Measured>, Failure> {
+    let run = &shared.run;
     let generation = response
         .get("memory")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
+    let memo_key = (sha256(&generation), budget);
+    if let Some(measured) = shared
+        .measured
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&memo_key)
+    {
+        return Ok(measured.clone());
+    }
+    let tokenizer = run.tokenizer.clone();
+    let mode = run.truncation;
     let measured = tokio::task::spawn_blocking(move || {
         let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
         let memory_tokens = tokenizer.count(&truncation.memory)?;
-        Ok::<_, crate::tokenizer::TokenizerError>((truncation, memory_tokens))
+        Ok::<_, crate::tokenizer::TokenizerError>(Measured {
+            memory_sha256: sha256(&truncation.memory),
+            memory: Arc::from(truncation.memory),
+            generated_tokens: truncation.generated_tokens,
+            retained_tokens: truncation.retained_tokens,
+            truncated: truncation.truncated,
+            utf8_split: truncation.utf8_split,
+            memory_tokens,
+        })
     })
     .await;
     let error = match measured {
-        Ok(Ok(measured)) => return Ok(measured),
+        Ok(Ok(measured)) => {
+            let measured = Arc::new(measured);
+            shared
+                .measured
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(memo_key, measured.clone());
+            return Ok(measured);
+        }
         Ok(Err(error)) => error.to_string(),
         Err(error) => format!("tokenizer task failed: {error}"),
     };

@@ -40,8 +40,8 @@ pub struct LedgerRow {
     pub cache_key: String,
     /// Served without calling the compressor in this run.
     pub cached: bool,
-    /// The memory the reader received.
-    pub memory: String,
+    /// The memory the reader received (shared by rows with the same memory).
+    pub memory: std::sync::Arc<str>,
 }
 
 /// One question answered from one memory, and its verdict.

@@ -274,36 +274,44 @@ impl Plan {
         self.memories.iter().map(|m| m.questions.len()).sum()
     }
 
-    /// `plan.json`: the schema, the size per stage, and every job with its key, stage and
-    /// dependencies.
-    pub fn to_json(&self, dataset: &Dataset) -> Value {
-        let mut jobs = Vec::with_capacity(self.memories.len() + 2 * self.question_jobs());
+    /// Writes `plan.json`: the schema, the size per stage, and every job with its key, stage
+    /// and dependencies, one job per line (streamed: a paper-scale plan has ~10^6 jobs).
+    pub fn write_json(&self, dataset: &Dataset, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let questions = self.question_jobs();
+        let stages = json!({"compress": self.memories.len(), "read": questions, "judge": questions});
+        write!(
+            out,
+            "{{\"schema\": \"{SCHEMA}\", \"stages\": {stages}, \"jobs\": ["
+        )?;
+        let mut first = true;
+        let mut job = |out: &mut dyn std::io::Write, value: Value| -> std::io::Result<()> {
+            let separator = if std::mem::take(&mut first) { "\n" } else { ",\n" };
+            write!(out, "{separator}{value}")
+        };
         for memory in &self.memories {
-            let mut job = serde_json::to_value(memory).unwrap_or(Value::Null);
-            if let Value::Object(fields) = &mut job {
+            let mut value = serde_json::to_value(memory).unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut value {
                 fields.insert("stage".into(), json!("compress"));
                 fields.insert("deps".into(), json!([]));
             }
-            jobs.push(job);
+            job(out, value)?;
             let source = &dataset.sources[memory.source];
             for question in &memory.questions {
                 let goal = &source.goals[question.goal];
                 let ids = (&goal.id, &goal.questions[question.question].id);
-                jobs.push(
+                job(
+                    out,
                     json!({"key": question.read_key, "stage": "read", "deps": [memory.key],
                     "goal_id": ids.0, "question_id": ids.1}),
-                );
-                jobs.push(
+                )?;
+                job(
+                    out,
                     json!({"key": question.judge_key, "stage": "judge", "deps": [question.read_key],
                     "goal_id": ids.0, "question_id": ids.1}),
-                );
+                )?;
             }
         }
-        json!({
-            "schema": SCHEMA,
-            "stages": {"compress": self.memories.len(), "read": self.question_jobs(), "judge": self.question_jobs()},
-            "jobs": jobs,
-        })
+        writeln!(out, "\n]}}")
     }
 }
 

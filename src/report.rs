@@ -262,8 +262,8 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
             },
         );
         let mut sum = Usage::default();
-        for response in distinct.into_iter().flat_map(|c| c.values()) {
-            sum.add(response);
+        for usage in distinct.into_iter().flat_map(|c| c.values()) {
+            sum.plus(usage);
         }
         usage.insert(role, sum);
     }
@@ -380,23 +380,61 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
 }
 
 /// Ledger rows whose counts disagree with an independent recount: the source re-encoded for
-/// `N`, the budget recomputed, the memory re-encoded and hashed.
+/// `N`, the budget recomputed, the memory re-encoded and hashed. Each distinct text is
+/// recounted once, on every core.
 pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
-    let mut source_tokens: HashMap<&str, Option<usize>> = HashMap::new();
-    for source in &dataset.sources {
-        source_tokens.insert(&source.id, tokenizer.encode(&source.text).ok().map(|t| t.len()));
-    }
+    let texts: Vec<&str> = {
+        let mut seen = std::collections::HashSet::new();
+        dataset
+            .sources
+            .iter()
+            .map(|s| s.text.as_str())
+            .chain(ledger.iter().map(|r| &*r.memory))
+            .filter(|text| seen.insert(*text))
+            .collect()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = texts.len().div_ceil(threads).max(1);
+    let counted: HashMap<&str, (Option<usize>, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = texts
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|text| {
+                            (
+                                *text,
+                                (tokenizer.encode(text).ok().map(|t| t.len()), sha256(text)),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let source_tokens: HashMap<&str, Option<usize>> = dataset
+        .sources
+        .iter()
+        .map(|s| (s.id.as_str(), counted.get(s.text.as_str()).and_then(|c| c.0)))
+        .collect();
     ledger
         .iter()
         .filter(|row| {
             let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
-            let memory_tokens = tokenizer.encode(&row.memory).ok().map(|t| t.len());
+            let (memory_tokens, memory_sha256) = match counted.get(&*row.memory) {
+                Some((tokens, sha)) => (*tokens, sha.as_str()),
+                None => (None, ""),
+            };
             n != Some(row.source_tokens)
                 || row.budget != row.ratio.budget(row.source_tokens)
                 || row.retained_tokens > row.budget
                 || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
                 || Some(row.memory_tokens) != memory_tokens
-                || row.memory_sha256 != sha256(&row.memory)
+                || row.memory_sha256 != memory_sha256
                 || row.padding_tokens != 0
         })
         .count()

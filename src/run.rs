@@ -323,10 +323,9 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         resolved_manifest(&prepared).as_bytes(),
     )?;
     write_json_lines(&folder.join("dataset.jsonl"), &prepared.dataset.sources)?;
-    write(
-        &folder.join("plan.json"),
-        pretty(&prepared.plan.to_json(&prepared.dataset)).as_bytes(),
-    )?;
+    write_with(&folder.join("plan.json"), |out| {
+        prepared.plan.write_json(&prepared.dataset, out)
+    })?;
 
     let progress = Arc::new(Progress::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -608,13 +607,29 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .map_err(io(path))
 }
 
+/// Writes a file whole, streamed through a buffer: a temporary file renamed into place.
+fn write_with(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<(), Error> {
+    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
+    (|| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&temp)?);
+        body(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?;
+        std::fs::rename(&temp, path)
+    })()
+    .map_err(io(path))
+}
+
 fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
-    let mut text = String::new();
-    for row in rows {
-        text.push_str(&serde_json::to_string(row).unwrap_or_default());
-        text.push('\n');
-    }
-    write(path, text.as_bytes())
+    write_with(path, |out| {
+        for row in rows {
+            serde_json::to_writer(&mut *out, row)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
 }
 
 pub fn pretty(value: &Value) -> String {
