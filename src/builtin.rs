@@ -117,6 +117,27 @@ const BUILTINS: &[Builtin] = &[
         summary: "SQuAD token F1 of answer and reference at least `threshold` (param, default 0.5); the F1 is the score",
         respond: token_f1,
     },
+    Builtin {
+        name: "bench-window",
+        role: Role::Compressor,
+        revision: "1",
+        summary: "for gacc bench: about L tokens (4 bytes each) of the context, from an offset set by params.offset",
+        respond: bench_window,
+    },
+    Builtin {
+        name: "bench-reader",
+        role: Role::Reader,
+        revision: "1",
+        summary: "for gacc bench: an answer that differs per memory and question",
+        respond: bench_reader,
+    },
+    Builtin {
+        name: "bench-judge",
+        role: Role::Judge,
+        revision: "1",
+        summary: "for gacc bench: a verdict that differs per answer",
+        respond: bench_judge,
+    },
 ];
 
 /// The built-in callbacks that can play `role`.
@@ -436,6 +457,44 @@ fn exact(request: &Value) -> Result<Value, String> {
     let answer = field(request, "answer")?;
     let reference = field(request, "reference")?;
     Ok(json!({"correct": answer.trim() == reference.trim()}))
+}
+
+/// About `L` tokens of the context (at roughly four bytes a token), starting `params.offset`
+/// eighths of the way in: a compressor that costs nothing to run.
+fn bench_window(request: &Value) -> Result<Value, String> {
+    let context = field(request, "context")?;
+    let budget = budget_of(request)?;
+    let offset = request
+        .pointer("/params/offset")
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as usize;
+    let start = (context.len() * (offset % 8) / 8).min(context.len());
+    let start = (start..=context.len())
+        .find(|i| context.is_char_boundary(*i))
+        .unwrap_or(context.len());
+    let mut end = (start + budget * 4).min(context.len());
+    while !context.is_char_boundary(end) {
+        end -= 1;
+    }
+    Ok(json!({"memory": &context[start..end]}))
+}
+
+fn bench_reader(request: &Value) -> Result<Value, String> {
+    let digest = crate::hash::sha256(format!(
+        "{}\n{}",
+        field(request, "memory")?,
+        field(request, "question")?
+    ));
+    Ok(json!({"answer": &digest[..12]}))
+}
+
+fn bench_judge(request: &Value) -> Result<Value, String> {
+    let digest = crate::hash::sha256(format!(
+        "{}\n{}",
+        field(request, "answer")?,
+        field(request, "reference")?
+    ));
+    Ok(json!({"correct": digest.as_bytes()[0] % 2 == 0}))
 }
 
 /// SQuAD's answer normalisation: lowercase, drop ASCII punctuation, drop the articles

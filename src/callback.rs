@@ -116,15 +116,16 @@ struct Attempt {
 
 impl Callback {
     /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
-    /// of both this callback's and the run's concurrency for each attempt.
-    pub async fn call(&self, request: &Value, run_limit: &Semaphore) -> Result<Answer, Failure> {
-        let bytes = request.to_string();
+    /// of both this callback's and the run's concurrency for each attempt. The request is
+    /// written out only once a slot is free, so waiting calls hold no payload.
+    pub async fn call(&self, request: impl Fn() -> Value, run_limit: &Semaphore) -> Result<Answer, Failure> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let outcome = {
                 let _mine = self.limit.acquire().await;
                 let _run = run_limit.acquire().await;
+                let bytes = request().to_string();
                 let started = Instant::now();
                 let outcome = match self.mode {
                     Mode::Oneshot => self.attempt(bytes.as_bytes()).await,
@@ -225,7 +226,8 @@ impl Callback {
             let _ = stdin.write_all(&request).await;
             let _ = stdin.shutdown().await;
         });
-        let stdout = tokio::spawn(read_limited(stdout, MAX_RESPONSE_BYTES, group));
+        let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = tokio::spawn(read_limited(stdout, MAX_RESPONSE_BYTES, group, received.clone()));
         let stderr = tokio::spawn(read_tail(stderr, STDERR_TAIL_BYTES));
 
         let status = tokio::time::timeout(self.timeout, child.wait()).await;
@@ -240,8 +242,13 @@ impl Callback {
                 None
             }
         };
-        let output = tokio::time::timeout(PIPE_GRACE, stdout).await;
-        let stderr_tail = match tokio::time::timeout(PIPE_GRACE, stderr).await {
+        // A grandchild that left the group may hold the pipes open: wait for both a little,
+        // together, then take what arrived.
+        let (output, stderr_tail) = tokio::join!(
+            tokio::time::timeout(PIPE_GRACE, stdout),
+            tokio::time::timeout(PIPE_GRACE, stderr)
+        );
+        let stderr_tail = match stderr_tail {
             Ok(Ok(tail)) => tail,
             _ => String::new(),
         };
@@ -249,8 +256,10 @@ impl Callback {
             None => Err(FailureKind::Timeout(self.timeout)),
             Some(status) => {
                 let output = match output {
-                    Ok(Ok(output)) => output,
-                    _ => Output::Complete(Vec::new()),
+                    Ok(Ok(true)) => Output::TooLarge,
+                    _ => Output::Complete(std::mem::take(
+                        &mut *received.lock().unwrap_or_else(|e| e.into_inner()),
+                    )),
                 };
                 classify(self.role, status, output)
             }
@@ -262,19 +271,41 @@ impl Callback {
 impl Callback {
     /// One request to a persistent worker: a line out, a line back, within the timeout.
     async fn persistent_attempt(&self, request: &[u8]) -> Attempt {
-        let idle = self.workers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut worker = match idle {
-            Some(worker) => worker,
-            None => match Worker::start(self) {
-                Ok(worker) => worker,
-                Err(kind) => {
-                    return Attempt {
-                        result: Err(kind),
-                        stderr_tail: String::new(),
-                    };
-                }
-            },
-        };
+        loop {
+            let (worker, reused) = match self.idle_worker() {
+                Some(worker) => (worker, true),
+                None => match Worker::start(self) {
+                    Ok(worker) => (worker, false),
+                    Err(kind) => {
+                        return Attempt {
+                            result: Err(kind),
+                            stderr_tail: String::new(),
+                        };
+                    }
+                },
+            };
+            let attempt = self.exchange(worker, request).await;
+            // An idle worker that died since its last answer is replaced without using up an
+            // attempt: only a fresh worker's death counts against the request.
+            if reused && matches!(attempt.result, Err(FailureKind::WorkerDied(_))) {
+                continue;
+            }
+            return attempt;
+        }
+    }
+
+    /// An idle worker that is still running, if there is one; exited ones are dropped.
+    fn idle_worker(&self) -> Option<Worker> {
+        let mut idle = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(mut worker) = idle.pop() {
+            if matches!(worker.child.try_wait(), Ok(None)) {
+                return Some(worker);
+            }
+        }
+        None
+    }
+
+    async fn exchange(&self, mut worker: Worker, request: &[u8]) -> Attempt {
         let exchange = async {
             let mut line = request.to_vec();
             line.push(b'\n');
@@ -458,18 +489,26 @@ enum Output {
     TooLarge,
 }
 
-async fn read_limited(mut pipe: impl AsyncRead + Unpin, limit: usize, group: Option<i32>) -> Output {
-    let mut out = Vec::new();
+/// Reads a pipe into `into` until it closes; true when it grew past `limit` (the process
+/// group is then killed, so a flood stops at once).
+async fn read_limited(
+    mut pipe: impl AsyncRead + Unpin,
+    limit: usize,
+    group: Option<i32>,
+    into: Arc<std::sync::Mutex<Vec<u8>>>,
+) -> bool {
     let mut buffer = vec![0u8; 64 << 10];
     loop {
         match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => return Output::Complete(out),
+            Ok(0) | Err(_) => return false,
             Ok(n) => {
-                if out.len() + n > limit {
+                let mut received = into.lock().unwrap_or_else(|e| e.into_inner());
+                if received.len() + n > limit {
                     kill_group(group);
-                    return Output::TooLarge;
+                    received.clear();
+                    return true;
                 }
-                out.extend_from_slice(&buffer[..n]);
+                received.extend_from_slice(&buffer[..n]);
             }
         }
     }

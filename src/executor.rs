@@ -428,16 +428,18 @@ async fn run_question(
         &sha256(&question.question),
         job.seed,
     );
-    let request = json!({
-        "protocol": PROTOCOL,
-        "role": "reader",
-        "memory": memory,
-        "question": question.question,
-        "seed": job.seed,
-        "params": reader.params,
-    });
+    let request = || {
+        json!({
+            "protocol": PROTOCOL,
+            "role": "reader",
+            "memory": memory,
+            "question": question.question,
+            "seed": job.seed,
+            "params": reader.params,
+        })
+    };
     let description = json!({"job": "read", "cache_key": read_key});
-    let read = obtain(shared, reader, &read_key, &description, &request).await;
+    let read = obtain(shared, reader, &read_key, &description, request).await;
     let progress = run.progress.stage(Role::Reader);
     let answer = match read {
         Ok((response, origin)) => {
@@ -492,18 +494,20 @@ async fn run_question(
         answer: &answer,
     };
     let judge_key = plan::judge_key(&run.plan.judge_identity, &inputs, job.seed);
-    let request = json!({
-        "protocol": PROTOCOL,
-        "role": "judge",
-        "source": source.text,
-        "question": question.question,
-        "reference": question.reference,
-        "answer": answer,
-        "seed": job.seed,
-        "params": judge.params,
-    });
+    let request = || {
+        json!({
+            "protocol": PROTOCOL,
+            "role": "judge",
+            "source": source.text,
+            "question": question.question,
+            "reference": question.reference,
+            "answer": answer,
+            "seed": job.seed,
+            "params": judge.params,
+        })
+    };
     let description = json!({"job": "judge", "cache_key": judge_key});
-    let judged = obtain(shared, judge, &judge_key, &description, &request).await;
+    let judged = obtain(shared, judge, &judge_key, &description, request).await;
     let progress = run.progress.stage(Role::Judge);
     match judged {
         Ok((response, origin)) => {
@@ -559,7 +563,7 @@ async fn obtain(
     callback: &Callback,
     key: &str,
     description: &Value,
-    request: &Value,
+    request: impl Fn() -> Value,
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
     let slot = shared.calls.slot(role, key);
@@ -759,12 +763,15 @@ async fn make_memory<'a>(
         return Ok((Arc::new(measured), Origin::Cache, usage));
     }
     let source = &run.dataset.sources[job.source];
-    let mut request = skeleton;
-    if let Value::Object(fields) = &mut request {
-        fields.insert("context".into(), Value::String(source.text.clone()));
-    }
+    let request = || {
+        let mut request = skeleton.clone();
+        if let Value::Object(fields) = &mut request {
+            fields.insert("context".into(), Value::String(source.text.clone()));
+        }
+        request
+    };
     let description = json!({"job": "compress", "cache_key": job.cache_key});
-    let (response, origin) = obtain(shared, callback, &job.cache_key, &description, &request)
+    let (response, origin) = obtain(shared, callback, &job.cache_key, &description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
     let mut usage = Usage::default();

@@ -2,6 +2,7 @@
 //! manifests. The stages follow the contract in SPEC.md:
 //! manifest → dataset → plan → executor → cache and ledger → report.
 
+pub mod bench;
 pub mod budget;
 pub mod builtin;
 pub mod cache;

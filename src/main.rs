@@ -67,6 +67,30 @@ enum Command {
     },
     /// Run a built-in callback over the protocol on stdin/stdout.
     Callback { name: String },
+    /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
+    Bench {
+        /// Where the synthetic experiment, its cache and runs go (replaced).
+        #[arg(long, default_value = "target/gacc-bench")]
+        folder: PathBuf,
+        /// Sources (281 in the paper's design).
+        #[arg(long, default_value_t = 281)]
+        sources: usize,
+        #[arg(long, default_value_t = 500)]
+        goals: usize,
+        #[arg(long, default_value_t = 2571)]
+        questions: usize,
+        #[arg(long, default_value_t = 10)]
+        compressors: usize,
+        /// Tokens per source.
+        #[arg(long, default_value_t = 8000)]
+        tokens: usize,
+        /// Calls in flight.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Spawns for the oneshot-overhead comparison.
+        #[arg(long, default_value_t = 2000)]
+        spawns: usize,
+    },
     /// Look at a cache.
     Cache {
         #[command(subcommand)]
@@ -197,6 +221,34 @@ fn main() -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }),
+        Command::Bench {
+            folder,
+            sources,
+            goals,
+            questions,
+            compressors,
+            tokens,
+            concurrency,
+            spawns,
+        } => {
+            let shape = gacc::bench::Shape {
+                sources,
+                goals,
+                questions,
+                compressors,
+                source_tokens: tokens,
+                concurrency,
+                ..Default::default()
+            };
+            gacc::bench::bench(&folder, &shape, spawns).map(|measurements| {
+                for m in &measurements {
+                    println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
+                }
+                let json = serde_json::to_string_pretty(&measurements).unwrap_or_default();
+                let _ = std::fs::write(folder.join("bench.json"), json + "\n");
+                ExitCode::SUCCESS
+            })
+        }
         Command::Callback { .. } => Ok(ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| match &error {

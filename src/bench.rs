@@ -1,0 +1,401 @@
+//! `gacc bench`: a paper-scale synthetic experiment with trivial callbacks, and the costs of
+//! calling a callback at all. Timings are reported, never asserted: compare ratios within one
+//! session, not seconds across machines.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::builtin::Role;
+use crate::callback::Callback;
+use crate::manifest::Mode;
+use crate::plan::SplitMix64;
+use crate::run::{self, Error, RunOptions};
+use crate::tokenizer::{Cl100k, Tokenizer};
+
+/// The shape of the synthetic experiment (the paper's design by default).
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub sources: usize,
+    pub goals: usize,
+    pub questions: usize,
+    pub compressors: usize,
+    pub ratios: Vec<String>,
+    pub source_tokens: usize,
+    pub concurrency: usize,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            sources: 281,
+            goals: 500,
+            questions: 2571,
+            compressors: 10,
+            ratios: ["0.1", "0.2", "0.3", "0.4", "0.5"].map(String::from).to_vec(),
+            source_tokens: 8000,
+            concurrency: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub name: String,
+    pub seconds: f64,
+    pub detail: Value,
+}
+
+/// Runs every benchmark and returns the measurements; writes its experiment under `folder`.
+pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurement>, Error> {
+    let mut out = Vec::new();
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error: std::io::Error| Error::Io {
+            path,
+            message: error.to_string(),
+        }
+    };
+    let _ = std::fs::remove_dir_all(folder);
+    std::fs::create_dir_all(folder).map_err(io(folder))?;
+    let started = Instant::now();
+    let manifest = generate(folder, shape).map_err(io(folder))?;
+    out.push(measure(
+        "generate the synthetic dataset",
+        started,
+        json!({"manifest": manifest}),
+    ));
+
+    let started = Instant::now();
+    let prepared = run::prepare(&manifest, &[])?;
+    let stages = json!({"compress": prepared.plan.memories.len(), "read": prepared.plan.question_jobs(),
+        "judge": prepared.plan.question_jobs()});
+    drop(prepared);
+    out.push(measure(
+        "plan (load, tokenize sources, expand the job graph)",
+        started,
+        stages,
+    ));
+
+    let options = RunOptions {
+        manifest: manifest.clone(),
+        out: Some(folder.join("runs")),
+        quiet: true,
+        ..RunOptions::default()
+    };
+    for name in ["full run, persistent callbacks", "cached re-run"] {
+        let started = Instant::now();
+        let finished = run::run(&options)?;
+        let record: Value = std::fs::read_to_string(finished.folder.join("run.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        out.push(measure(
+            name,
+            started,
+            json!({"calls": record["calls"], "failures": finished.failures}),
+        ));
+    }
+    out.push(Measurement {
+        name: "peak memory of this process (VmHWM)".into(),
+        seconds: 0.0,
+        detail: json!({"mib": peak_memory_kib() / 1024}),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(io(folder))?;
+    let concurrency = shape.concurrency;
+    let bare = runtime.block_on(spawn_true(spawns, concurrency));
+    let oneshot = runtime.block_on(call_many(
+        echo_callback(concurrency, Mode::Oneshot),
+        spawns,
+        concurrency,
+    ));
+    out.push(Measurement {
+        name: format!("bare spawn of /bin/true, {spawns} at concurrency {concurrency}"),
+        seconds: bare.as_secs_f64(),
+        detail: json!({"per_second": spawns as f64 / bare.as_secs_f64()}),
+    });
+    out.push(Measurement {
+        name: format!("oneshot callback calls, {spawns} at concurrency {concurrency}"),
+        seconds: oneshot.as_secs_f64(),
+        detail: json!({"per_second": spawns as f64 / oneshot.as_secs_f64(),
+            "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64()}),
+    });
+    let persistent = runtime.block_on(call_many(echo_worker(concurrency), spawns * 5, concurrency));
+    out.push(Measurement {
+        name: format!(
+            "persistent callback round trips, {} at concurrency {concurrency}",
+            spawns * 5
+        ),
+        seconds: persistent.as_secs_f64(),
+        detail: json!({"per_second": (spawns * 5) as f64 / persistent.as_secs_f64()}),
+    });
+    let sleepers = 400;
+    let sleeping = runtime.block_on(call_many(sleep_callback(16), sleepers, 16));
+    out.push(Measurement {
+        name: format!("{sleepers} oneshot callbacks that sleep 200 ms, concurrency 16"),
+        seconds: sleeping.as_secs_f64(),
+        detail: json!({"per_second": sleepers as f64 / sleeping.as_secs_f64(), "ideal_per_second": 80.0}),
+    });
+    out.extend(where_time_goes(folder));
+    Ok(out)
+}
+
+fn measure(name: &str, started: Instant, detail: Value) -> Measurement {
+    Measurement {
+        name: name.to_owned(),
+        seconds: started.elapsed().as_secs_f64(),
+        detail,
+    }
+}
+
+fn peak_memory_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A pronounceable pseudo-word vocabulary, so text tokenizes like prose.
+fn vocabulary(rng: &mut SplitMix64) -> Vec<String> {
+    const SYLLABLES: &[&str] = &[
+        "ka", "lo", "mi", "ter", "san", "vo", "ri", "den", "pa", "shu", "mor", "el", "tan", "qui", "bra",
+        "zo", "ne", "fal", "dri", "os",
+    ];
+    (0..3000)
+        .map(|_| {
+            (0..1 + rng.below(3))
+                .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
+                .collect()
+        })
+        .collect()
+}
+
+fn sentence(rng: &mut SplitMix64, words: &[String]) -> String {
+    let length = 8 + rng.below(14);
+    let mut text: Vec<&str> = (0..length)
+        .map(|_| words[rng.below(words.len())].as_str())
+        .collect();
+    let number = rng.below(10_000).to_string();
+    let position = rng.below(length);
+    text.insert(position, &number);
+    let mut sentence = text.join(" ");
+    if let Some(first) = sentence.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
+    sentence.push('.');
+    sentence
+}
+
+/// Writes `dataset.jsonl` and `bench.toml` for the synthetic experiment.
+fn generate(folder: &Path, shape: &Shape) -> std::io::Result<PathBuf> {
+    let tokenizer = Cl100k::new();
+    let mut rng = SplitMix64::new(2026);
+    let words = vocabulary(&mut rng);
+    let mut lines = Vec::with_capacity(shape.sources);
+    let mut goal_number = 0;
+    let mut question_number = 0;
+    for s in 0..shape.sources {
+        let mut text = String::new();
+        // Grow by sentences, checking the exact count now and then.
+        while tokenizer.count(&text).unwrap_or(0) < shape.source_tokens {
+            for _ in 0..40 {
+                text.push_str(&sentence(&mut rng, &words));
+                text.push(if rng.below(6) == 0 { '\n' } else { ' ' });
+            }
+        }
+        let goals_here = shape.goals / shape.sources + usize::from(s < shape.goals % shape.sources);
+        let mut goals = Vec::new();
+        for _ in 0..goals_here {
+            let questions_here =
+                shape.questions / shape.goals + usize::from(goal_number < shape.questions % shape.goals);
+            let questions: Vec<Value> = (0..questions_here)
+                .map(|_| {
+                    question_number += 1;
+                    let word = &words[rng.below(words.len())];
+                    json!({"id": format!("q{question_number}"), "question": format!("What became of the {word} in part {question_number}?"),
+                        "reference": format!("{} {}", words[rng.below(words.len())], rng.below(1000))})
+                })
+                .collect();
+            goal_number += 1;
+            goals.push(json!({"id": format!("g{goal_number}"),
+                "text": format!("Understand the {} and the {}", words[rng.below(words.len())], words[rng.below(words.len())]),
+                "questions": questions}));
+        }
+        lines.push(json!({"id": format!("s{}", s + 1), "text": text, "goals": goals}).to_string());
+    }
+    std::fs::write(folder.join("dataset.jsonl"), lines.join("\n") + "\n")?;
+    let mut manifest = format!(
+        "name = \"bench\"\nseeds = [1]\nratios = [{}]\nconditions = [\"own-goal\", \"no-goal\", \"cross-goal\"]\n\n[dataset]\npath = \"dataset.jsonl\"\n\n",
+        shape.ratios.join(", ")
+    );
+    for c in 0..shape.compressors {
+        manifest.push_str(&format!(
+            "[compressors.window-{c}]\nbuiltin = \"bench-window\"\nmode = \"persistent\"\nconcurrency = 2\nparams = {{ offset = {c} }}\n\n"
+        ));
+    }
+    manifest.push_str(&format!(
+        "[reader]\nbuiltin = \"bench-reader\"\nmode = \"persistent\"\n\n[judge]\nbuiltin = \"bench-judge\"\nmode = \"persistent\"\n\n[run]\nconcurrency = {}\ncache = \"cache\"\n",
+        shape.concurrency
+    ));
+    let path = folder.join("bench.toml");
+    std::fs::write(&path, manifest)?;
+    Ok(path)
+}
+
+fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
+    Callback {
+        name: "bench".into(),
+        role: Role::Reader,
+        argv,
+        cwd: PathBuf::from("/"),
+        env: Vec::new(),
+        timeout: Duration::from_secs(60),
+        retries: 0,
+        params: json!({}),
+        identity: json!({}),
+        limit: Arc::new(Semaphore::new(concurrency)),
+        mode,
+        workers: Default::default(),
+    }
+}
+
+fn echo_callback(concurrency: usize, mode: Mode) -> Callback {
+    callback(
+        vec!["/bin/echo".into(), "{\"answer\": \"x\"}".into()],
+        concurrency,
+        mode,
+    )
+}
+
+fn echo_worker(concurrency: usize) -> Callback {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "gacc".into());
+    callback(
+        vec![exe, "callback".into(), "bench-reader".into()],
+        concurrency,
+        Mode::Persistent,
+    )
+}
+
+fn sleep_callback(concurrency: usize) -> Callback {
+    callback(
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 0.2; echo '{\"answer\": \"x\"}'".into(),
+        ],
+        concurrency,
+        Mode::Oneshot,
+    )
+}
+
+async fn call_many(callback: Callback, calls: usize, concurrency: usize) -> Duration {
+    let callback = Arc::new(callback);
+    let limit = Arc::new(Semaphore::new(concurrency));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..calls {
+        let callback = callback.clone();
+        let limit = limit.clone();
+        tasks.spawn(async move {
+            let request = || json!({"protocol": "gacc/1", "role": "reader", "memory": "m", "question": format!("q{i}"), "seed": 0, "params": {}});
+            let _ = callback.call(request, &limit).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    started.elapsed()
+}
+
+async fn spawn_true(calls: usize, concurrency: usize) -> Duration {
+    let limit = Arc::new(Semaphore::new(concurrency));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let limit = limit.clone();
+        tasks.spawn(async move {
+            let _permit = limit.acquire().await;
+            let _ = tokio::process::Command::new("/bin/true").status().await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    started.elapsed()
+}
+
+/// Throughput of the parts a call is made of: tokenizing, JSON, cache writes and reads.
+fn where_time_goes(folder: &Path) -> Vec<Measurement> {
+    let mut out = Vec::new();
+    let text = std::fs::read_to_string(folder.join("dataset.jsonl"))
+        .ok()
+        .and_then(|t| t.lines().next().map(str::to_owned))
+        .and_then(|l| serde_json::from_str::<Value>(&l).ok())
+        .and_then(|v| v["text"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let tokenizer = Cl100k::new();
+    let rounds = 50;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        let _ = tokenizer.encode(&text);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    out.push(Measurement {
+        name: "tokenizing (cl100k_base encode)".into(),
+        seconds,
+        detail: json!({"mb_per_second": (text.len() * rounds) as f64 / seconds / 1e6}),
+    });
+    let request = json!({"protocol": "gacc/1", "role": "compressor", "context": text, "goal": "g", "token_budget": 800, "seed": 1, "params": {}});
+    let started = Instant::now();
+    let mut bytes = 0;
+    for _ in 0..rounds {
+        let encoded = request.to_string();
+        bytes += encoded.len();
+        let _: Value = serde_json::from_str(&encoded).unwrap_or(Value::Null);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    out.push(Measurement {
+        name: "JSON (serialise and parse a compressor request)".into(),
+        seconds,
+        detail: json!({"mb_per_second": bytes as f64 / seconds / 1e6}),
+    });
+    let cache_folder = folder.join("cache-bench");
+    if let Ok(cache) = crate::cache::Cache::open(&cache_folder) {
+        let entries = 20_000;
+        let response = json!({"answer": "x".repeat(200)});
+        let keys: Vec<String> = (0..entries).map(|i| crate::cache::key(&json!(i))).collect();
+        let started = Instant::now();
+        for key in &keys {
+            let _ = cache.put("reader", key, &json!({}), &response);
+        }
+        let put = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        for key in &keys {
+            let _ = cache.get("reader", key);
+        }
+        let get = started.elapsed().as_secs_f64();
+        out.push(Measurement {
+            name: format!("cache writes, {entries} entries of ~250 bytes"),
+            seconds: put,
+            detail: json!({"per_second": entries as f64 / put}),
+        });
+        out.push(Measurement {
+            name: format!("cache reads, {entries} entries"),
+            seconds: get,
+            detail: json!({"per_second": entries as f64 / get}),
+        });
+    }
+    let _ = std::fs::remove_dir_all(cache_folder);
+    out
+}
