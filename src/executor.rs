@@ -37,8 +37,8 @@ impl Callbacks {
 
 /// Everything a run shares between its tasks.
 pub struct Run {
-    pub plan: Plan,
-    pub dataset: Dataset,
+    pub plan: Arc<Plan>,
+    pub dataset: Arc<Dataset>,
     pub callbacks: Callbacks,
     pub cache: Cache,
     pub tokenizer: Arc<dyn Tokenizer>,
@@ -138,6 +138,10 @@ impl Progress {
 }
 
 /// A call's response and whether it came from the cache, or its failure.
+/// Memory jobs in flight per slot of run concurrency (each with all its questions).
+const JOBS_IN_FLIGHT_PER_SLOT: usize = 16;
+const MIN_JOBS_IN_FLIGHT: usize = 64;
+
 type Slot = Arc<OnceCell<Result<(Value, bool), Failure>>>;
 
 /// Identical calls in flight share one slot, so each is made once.
@@ -166,6 +170,20 @@ struct Shared {
     run_limit: Semaphore,
     /// Memories already measured in this run, by (SHA-256 of the generation, budget).
     measured: Mutex<HashMap<(String, usize), Arc<Measured>>>,
+    /// One copy of each memory text, by its SHA-256, however many rows and tasks hold it.
+    memories: Mutex<HashMap<String, Arc<str>>>,
+    /// Tokenizing runs on at most this many threads at once (it is CPU work).
+    tokenizing: Semaphore,
+}
+
+impl Shared {
+    fn intern(&self, sha256: &str, text: &str) -> Arc<str> {
+        let mut memories = self.memories.lock().unwrap_or_else(|e| e.into_inner());
+        memories
+            .entry(sha256.to_owned())
+            .or_insert_with(|| Arc::from(text))
+            .clone()
+    }
 }
 
 /// The result of one memory job and its questions.
@@ -199,18 +217,27 @@ pub async fn execute(run: Run) -> Outcome {
         run,
         calls: Calls::default(),
         measured: Mutex::default(),
+        memories: Mutex::default(),
+        tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
+    // A window of memory jobs in flight, each with its questions: enough to keep every
+    // callback busy, few enough that a million-job plan never lives in memory at once.
+    let window = (JOBS_IN_FLIGHT_PER_SLOT * shared.run.concurrency).max(MIN_JOBS_IN_FLIGHT);
+    let total = shared.run.plan.memories.len();
     let mut tasks = JoinSet::new();
-    for index in 0..shared.run.plan.memories.len() {
-        let shared = shared.clone();
-        tasks.spawn(async move { (index, run_memory(&shared, index).await) });
-    }
-    let mut outcomes: Vec<Option<MemoryOutcome>> =
-        (0..shared.run.plan.memories.len()).map(|_| None).collect();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((index, outcome)) => outcomes[index] = Some(outcome),
-            Err(error) => tracing::error!(%error, "a job task stopped unexpectedly"),
+    let mut next = 0;
+    let mut outcomes: Vec<Option<MemoryOutcome>> = (0..total).map(|_| None).collect();
+    loop {
+        while next < total && tasks.len() < window {
+            let shared = shared.clone();
+            let index = next;
+            tasks.spawn(async move { (index, run_memory(&shared, index).await) });
+            next += 1;
+        }
+        match tasks.join_next().await {
+            None => break,
+            Some(Ok((index, outcome))) => outcomes[index] = Some(outcome),
+            Some(Err(error)) => tracing::error!(%error, "a job task stopped unexpectedly"),
         }
     }
     let mut outcome = Outcome {
@@ -260,15 +287,7 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         "seed": job.seed,
         "params": callback.params,
     });
-    let protected: Vec<&str> = job
-        .questions
-        .iter()
-        .flat_map(|q| {
-            let question = &source.goals[q.goal].questions[q.question];
-            [question.question.as_str(), question.reference.as_str()]
-        })
-        .collect();
-    let exposure_violation = exposes(&skeleton, &source.text, &protected);
+    let exposure_violation = exposes(&skeleton, &run.plan.held_out[job.source]);
     if exposure_violation {
         tracing::error!(job = %job.key, "compressor request carries held-out text");
     }
@@ -488,7 +507,7 @@ async fn run_question(
     outcome.jobs = 2;
     let started = Instant::now();
     let inputs = JudgeInputs {
-        source: &source.text,
+        source_sha256: &run.plan.source_sha256[job.source],
         question: &question.question,
         reference: &question.reference,
         answer: &answer,
@@ -566,6 +585,11 @@ async fn obtain(
     request: impl Fn() -> Value,
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
+    // The common case at scale: answered by the cache, with no bookkeeping.
+    if let Some(response) = shared.run.cache.get(role.as_str(), key) {
+        shared.calls.count(role, |c| c.cached += 1);
+        return Ok((response, Origin::Cache));
+    }
     let slot = shared.calls.slot(role, key);
     let mut origin = Origin::Shared;
     let result = slot
@@ -618,9 +642,10 @@ async fn obtain(
     result.map(|response| (response, origin))
 }
 
-/// True when a compressor request carries a field outside SPEC §3, or held-out text
-/// (a question or reference) that the source itself does not contain.
-pub fn exposes(request: &Value, source: &str, protected: &[&str]) -> bool {
+/// True when a compressor request (all but its `context`, which is the source itself by
+/// construction) carries a field outside SPEC §3, or held-out text of its source's goals
+/// (a question or reference that the source itself does not contain).
+pub fn exposes(request: &Value, held_out: &[String]) -> bool {
     const ALLOWED: &[&str] = &[
         "protocol",
         "role",
@@ -638,10 +663,9 @@ pub fn exposes(request: &Value, source: &str, protected: &[&str]) -> bool {
     }
     let mut visible = Vec::new();
     collect_strings(request, &mut visible);
-    protected
+    held_out
         .iter()
-        .filter(|text| !text.is_empty() && !source.contains(*text))
-        .any(|text| visible.iter().any(|v| v.contains(text)))
+        .any(|text| visible.iter().any(|v| v.contains(text.as_str())))
 }
 
 fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
@@ -710,6 +734,7 @@ impl Measured {
     fn to_json(&self, usage: &Usage) -> Value {
         json!({
             "memory": &*self.memory,
+            "memory_sha256": self.memory_sha256,
             "generated_tokens": self.generated_tokens,
             "retained_tokens": self.retained_tokens,
             "truncated": self.truncated,
@@ -719,12 +744,14 @@ impl Measured {
         })
     }
 
-    fn from_json(entry: &Value) -> Option<(Measured, Usage)> {
+    fn from_json(shared: &Shared, entry: &Value) -> Option<(Measured, Usage)> {
         let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
         let memory = entry.get("memory")?.as_str()?;
+        // The recount verifies this hash when the report is built.
+        let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
         let measured = Measured {
-            memory_sha256: sha256(memory),
-            memory: Arc::from(memory),
+            memory: shared.intern(&memory_sha256, memory),
+            memory_sha256,
             generated_tokens: count("generated_tokens")?,
             retained_tokens: count("retained_tokens")?,
             truncated: entry.get("truncated")?.as_bool()?,
@@ -757,7 +784,7 @@ async fn make_memory<'a>(
         .cache
         .get("memory", &memory_key)
         .as_ref()
-        .and_then(Measured::from_json)
+        .and_then(|entry| Measured::from_json(shared, entry))
     {
         shared.calls.count(Role::Compressor, |c| c.cached += 1);
         return Ok((Arc::new(measured), Origin::Cache, usage));
@@ -810,6 +837,7 @@ async fn measure(shared: &Shared, response: &Value, budget: usize) -> Result<Arc
     }
     let tokenizer = run.tokenizer.clone();
     let mode = run.truncation;
+    let _cpu = shared.tokenizing.acquire().await;
     let measured = tokio::task::spawn_blocking(move || {
         let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
         let memory_tokens = tokenizer.count(&truncation.memory)?;
@@ -825,7 +853,8 @@ async fn measure(shared: &Shared, response: &Value, budget: usize) -> Result<Arc
     })
     .await;
     let error = match measured {
-        Ok(Ok(measured)) => {
+        Ok(Ok(mut measured)) => {
+            measured.memory = shared.intern(&measured.memory_sha256, &measured.memory);
             let measured = Arc::new(measured);
             shared
                 .measured
@@ -911,6 +940,9 @@ mod tests {
 
     #[test]
     fn exposure_audit() {
+        let exposes = |request: &Value, source: &str, texts: &[&str]| {
+            exposes(request, &crate::plan::held_out(source, texts.iter().copied()))
+        };
         let request = json!({"protocol": "gacc/1", "role": "compressor", "context": "the sky is blue",
             "goal": "learn colours", "token_budget": 3, "seed": 0, "params": {}});
         assert!(!exposes(

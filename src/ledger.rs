@@ -40,8 +40,30 @@ pub struct LedgerRow {
     pub cache_key: String,
     /// Served without calling the compressor in this run.
     pub cached: bool,
-    /// The memory the reader received (shared by rows with the same memory).
+    /// The memory the reader received (shared by rows with the same memory); written once
+    /// per distinct memory to `memory_texts.jsonl`, keyed by `memory_sha256`.
+    #[serde(skip_serializing, default)]
     pub memory: std::sync::Arc<str>,
+}
+
+/// One distinct memory's text (`memory_texts.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryText {
+    pub sha256: String,
+    pub memory: std::sync::Arc<str>,
+}
+
+/// Each distinct memory of a ledger once, in the order rows first name it.
+pub fn memory_texts(ledger: &[LedgerRow]) -> Vec<MemoryText> {
+    let mut seen = std::collections::HashSet::new();
+    ledger
+        .iter()
+        .filter(|row| seen.insert(row.memory_sha256.as_str()))
+        .map(|row| MemoryText {
+            sha256: row.memory_sha256.clone(),
+            memory: row.memory.clone(),
+        })
+        .collect()
 }
 
 /// One question answered from one memory, and its verdict.

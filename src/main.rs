@@ -281,6 +281,7 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
+        .with_target(false)
         .with_writer(gacc::trace::TraceSink)
         .with_filter(EnvFilter::new("gacc=debug"));
     let stderr = tracing_subscriber::fmt::layer()

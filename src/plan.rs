@@ -63,6 +63,22 @@ pub struct Plan {
     pub reader_identity: Value,
     pub judge_identity: Value,
     pub tokenizer_identity: Value,
+    /// Each source's SHA-256, in dataset order.
+    pub source_sha256: Vec<String>,
+    /// Per source, the questions and references of its goals that it does not itself
+    /// contain: what no compressor request may carry.
+    pub held_out: Vec<Vec<String>>,
+}
+
+/// The texts among `texts` that `source` does not contain (non-empty, without repeats).
+pub fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = texts
+        .filter(|t| !t.is_empty() && !source.contains(*t))
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// What a callback's answers depend on: its command or built-in, revision and params.
@@ -106,7 +122,8 @@ pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, 
 }
 
 pub struct JudgeInputs<'a> {
-    pub source: &'a str,
+    /// The source's SHA-256 (computed once per source, not per question).
+    pub source_sha256: &'a str,
     pub question: &'a str,
     pub reference: &'a str,
     pub answer: &'a str,
@@ -116,7 +133,7 @@ pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
     cache::key(&json!({
         "role": "judge",
         "callback": identity,
-        "source_sha256": sha256(inputs.source),
+        "source_sha256": inputs.source_sha256,
         "question_sha256": sha256(inputs.question),
         "reference_sha256": sha256(inputs.reference),
         "answer_sha256": sha256(inputs.answer),
@@ -257,6 +274,18 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         reader_identity,
         judge_identity,
         tokenizer_identity,
+        source_sha256: source_sha,
+        held_out: dataset
+            .sources
+            .iter()
+            .map(|source| {
+                let texts = source.goals.iter().flat_map(|g| &g.questions);
+                held_out(
+                    &source.text,
+                    texts.flat_map(|q| [q.question.as_str(), q.reference.as_str()]),
+                )
+            })
+            .collect(),
     })
 }
 

@@ -47,9 +47,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// A manifest and dataset that passed every check, with the tokenizer and plan.
 pub struct Prepared {
     pub loaded: Loaded,
-    pub dataset: Dataset,
+    pub dataset: Arc<Dataset>,
     pub tokenizer: Arc<dyn Tokenizer>,
-    pub plan: Plan,
+    pub plan: Arc<Plan>,
     /// The resolved manifest as TOML, and its SHA-256.
     pub resolved: String,
     pub resolved_sha256: String,
@@ -90,9 +90,9 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     let resolved_sha256 = sha256(&resolved);
     Ok(Prepared {
         loaded,
-        dataset,
+        dataset: Arc::new(dataset),
         tokenizer,
-        plan,
+        plan: Arc::new(plan),
         resolved,
         resolved_sha256,
     })
@@ -258,7 +258,7 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
             };
             status.entry("read").or_default().cached += 1;
             let inputs = plan::JudgeInputs {
-                source: &source.text,
+                source_sha256: &plan.source_sha256[job.source],
                 question: &question.question,
                 reference: &question.reference,
                 answer: &answer,
@@ -298,7 +298,9 @@ pub struct Finished {
 pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
+    let mut phases = Phases::default();
     let prepared = prepare(&options.manifest, &options.sets)?;
+    phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let callbacks = callbacks(&prepared.loaded)?;
     let cache = cache_for(&prepared.loaded)?;
     let manifest = &prepared.loaded.manifest;
@@ -323,9 +325,15 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         resolved_manifest(&prepared).as_bytes(),
     )?;
     write_json_lines(&folder.join("dataset.jsonl"), &prepared.dataset.sources)?;
-    write_with(&folder.join("plan.json"), |out| {
-        prepared.plan.write_json(&prepared.dataset, out)
-    })?;
+    // The plan file is large at scale: write it while the jobs run.
+    let plan_writer = {
+        let (plan, dataset, path) = (
+            prepared.plan.clone(),
+            prepared.dataset.clone(),
+            folder.join("plan.json"),
+        );
+        std::thread::spawn(move || write_with(&path, |out| plan.write_json(&dataset, out)))
+    };
 
     let progress = Arc::new(Progress::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -353,6 +361,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: manifest.run.concurrency,
         progress: progress.clone(),
     };
+    phases.end("write manifest, dataset and plan");
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
         let outcome = tokio::select! {
@@ -374,9 +383,22 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         print_progress(&progress, std::io::stderr().is_terminal(), true);
     }
 
+    phases.end("execute jobs");
+    plan_writer.join().unwrap_or_else(|_| {
+        Err(Error::Io {
+            path: folder.join("plan.json"),
+            message: "the plan writer stopped unexpectedly".into(),
+        })
+    })?;
     write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
+    write_json_lines(
+        &folder.join("memory_texts.jsonl"),
+        &crate::ledger::memory_texts(&outcome.ledger),
+    )?;
     write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
+    phases.end("write ledger and results");
     let report = report::build(&inputs, &outcome);
+    phases.end("build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
     report_text.push('\n');
@@ -391,6 +413,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         "calls": outcome.this_run,
         "paid": outcome.paid,
         "failures": outcome.failures.len(),
+        "phases": phases.seconds,
     });
     write(&folder.join("run.json"), pretty(&run_record).as_bytes())?;
     let markdown = report::render(&template, &template_name, &report_json, &run_record)
@@ -404,6 +427,35 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         failures: outcome.failures.len(),
         folder,
     })
+}
+
+/// Where a run's time went, phase by phase, for `run.json`.
+struct Phases {
+    last: Instant,
+    seconds: Vec<(String, f64)>,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        Phases {
+            last: Instant::now(),
+            seconds: Vec::new(),
+        }
+    }
+}
+
+impl Phases {
+    fn end(&mut self, name: &str) {
+        let now = Instant::now();
+        self.seconds
+            .push((name.to_owned(), (now - self.last).as_secs_f64()));
+        tracing::info!(
+            phase = name,
+            seconds = (now - self.last).as_secs_f64(),
+            "phase finished"
+        );
+        self.last = now;
+    }
 }
 
 /// The command line that runs the same experiment again.

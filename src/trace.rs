@@ -1,25 +1,31 @@
 //! `trace.jsonl`: every tracing event of a run as one JSON object per line. Recording a run
-//! must never fail the run, so write errors are ignored.
+//! must never fail the run, so write errors are ignored. Events go through a buffer (a
+//! million-job run writes a million events); a crash loses at most the buffer's last events.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
 use tracing_subscriber::fmt::MakeWriter;
 
-static TRACE_FILE: Mutex<Option<File>> = Mutex::new(None);
+static TRACE_FILE: Mutex<Option<BufWriter<File>>> = Mutex::new(None);
+
+/// How much of the trace may wait in memory before it is written.
+const TRACE_BUFFER: usize = 256 << 10;
 
 /// Sends trace events to `path` from now on, creating it.
 pub fn open(path: &Path) -> std::io::Result<()> {
-    let file = File::create(path)?;
+    let file = BufWriter::with_capacity(TRACE_BUFFER, File::create(path)?);
     *TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
     Ok(())
 }
 
 /// Stops writing trace events and flushes what was written.
 pub fn close() {
-    if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).take()
+        && let Ok(file) = file.into_inner()
+    {
         let _ = file.sync_all();
     }
 }
