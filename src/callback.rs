@@ -77,6 +77,9 @@ pub enum FailureKind {
     /// The tokenizer could not cut or count a memory.
     #[error("{0}")]
     Tokenizer(String),
+    /// Not run: `--fail-fast` stopped the run after another job failed.
+    #[error("not run: --fail-fast stopped the run after a failure")]
+    Cancelled,
 }
 
 impl FailureKind {

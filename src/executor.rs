@@ -45,6 +45,8 @@ pub struct Run {
     pub truncation: TruncationMode,
     pub concurrency: usize,
     pub progress: Arc<Progress>,
+    /// Stop starting calls after the first failure (finished work is kept).
+    pub fail_fast: bool,
 }
 
 /// Where a call's answer came from.
@@ -115,6 +117,8 @@ pub struct Outcome {
     pub calls: BTreeMap<Role, BTreeMap<String, Usage>>,
     /// Jobs per role that needed a call (all but `L = 0` memories).
     pub jobs: BTreeMap<Role, usize>,
+    /// Jobs not run because `--fail-fast` stopped the run.
+    pub cancelled: usize,
 }
 
 /// Progress counters, per stage, read by the progress display.
@@ -174,6 +178,8 @@ struct Shared {
     memories: Mutex<HashMap<String, Arc<str>>>,
     /// Tokenizing runs on at most this many threads at once (it is CPU work).
     tokenizing: Semaphore,
+    /// Set by the first failure under `--fail-fast`: no new call starts.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -219,6 +225,7 @@ pub async fn execute(run: Run) -> Outcome {
         measured: Mutex::default(),
         memories: Mutex::default(),
         tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
+        stopped: Default::default(),
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
@@ -258,7 +265,13 @@ pub async fn execute(run: Run) -> Outcome {
     for memory in outcomes.into_iter().flatten() {
         outcome.ledger.extend(memory.ledger);
         outcome.results.extend(memory.results);
-        outcome.failures.extend(memory.failures);
+        for failure in memory.failures {
+            if failure.reason == FailureKind::Cancelled.to_string() {
+                outcome.cancelled += 1;
+            } else {
+                outcome.failures.push(failure);
+            }
+        }
         outcome.exposure_violations += usize::from(memory.exposure_violation);
         for (role, key, usage) in memory.calls {
             outcome.calls.entry(role).or_default().insert(key, usage);
@@ -590,6 +603,13 @@ async fn obtain(
         shared.calls.count(role, |c| c.cached += 1);
         return Ok((response, Origin::Cache));
     }
+    if shared.stopped.load(Ordering::Relaxed) {
+        return Err(Failure {
+            kind: FailureKind::Cancelled,
+            stderr_tail: String::new(),
+            attempts: 0,
+        });
+    }
     let slot = shared.calls.slot(role, key);
     let mut origin = Origin::Shared;
     let result = slot
@@ -635,6 +655,9 @@ async fn obtain(
         (Err(failure), origin) => {
             if origin == Origin::Called {
                 shared.calls.count(role, |c| c.failed += 1);
+                if shared.run.fail_fast {
+                    shared.stopped.store(true, Ordering::Relaxed);
+                }
             }
             Err(failure.clone())
         }

@@ -42,6 +42,12 @@ enum Command {
         /// A folder whose report.md.j2 replaces the built-in template (default: templates/ if present).
         #[arg(long, value_name = "DIR")]
         templates: Option<PathBuf>,
+        /// Start no new call after the first failure (finished work is kept and reported).
+        #[arg(long, conflicts_with = "keep_going")]
+        fail_fast: bool,
+        /// Run every job whatever fails (the default).
+        #[arg(long)]
+        keep_going: bool,
     },
     /// The job graph's size per stage and how much is cached, without calling anything.
     Plan {
@@ -140,19 +146,22 @@ fn main() -> ExitCode {
             sets,
             out,
             templates,
+            fail_fast,
+            keep_going: _,
         } => run::run(&RunOptions {
             manifest,
             sets,
             out,
             templates,
             quiet: cli.quiet,
+            fail_fast,
         })
         .map(|finished| {
             if !cli.quiet {
                 eprintln!("{}", finished.summary);
             }
             println!("{}", finished.folder.display());
-            if finished.failures > 0 {
+            if finished.failures + finished.cancelled > 0 {
                 eprintln!(
                     "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",
                     finished.failures

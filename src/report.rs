@@ -36,6 +36,8 @@ pub struct Report {
     /// Usage the callbacks reported for the calls these results rest on.
     pub usage: BTreeMap<Role, Usage>,
     pub failures: Vec<FailureRow>,
+    /// Jobs not run because `--fail-fast` stopped the run after a failure.
+    pub cancelled: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -288,7 +290,7 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
             goals: dataset.goals().count(),
             questions: dataset.question_count(),
         },
-        complete: outcome.failures.is_empty(),
+        complete: outcome.failures.is_empty() && outcome.cancelled == 0,
         by_condition: by_condition(&cells),
         cells,
         integrity: Integrity {
@@ -300,6 +302,7 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
         calls,
         usage,
         failures: outcome.failures.clone(),
+        cancelled: outcome.cancelled,
     }
 }
 

@@ -284,6 +284,8 @@ pub struct RunOptions {
     /// A folder whose `report.md.j2` replaces the default template.
     pub templates: Option<PathBuf>,
     pub quiet: bool,
+    /// Stop starting calls after the first failure.
+    pub fail_fast: bool,
 }
 
 /// What a finished run left behind.
@@ -291,6 +293,8 @@ pub struct RunOptions {
 pub struct Finished {
     pub folder: PathBuf,
     pub failures: usize,
+    /// Jobs not run because `--fail-fast` stopped the run.
+    pub cancelled: usize,
     pub summary: String,
 }
 
@@ -360,6 +364,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         truncation: manifest.truncation,
         concurrency: manifest.run.concurrency,
         progress: progress.clone(),
+        fail_fast: options.fail_fast,
     };
     phases.end("write manifest, dataset and plan");
     let outcome = runtime.block_on(async {
@@ -425,6 +430,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     Ok(Finished {
         summary: summary(&report, &outcome.this_run, started.elapsed()),
         failures: outcome.failures.len(),
+        cancelled: outcome.cancelled,
         folder,
     })
 }
@@ -558,6 +564,12 @@ fn summary(
         out.push_str(&format!(
             "  … and {} more failures (all are listed in report.md and report.json)\n",
             report.failures.len() - LISTED_FAILURES
+        ));
+    }
+    if report.cancelled > 0 {
+        out.push_str(&format!(
+            "  {} jobs not run: --fail-fast stopped the run\n",
+            report.cancelled
         ));
     }
     out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));

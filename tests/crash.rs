@@ -1,0 +1,132 @@
+//! `kill -9` at any moment loses no finished call: each resume repeats none of them, and the
+//! run ends with the same `report.json` as one that was never interrupted.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{Scratch, read_json};
+
+/// The fixture with every callback wrapped by a script that logs each call's request hash
+/// (counted by the callbacks themselves) and returns it in `meta`.
+fn logging_fixture(scratch: &Scratch) -> &'static str {
+    for (role, builtin) in [
+        ("compressor", "goal-line"),
+        ("reader", "field-lookup"),
+        ("judge", "exact"),
+    ] {
+        scratch.script(
+            &format!("experiments/{role}.sh"),
+            &format!(
+                "#!/bin/sh\nrequest=$(cat)\nhash=$(printf '%s' \"$request\" | cksum | cut -d' ' -f1)\necho \"$hash\" >> calls-{role}.log\nsleep 0.03\nprintf '%s' \"$request\" | @GACC@ callback {builtin} | sed \"s/^{{/{{\\\"meta\\\":{{\\\"request\\\":\\\"$hash\\\"}},/\"\n"
+            ),
+        );
+    }
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace("builtin = \"goal-line\"", "command = [\"./compressor.sh\"]")
+        .replace("builtin = \"field-lookup\"", "command = [\"./reader.sh\"]")
+        .replace("builtin = \"exact\"", "command = [\"./judge.sh\"]");
+    scratch.write("experiments/logged.toml", &manifest);
+    "experiments/logged.toml"
+}
+
+/// Request hashes of every call whose answer is in the cache, per kind (reads the segment
+/// format: `<key> <kind> <checksum> <payload>` per line).
+fn finished_calls(scratch: &Scratch) -> BTreeMap<String, BTreeSet<String>> {
+    let mut finished: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let Ok(segments) = std::fs::read_dir(scratch.path(".gacc/cache/segments")) else {
+        return finished;
+    };
+    for segment in segments.flatten() {
+        let text = std::fs::read_to_string(segment.path()).unwrap_or_default();
+        for line in text.lines() {
+            let mut fields = line.splitn(4, ' ');
+            let (Some(_), Some(kind), Some(_), Some(payload)) =
+                (fields.next(), fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(payload) else {
+                continue;
+            };
+            if let Some(hash) = entry.pointer("/response/meta/request").and_then(|h| h.as_str()) {
+                finished
+                    .entry(kind.to_owned())
+                    .or_default()
+                    .insert(hash.to_owned());
+            }
+        }
+    }
+    finished
+}
+
+fn log(scratch: &Scratch, role: &str) -> Vec<String> {
+    std::fs::read_to_string(scratch.path(&format!("experiments/calls-{role}.log")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn sigkill_at_several_points_repeats_no_finished_call() {
+    let reference = Scratch::new();
+    let manifest = logging_fixture(&reference);
+    let (status, uninterrupted, stderr) = reference.run(manifest, &[]);
+    assert_eq!(status, 0, "{stderr}");
+
+    let scratch = Scratch::new();
+    logging_fixture(&scratch);
+    let roles = ["compressor", "reader", "judge"];
+    // After each kill: what had finished (was cached), and how long each call log was.
+    let mut checkpoints = Vec::new();
+    let mut kills = 0;
+    for delay in [300, 300, 300, 300, 300] {
+        let mut child = std::process::Command::new(common::gacc_binary())
+            .args(["run", manifest, "-q"])
+            .current_dir(scratch.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        // Calls in flight at the kill may still finish on their own; let them, then look.
+        std::thread::sleep(Duration::from_millis(300));
+        let logged: BTreeMap<&str, usize> = roles.iter().map(|r| (*r, log(&scratch, r).len())).collect();
+        checkpoints.push((finished_calls(&scratch), logged));
+    }
+    assert!(kills >= 2, "gacc was killed mid-run at least twice");
+    let (status, resumed, stderr) = scratch.run(manifest, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        std::fs::read(uninterrupted.join("report.json")).unwrap(),
+        std::fs::read(resumed.join("report.json")).unwrap(),
+        "the same report as a run that was never interrupted"
+    );
+    assert_eq!(read_json(&resumed.join("report.json"))["complete"], true);
+    for (k, (finished, logged)) in checkpoints.iter().enumerate() {
+        for role in roles {
+            let later = &log(&scratch, role)[logged[role]..];
+            let repeated: Vec<&String> = later
+                .iter()
+                .filter(|h| finished.get(role).is_some_and(|f| f.contains(*h)))
+                .collect();
+            assert!(
+                repeated.is_empty(),
+                "after kill {}: finished {role} calls made again: {repeated:?}",
+                k + 1
+            );
+        }
+    }
+    let total: usize = roles.iter().map(|r| log(&scratch, r).len()).sum();
+    let reference_total: usize = roles.iter().map(|r| log(&reference, r).len()).sum();
+    assert!(total >= reference_total, "every call was made at least once");
+}
