@@ -122,9 +122,19 @@ pub struct Outcome {
 }
 
 /// Progress counters, per stage, read by the progress display.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Progress {
     pub stages: [StageProgress; 3],
+    pub started: Instant,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            stages: Default::default(),
+            started: Instant::now(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -594,7 +594,13 @@ fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task::JoinHandl
     })
 }
 
+/// Width of the progress bar on a terminal.
+const BAR_WIDTH: usize = 24;
+
+/// One progress line: per stage done/total, cache hits and failures; calls per second and the
+/// time left. On a terminal it redraws itself with a bar; elsewhere it is a plain line.
 fn print_progress(progress: &Progress, terminal: bool, last: bool) {
+    let (mut finished, mut total, mut made) = (0, 0, 0);
     let stages: Vec<String> = [
         ("compress", Role::Compressor),
         ("read", Role::Reader),
@@ -603,24 +609,46 @@ fn print_progress(progress: &Progress, terminal: bool, last: bool) {
     .iter()
     .map(|(name, role)| {
         let s = progress.stage(*role);
-        let failed = s.failed.load(Ordering::Relaxed);
-        format!(
-            "{name} {}/{} ({} cached{})",
-            s.done.load(Ordering::Relaxed) + failed,
-            s.total.load(Ordering::Relaxed),
+        let (done, failed, cached) = (
+            s.done.load(Ordering::Relaxed),
+            s.failed.load(Ordering::Relaxed),
             s.cached.load(Ordering::Relaxed),
-            if failed > 0 {
-                format!(", {failed} failed")
-            } else {
-                String::new()
-            }
+        );
+        let stage_total = s.total.load(Ordering::Relaxed);
+        finished += done + failed;
+        total += stage_total;
+        made += done.saturating_sub(cached);
+        let failed = if failed > 0 {
+            format!(", {failed} failed")
+        } else {
+            String::new()
+        };
+        format!(
+            "{name} {}/{stage_total} ({cached} cached{failed})",
+            done + s.failed.load(Ordering::Relaxed)
         )
     })
     .collect();
-    let line = stages.join(" · ");
+    let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);
+    let rate = made as f64 / seconds;
+    let left = total.saturating_sub(finished);
+    let eta = if finished == 0 || left == 0 {
+        String::new()
+    } else {
+        let remaining = (left as f64 * seconds / finished as f64) as u64;
+        format!(
+            " · ETA {}:{:02}:{:02}",
+            remaining / 3600,
+            remaining / 60 % 60,
+            remaining % 60
+        )
+    };
+    let line = format!("{} · {rate:.1} calls/s{eta}", stages.join(" · "));
     let mut stderr = std::io::stderr().lock();
     let _ = if terminal {
-        write!(stderr, "\r\x1b[K{line}{}", if last { "\n" } else { "" })
+        let filled = (BAR_WIDTH * finished).checked_div(total).unwrap_or(BAR_WIDTH);
+        let bar = format!("[{}{}]", "#".repeat(filled), ".".repeat(BAR_WIDTH - filled));
+        write!(stderr, "\r\x1b[K{bar} {line}{}", if last { "\n" } else { "" })
     } else {
         writeln!(stderr, "{line}")
     };
