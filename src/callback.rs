@@ -211,8 +211,7 @@ impl Callback {
         };
         let group = child.id().map(|pid| pid as i32);
         live_groups().extend(group);
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        let (Some(mut stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             kill_group(group);
             return Attempt {
@@ -223,49 +222,52 @@ impl Callback {
                 stderr_tail: String::new(),
             };
         };
-        let request = request.to_vec();
+        // All pipes are driven from this task (no task per pipe: a call is cheap to make).
         // A callback may answer before reading, or never read: a broken pipe is not our failure.
-        let writer = tokio::spawn(async move {
-            let _ = stdin.write_all(&request).await;
+        let write = async {
+            let _ = stdin.write_all(request).await;
             let _ = stdin.shutdown().await;
-        });
+            drop(stdin);
+        };
         let received = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = tokio::spawn(read_limited(stdout, MAX_RESPONSE_BYTES, group, received.clone()));
-        let stderr = tokio::spawn(read_tail(stderr, STDERR_TAIL_BYTES));
-
-        let status = tokio::time::timeout(self.timeout, child.wait()).await;
+        let pipes = async {
+            let ((), too_large, tail) = tokio::join!(
+                write,
+                read_limited(stdout, MAX_RESPONSE_BYTES, group, received.clone()),
+                read_tail(stderr, STDERR_TAIL_BYTES)
+            );
+            (too_large, tail)
+        };
+        tokio::pin!(pipes);
+        let mut drained = None;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status.ok(),
+                done = &mut pipes, if drained.is_none() => drained = Some(done),
+                _ = tokio::time::sleep_until(deadline) => break None,
+            }
+        };
         // Whatever happened, nothing the callback started outlives its call.
         kill_group(group);
         live_groups().retain(|g| Some(*g) != group);
-        writer.abort();
-        let status = match status {
-            Ok(Ok(status)) => Some(status),
-            Ok(Err(_)) | Err(_) => {
-                let _ = child.kill().await;
-                None
-            }
+        if status.is_none() {
+            let _ = child.kill().await;
+        }
+        // A grandchild that left the group may hold the pipes open: give them a little while,
+        // then take what arrived.
+        let (too_large, stderr_tail) = match drained {
+            Some(done) => done,
+            None => tokio::time::timeout(PIPE_GRACE, &mut pipes).await.unwrap_or((false, String::new())),
         };
-        // A grandchild that left the group may hold the pipes open: wait for both a little,
-        // together, then take what arrived.
-        let (output, stderr_tail) = tokio::join!(
-            tokio::time::timeout(PIPE_GRACE, stdout),
-            tokio::time::timeout(PIPE_GRACE, stderr)
-        );
-        let stderr_tail = match stderr_tail {
-            Ok(Ok(tail)) => tail,
-            _ => String::new(),
+        let output = if too_large {
+            Output::TooLarge
+        } else {
+            Output::Complete(std::mem::take(&mut *received.lock().unwrap_or_else(|e| e.into_inner())))
         };
         let result = match status {
             None => Err(FailureKind::Timeout(self.timeout)),
-            Some(status) => {
-                let output = match output {
-                    Ok(Ok(true)) => Output::TooLarge,
-                    _ => Output::Complete(std::mem::take(
-                        &mut *received.lock().unwrap_or_else(|e| e.into_inner()),
-                    )),
-                };
-                classify(self.role, status, output)
-            }
+            Some(status) => classify(self.role, status, output),
         };
         Attempt { result, stderr_tail }
     }
