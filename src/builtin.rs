@@ -65,7 +65,7 @@ const BUILTINS: &[Builtin] = &[
         name: "goal-bm25",
         role: Role::Compressor,
         revision: "1",
-        summary: "the source's sentences ranked by BM25 against the goal, the best kept in source order until L tokens are used",
+        summary: "the source's sentences ranked by BM25 (params k1, b) against the goal, the best kept in source order until L tokens are used",
         respond: goal_bm25,
     },
     Builtin {
@@ -86,7 +86,7 @@ const BUILTINS: &[Builtin] = &[
         name: "extractive",
         role: Role::Reader,
         revision: "1",
-        summary: "the memory sentence that best matches the question by BM25",
+        summary: "the memory sentence that best matches the question by BM25 (params k1, b)",
         respond: extractive,
     },
     Builtin {
@@ -338,10 +338,29 @@ fn terms(text: &str) -> Vec<String> {
     words(text).filter(|w| !STOPWORDS.contains(&w.as_str())).collect()
 }
 
+/// BM25's usual term-saturation and length-normalisation constants.
+pub const BM25_K1: f64 = 1.2;
+pub const BM25_B: f64 = 0.75;
+
 /// Okapi BM25 (k1 = 1.2, b = 0.75) of each document against a query.
 pub fn bm25(documents: &[&str], query: &str) -> Vec<f64> {
-    const K1: f64 = 1.2;
-    const B: f64 = 0.75;
+    bm25_with(documents, query, BM25_K1, BM25_B)
+}
+
+/// `params.k1` and `params.b` of a request, or BM25's usual constants.
+fn bm25_params(request: &Value) -> Result<(f64, f64), String> {
+    let get = |name: &str, default: f64| match request.pointer(&format!("/params/{name}")) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value
+            .as_f64()
+            .filter(|v| *v >= 0.0)
+            .ok_or_else(|| format!("params.{name} must be a number ≥ 0, got {value}")),
+    };
+    Ok((get("k1", BM25_K1)?, get("b", BM25_B)?))
+}
+
+/// Okapi BM25 of each document against a query, with the given constants.
+pub fn bm25_with(documents: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
     let documents: Vec<Vec<String>> = documents.iter().map(|d| terms(d)).collect();
     let count = documents.len() as f64;
     let average = documents.iter().map(Vec::len).sum::<usize>() as f64 / count.max(1.0);
@@ -364,7 +383,7 @@ pub fn bm25(documents: &[&str], query: &str) -> Vec<f64> {
                 .zip(&idf)
                 .map(|(term, idf)| {
                     let tf = document.iter().filter(|t| *t == term).count() as f64;
-                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average.max(1.0)))
+                    idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length / average.max(1.0)))
                 })
                 .sum()
         })
@@ -400,7 +419,8 @@ fn goal_bm25(request: &Value) -> Result<Value, String> {
     let pieces = sentences(context);
     let mut order: Vec<usize> = (0..pieces.len()).collect();
     if let Some(goal) = goal_of(request)? {
-        let scores = bm25(&pieces, goal);
+        let (k1, b) = bm25_params(request)?;
+        let scores = bm25_with(&pieces, goal, k1, b);
         // Stable: equal scores keep source order.
         order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
     }
@@ -441,7 +461,8 @@ fn extractive(request: &Value) -> Result<Value, String> {
     let memory = field(request, "memory")?;
     let question = field(request, "question")?;
     let pieces = sentences(memory);
-    let scores = bm25(&pieces, question);
+    let (k1, b) = bm25_params(request)?;
+    let scores = bm25_with(&pieces, question, k1, b);
     let best = scores.iter().enumerate().filter(|(_, score)| **score > 0.0).fold(
         None,
         |best: Option<(usize, f64)>, (i, &score)| match best {

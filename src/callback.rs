@@ -211,7 +211,8 @@ impl Callback {
         };
         let group = child.id().map(|pid| pid as i32);
         live_groups().extend(group);
-        let (Some(mut stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             kill_group(group);
             return Attempt {
@@ -258,12 +259,16 @@ impl Callback {
         // then take what arrived.
         let (too_large, stderr_tail) = match drained {
             Some(done) => done,
-            None => tokio::time::timeout(PIPE_GRACE, &mut pipes).await.unwrap_or((false, String::new())),
+            None => tokio::time::timeout(PIPE_GRACE, &mut pipes)
+                .await
+                .unwrap_or((false, String::new())),
         };
         let output = if too_large {
             Output::TooLarge
         } else {
-            Output::Complete(std::mem::take(&mut *received.lock().unwrap_or_else(|e| e.into_inner())))
+            Output::Complete(std::mem::take(
+                &mut *received.lock().unwrap_or_else(|e| e.into_inner()),
+            ))
         };
         let result = match status {
             None => Err(FailureKind::Timeout(self.timeout)),

@@ -8,6 +8,7 @@ pub mod builtin;
 pub mod cache;
 pub mod callback;
 pub mod dataset;
+pub mod diff;
 pub mod executor;
 pub mod hash;
 pub mod ledger;

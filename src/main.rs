@@ -71,6 +71,19 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
     },
+    /// What changed between two runs: settings, per-cell metrics with paired tests, flipped
+    /// questions. Exit 0 either way, unless --fail-on-regression.
+    Diff {
+        /// A run folder, a `latest` link, or a report.json.
+        run_a: PathBuf,
+        run_b: PathBuf,
+        /// markdown (the default) or json.
+        #[arg(long, default_value = "markdown")]
+        format: DiffFormat,
+        /// Exit 1 when a cell of B is significantly worse than A.
+        #[arg(long)]
+        fail_on_regression: bool,
+    },
     /// Run a built-in callback over the protocol on stdin/stdout.
     Callback { name: String },
     /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
@@ -107,6 +120,12 @@ enum Command {
         #[command(subcommand)]
         command: DatasetCommand,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DiffFormat {
+    Markdown,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -189,7 +208,7 @@ fn main() -> ExitCode {
         }),
         Command::Report { run_dir, template } => gacc::report::rerender(&run_dir, template.as_deref()).map(|rendered| {
             if let Some(text) = rendered {
-                print!("{text}");
+                emit(&text);
             }
             ExitCode::SUCCESS
         }),
@@ -258,6 +277,25 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
+        Command::Diff {
+            run_a,
+            run_b,
+            format,
+            fail_on_regression,
+        } => gacc::diff::diff(&run_a, &run_b).map(|diff| {
+            match format {
+                DiffFormat::Json => emit(&(serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n")),
+                DiffFormat::Markdown => {
+                    emit(&gacc::diff::render(&diff, std::io::IsTerminal::is_terminal(&std::io::stdout())))
+                }
+            }
+            if fail_on_regression && diff.regressions > 0 {
+                eprintln!("{} cell(s) regressed", diff.regressions);
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
         Command::Callback { .. } => Ok(ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| match &error {
@@ -274,6 +312,13 @@ fn main() -> ExitCode {
             ExitCode::from(130)
         }
     })
+}
+
+/// Writes to stdout; a reader that went away (`| head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush());
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {

@@ -1,0 +1,525 @@
+//! `gacc diff RUN_A RUN_B`: what changed between two runs — settings, per-cell metrics with
+//! paired tests over the shared questions and goals, and the questions that flipped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::plan::SplitMix64;
+use crate::run::Error;
+
+pub const SCHEMA: &str = "gacc.diff/1";
+/// Resamples for the paired bootstrap over goals.
+pub const BOOTSTRAP_RESAMPLES: usize = 10_000;
+/// The bootstrap's fixed seed: the same two runs always give the same interval.
+pub const BOOTSTRAP_SEED: u64 = 0x6761_6363_6469_6666;
+/// A cell regresses when B is worse with p (or the interval's upper end) below this.
+pub const SIGNIFICANCE: f64 = 0.05;
+
+/// One finished run, as read from its folder.
+struct Run {
+    folder: PathBuf,
+    report: Value,
+    manifest: Option<toml::Value>,
+    results: Vec<Value>,
+    questions: HashMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Diff {
+    pub schema: &'static str,
+    pub a: String,
+    pub b: String,
+    pub settings: Vec<SettingChange>,
+    pub cells: Vec<CellDiff>,
+    pub only_in_a: Vec<CellId>,
+    pub only_in_b: Vec<CellId>,
+    pub flipped: Vec<Flip>,
+    /// Cells where B is significantly worse than A.
+    pub regressions: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SettingChange {
+    pub key: String,
+    pub a: Option<String>,
+    pub b: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CellId {
+    pub compressor: String,
+    pub condition: String,
+    pub ratio: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CellDiff {
+    #[serde(flatten)]
+    pub cell: CellId,
+    pub micro_a: f64,
+    pub micro_b: f64,
+    pub micro_delta: f64,
+    pub macro_a: f64,
+    pub macro_b: f64,
+    pub macro_delta: f64,
+    pub mcnemar: McNemar,
+    pub macro_bootstrap: Bootstrap,
+    pub regression: bool,
+}
+
+/// The exact McNemar test over questions scored in both runs.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct McNemar {
+    pub shared_questions: usize,
+    pub right_to_wrong: usize,
+    pub wrong_to_right: usize,
+    pub p_value: f64,
+}
+
+/// A paired bootstrap of the Macro difference (B − A) over goals scored in both runs.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Bootstrap {
+    pub shared_goals: usize,
+    pub delta: f64,
+    pub ci95_low: f64,
+    pub ci95_high: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Flip {
+    #[serde(flatten)]
+    pub cell: CellId,
+    pub seed: u64,
+    pub goal_id: String,
+    pub question_id: String,
+    pub question: String,
+    pub answer_a: String,
+    pub answer_b: String,
+    /// `right→wrong` or `wrong→right`.
+    pub direction: &'static str,
+}
+
+/// The exact two-sided McNemar p-value for `b` and `c` discordant pairs:
+/// `min(1, 2 · P(X ≤ min(b, c)))` with `X ~ Binomial(b + c, 1/2)`.
+pub fn mcnemar_p(b: usize, c: usize) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    let k = b.min(c);
+    // log C(n, i) - n log 2, summed in log space for large n.
+    let ln2 = std::f64::consts::LN_2;
+    let mut log_term = -(n as f64) * ln2; // i = 0
+    let mut log_sum = log_term;
+    for i in 1..=k {
+        log_term += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        let (hi, lo) = if log_sum > log_term {
+            (log_sum, log_term)
+        } else {
+            (log_term, log_sum)
+        };
+        log_sum = hi + (lo - hi).exp().ln_1p();
+    }
+    (2.0 * log_sum.exp()).min(1.0)
+}
+
+/// Percentile interval of the mean difference of paired 0/1 outcomes, resampled with a fixed
+/// seed.
+pub fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> Bootstrap {
+    let n = pairs.len();
+    let delta_of = |sum: i64| if n == 0 { 0.0 } else { sum as f64 / n as f64 };
+    let differences: Vec<i64> = pairs.iter().map(|(a, b)| i64::from(*b) - i64::from(*a)).collect();
+    let delta = delta_of(differences.iter().sum());
+    if n == 0 {
+        return Bootstrap {
+            shared_goals: 0,
+            delta,
+            ci95_low: 0.0,
+            ci95_high: 0.0,
+        };
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut deltas: Vec<f64> = (0..resamples)
+        .map(|_| delta_of((0..n).map(|_| differences[rng.below(n)]).sum()))
+        .collect();
+    deltas.sort_by(f64::total_cmp);
+    let at = |q: f64| deltas[((q * resamples as f64) as usize).min(resamples - 1)];
+    Bootstrap {
+        shared_goals: n,
+        delta,
+        ci95_low: at(0.025),
+        ci95_high: at(0.975),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, Error> {
+    let text = std::fs::read_to_string(path).map_err(|error| Error::Io {
+        path: path.to_path_buf(),
+        message: format!("cannot read: {error}"),
+    })?;
+    serde_json::from_str(&text).map_err(|error| Error::Io {
+        path: path.to_path_buf(),
+        message: format!("not JSON: {error}"),
+    })
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Reads a run from its folder, a `latest` link, or its `report.json`.
+fn load(path: &Path) -> Result<Run, Error> {
+    let folder = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let report = read_json(&folder.join("report.json"))?;
+    if report["schema"] != crate::report::SCHEMA {
+        return Err(Error::Io {
+            path: folder.join("report.json"),
+            message: format!(
+                "expected schema {}, found {}",
+                crate::report::SCHEMA,
+                report["schema"]
+            ),
+        });
+    }
+    let manifest = std::fs::read_to_string(folder.join("manifest.toml"))
+        .ok()
+        .and_then(|text| toml::from_str(&text).ok());
+    let mut questions = HashMap::new();
+    for source in read_lines(&folder.join("dataset.jsonl")) {
+        for goal in source["goals"].as_array().into_iter().flatten() {
+            for question in goal["questions"].as_array().into_iter().flatten() {
+                if let (Some(id), Some(text)) = (question["id"].as_str(), question["question"].as_str()) {
+                    questions.insert(id.to_owned(), text.to_owned());
+                }
+            }
+        }
+    }
+    Ok(Run {
+        results: read_lines(&folder.join("results.jsonl")),
+        folder,
+        report,
+        manifest,
+        questions,
+    })
+}
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, value) in table {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                flatten(&path, value, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.to_string());
+        }
+    }
+}
+
+fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
+    let mut left = BTreeMap::new();
+    let mut right = BTreeMap::new();
+    if let Some(manifest) = &a.manifest {
+        flatten("", manifest, &mut left);
+    }
+    if let Some(manifest) = &b.manifest {
+        flatten("", manifest, &mut right);
+    }
+    for (run, map) in [(a, &mut left), (b, &mut right)] {
+        map.insert(
+            "(dataset sha256)".into(),
+            run.report["dataset"]["sha256"].to_string(),
+        );
+        map.insert(
+            "(tokenizer)".into(),
+            format!(
+                "{} {}",
+                run.report["tokenizer"]["name"], run.report["tokenizer"]["revision"]
+            ),
+        );
+        map.insert(
+            "(gacc version)".into(),
+            run.report["experiment"]["gacc_version"].to_string(),
+        );
+    }
+    let keys: std::collections::BTreeSet<&String> = left.keys().chain(right.keys()).collect();
+    keys.into_iter()
+        .filter(|k| left.get(*k) != right.get(*k))
+        .map(|k| SettingChange {
+            key: k.clone(),
+            a: left.get(k).cloned(),
+            b: right.get(k).cloned(),
+        })
+        .collect()
+}
+
+fn cell_of(value: &Value) -> CellId {
+    let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+    CellId {
+        compressor: text(&value["compressor"]),
+        condition: text(&value["condition"]),
+        ratio: text(&value["ratio"]),
+    }
+}
+
+/// A scored question: (seed, goal, question) → (correct, answer).
+type Verdicts = HashMap<(u64, String, String), (bool, String)>;
+
+fn verdicts(run: &Run) -> HashMap<CellId, Verdicts> {
+    let mut out: HashMap<CellId, Verdicts> = HashMap::new();
+    for row in &run.results {
+        let Some(correct) = row["correct"].as_bool() else {
+            continue;
+        };
+        let key = (
+            row["seed"].as_u64().unwrap_or(0),
+            row["goal_id"].as_str().unwrap_or("").to_owned(),
+            row["question_id"].as_str().unwrap_or("").to_owned(),
+        );
+        let answer = row["answer"].as_str().unwrap_or("").to_owned();
+        out.entry(cell_of(row))
+            .or_default()
+            .insert(key, (correct, answer));
+    }
+    out
+}
+
+/// Compares two finished runs.
+pub fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
+    let (a, b) = (load(path_a)?, load(path_b)?);
+    let cells_a: Vec<&Value> = a.report["cells"].as_array().into_iter().flatten().collect();
+    let cells_b: Vec<&Value> = b.report["cells"].as_array().into_iter().flatten().collect();
+    let (verdicts_a, verdicts_b) = (verdicts(&a), verdicts(&b));
+    let empty = Verdicts::new();
+    let mut cells = Vec::new();
+    let mut flipped = Vec::new();
+    let mut only_in_a = Vec::new();
+    for cell_a in &cells_a {
+        let id = cell_of(cell_a);
+        let Some(cell_b) = cells_b.iter().find(|c| cell_of(c) == id) else {
+            only_in_a.push(id);
+            continue;
+        };
+        let (va, vb) = (
+            verdicts_a.get(&id).unwrap_or(&empty),
+            verdicts_b.get(&id).unwrap_or(&empty),
+        );
+        let mut shared: Vec<&(u64, String, String)> = va.keys().filter(|k| vb.contains_key(*k)).collect();
+        shared.sort();
+        let (mut right_to_wrong, mut wrong_to_right) = (0, 0);
+        // goal → (all right in A, all right in B)
+        let mut goals: BTreeMap<(u64, &str), (bool, bool)> = BTreeMap::new();
+        for key in &shared {
+            let ((ra, answer_a), (rb, answer_b)) = (&va[*key], &vb[*key]);
+            let goal = goals.entry((key.0, key.1.as_str())).or_insert((true, true));
+            goal.0 &= *ra;
+            goal.1 &= *rb;
+            if ra != rb {
+                if *ra {
+                    right_to_wrong += 1;
+                } else {
+                    wrong_to_right += 1;
+                }
+                flipped.push(Flip {
+                    cell: id.clone(),
+                    seed: key.0,
+                    goal_id: key.1.clone(),
+                    question_id: key.2.clone(),
+                    question: b
+                        .questions
+                        .get(&key.2)
+                        .or_else(|| a.questions.get(&key.2))
+                        .cloned()
+                        .unwrap_or_default(),
+                    answer_a: answer_a.clone(),
+                    answer_b: answer_b.clone(),
+                    direction: if *ra { "right→wrong" } else { "wrong→right" },
+                });
+            }
+        }
+        let mcnemar = McNemar {
+            shared_questions: shared.len(),
+            right_to_wrong,
+            wrong_to_right,
+            p_value: mcnemar_p(right_to_wrong, wrong_to_right),
+        };
+        let pairs: Vec<(bool, bool)> = goals.values().copied().collect();
+        let macro_bootstrap = paired_bootstrap(&pairs, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED);
+        let mean = |cell: &Value, metric: &str| cell[metric]["mean"].as_f64().unwrap_or(0.0);
+        let (micro_a, micro_b) = (mean(cell_a, "micro"), mean(cell_b, "micro"));
+        let (macro_a, macro_b) = (mean(cell_a, "macro"), mean(cell_b, "macro"));
+        let regression = (right_to_wrong > wrong_to_right && mcnemar.p_value < SIGNIFICANCE)
+            || (macro_bootstrap.shared_goals > 0 && macro_bootstrap.ci95_high < 0.0);
+        cells.push(CellDiff {
+            cell: id,
+            micro_a,
+            micro_b,
+            micro_delta: micro_b - micro_a,
+            macro_a,
+            macro_b,
+            macro_delta: macro_b - macro_a,
+            mcnemar,
+            macro_bootstrap,
+            regression,
+        });
+    }
+    let only_in_b = cells_b
+        .iter()
+        .map(|c| cell_of(c))
+        .filter(|id| !cells_a.iter().any(|c| cell_of(c) == *id))
+        .collect();
+    Ok(Diff {
+        schema: SCHEMA,
+        a: a.folder.display().to_string(),
+        b: b.folder.display().to_string(),
+        settings: settings(&a, &b),
+        regressions: cells.iter().filter(|c| c.regression).count(),
+        cells,
+        only_in_a,
+        only_in_b,
+        flipped,
+    })
+}
+
+/// The diff as Markdown; with `colour`, gains green and losses red (ANSI).
+pub fn render(diff: &Diff, colour: bool) -> String {
+    let paint = |value: f64, text: String| match (colour, value) {
+        (true, v) if v > 0.0 => format!("\x1b[32m{text}\x1b[0m"),
+        (true, v) if v < 0.0 => format!("\x1b[31m{text}\x1b[0m"),
+        _ => text,
+    };
+    let cell = |c: &CellId| format!("{} | {} | {}", c.compressor, c.condition, c.ratio);
+    let mut out = format!(
+        "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n## Settings\n\n",
+        diff.a, diff.b
+    );
+    if diff.settings.is_empty() {
+        out.push_str("No setting changed.\n\n");
+    } else {
+        out.push_str("| key | A | B |\n|---|---|---|\n");
+        for s in &diff.settings {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".into()).replace('|', "\\|");
+            out.push_str(&format!("| {} | {} | {} |\n", s.key, show(&s.a), show(&s.b)));
+        }
+        out.push('\n');
+    }
+    out.push_str("## Cells\n\nMicro: exact McNemar test over the questions scored in both runs. Macro: paired bootstrap over goals (10,000 resamples), 95% interval of B − A.\n\n");
+    out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | right→wrong | wrong→right | McNemar p | Macro A | Macro B | Δ Macro | 95% interval | |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    for c in &diff.cells {
+        out.push_str(&format!(
+            "| {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.3} | {:.3} | {} | [{:+.3}, {:+.3}] | {} |\n",
+            cell(&c.cell),
+            c.micro_a,
+            c.micro_b,
+            paint(c.micro_delta, format!("{:+.3}", c.micro_delta)),
+            c.mcnemar.right_to_wrong,
+            c.mcnemar.wrong_to_right,
+            if c.mcnemar.p_value < 1e-4 {
+                format!("{:.1e}", c.mcnemar.p_value)
+            } else {
+                format!("{:.4}", c.mcnemar.p_value)
+            },
+            c.macro_a,
+            c.macro_b,
+            paint(c.macro_delta, format!("{:+.3}", c.macro_delta)),
+            c.macro_bootstrap.ci95_low,
+            c.macro_bootstrap.ci95_high,
+            if c.regression {
+                paint(-1.0, "regression".into())
+            } else {
+                String::new()
+            },
+        ));
+    }
+    for (title, cells) in [("Only in A", &diff.only_in_a), ("Only in B", &diff.only_in_b)] {
+        if !cells.is_empty() {
+            out.push_str(&format!("\n## {title}\n\n"));
+            for c in cells.iter() {
+                out.push_str(&format!("- {}\n", cell(c).replace(" | ", " · ")));
+            }
+        }
+    }
+    let count = |d: &str| diff.flipped.iter().filter(|f| f.direction == d).count();
+    out.push_str(&format!(
+        "\n## Flipped questions\n\n{} right→wrong, {} wrong→right.\n",
+        count("right→wrong"),
+        count("wrong→right")
+    ));
+    if !diff.flipped.is_empty() {
+        out.push_str("\n| compressor | condition | ratio | seed | question | | answer A | answer B |\n|---|---|---:|---:|---|---|---|---|\n");
+        for f in &diff.flipped {
+            let clip = |s: &str| {
+                let s: String = s.chars().take(80).collect();
+                s.replace('|', "\\|").replace('\n', " ")
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} `{}` | {} | {} | {} |\n",
+                cell(&f.cell),
+                f.seed,
+                clip(&f.question),
+                f.question_id,
+                paint(
+                    if f.direction == "wrong→right" { 1.0 } else { -1.0 },
+                    f.direction.to_owned()
+                ),
+                clip(&f.answer_a),
+                clip(&f.answer_b),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcnemar_matches_hand_computed_binomial_tails() {
+        assert_eq!(mcnemar_p(0, 0), 1.0);
+        // n = 5, k = 0: 2 · (1/32) = 0.0625
+        assert!((mcnemar_p(0, 5) - 0.0625).abs() < 1e-12);
+        // n = 10, k = 1: 2 · (1 + 10)/1024 = 0.021484375
+        assert!((mcnemar_p(1, 9) - 0.021_484_375).abs() < 1e-12);
+        // n = 12, k = 2: 2 · (1 + 12 + 66)/4096 = 0.03857421875
+        assert!((mcnemar_p(10, 2) - 0.038_574_218_75).abs() < 1e-12);
+        assert_eq!(mcnemar_p(3, 3), 1.0);
+        // Large n stays finite and symmetric.
+        let p = mcnemar_p(40_000, 40_400);
+        assert!(p > 0.0 && p < 1.0);
+        assert_eq!(p, mcnemar_p(40_400, 40_000));
+    }
+
+    #[test]
+    fn bootstrap_is_deterministic_and_brackets_the_difference() {
+        let pairs: Vec<(bool, bool)> = (0..40).map(|i| (i % 2 == 0, i % 4 != 3)).collect();
+        let one = paired_bootstrap(&pairs, 2000, 7);
+        assert_eq!(one, paired_bootstrap(&pairs, 2000, 7));
+        // A right on 20 of 40, B right on 30 of 40: delta 0.25.
+        assert!((one.delta - 0.25).abs() < 1e-12);
+        assert!(one.ci95_low < 0.25 && one.ci95_high > 0.25);
+        assert!(one.ci95_low > 0.0, "a clear gain excludes zero");
+        // All differences equal: the interval collapses onto them.
+        let same = paired_bootstrap(&[(false, true); 10], 500, 1);
+        assert_eq!((same.ci95_low, same.ci95_high), (1.0, 1.0));
+        let none = paired_bootstrap(&[], 500, 1);
+        assert_eq!(none.shared_goals, 0);
+    }
+}
