@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::budget::{TruncationMode, truncate_to_budget};
 use crate::builtin::Role;
@@ -629,7 +630,9 @@ async fn obtain(
                 if let Some(response) = shared.run.cache.get(role.as_str(), key) {
                     return Ok((response, true));
                 }
-                let answer = callback.call(request, &shared.run_limit).await?;
+                // Each attempt's trace event carries the call's cache key through this span.
+                let span = tracing::info_span!("call", key = %key);
+                let answer = callback.call(request, &shared.run_limit).instrument(span).await?;
                 if let Err(error) = shared.run.cache.put(role.as_str(), key, description, &answer.response) {
                     tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
                 }

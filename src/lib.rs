@@ -19,3 +19,4 @@ pub mod report;
 pub mod run;
 pub mod tokenizer;
 pub mod trace;
+pub mod trace_review;

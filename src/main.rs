@@ -84,6 +84,22 @@ enum Command {
         #[arg(long)]
         fail_on_regression: bool,
     },
+    /// Review a run's trace: slowest calls, failures, latency per callback, cache hits per stage.
+    Trace {
+        run_dir: PathBuf,
+        /// Only this stage (compress, read, judge).
+        #[arg(long)]
+        stage: Option<String>,
+        /// Only this callback (e.g. reader, judge, compressors.NAME).
+        #[arg(long)]
+        callback: Option<String>,
+        /// One job's whole story: every event of this job or cache key (a prefix will do).
+        #[arg(long, value_name = "KEY")]
+        job: Option<String>,
+        /// markdown-ish text (the default) or json.
+        #[arg(long, default_value = "text")]
+        format: TraceFormat,
+    },
     /// Run a built-in callback over the protocol on stdin/stdout.
     Callback { name: String },
     /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
@@ -120,6 +136,12 @@ enum Command {
         #[command(subcommand)]
         command: DatasetCommand,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TraceFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -296,6 +318,22 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }),
+        Command::Trace {
+            run_dir,
+            stage,
+            callback,
+            job,
+            format,
+        } => {
+            let filter = gacc::trace_review::Filter { stage, callback, job };
+            gacc::trace_review::review(&run_dir, &filter).map(|review| {
+                match format {
+                    TraceFormat::Json => emit(&(serde_json::to_string_pretty(&review).unwrap_or_default() + "\n")),
+                    TraceFormat::Text => emit(&gacc::trace_review::render(&review, &filter)),
+                }
+                ExitCode::SUCCESS
+            })
+        }
         Command::Callback { .. } => Ok(ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| match &error {
@@ -333,7 +371,7 @@ fn init_tracing(verbose: u8, quiet: bool) {
     let trace = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(true)
-        .with_current_span(false)
+        .with_current_span(true)
         .with_span_list(false)
         .with_target(false)
         .with_writer(gacc::trace::TraceSink)

@@ -1,0 +1,155 @@
+//! `gacc trace`: the tracing log reviewed — failures, latency, cache hits, one job's story.
+
+mod common;
+
+use common::{Scratch, read_lines};
+use serde_json::Value;
+
+/// The fixture with a reader that fails (with a message on stderr) on one question.
+fn run_with_a_failing_reader(scratch: &Scratch) -> std::path::PathBuf {
+    scratch.script(
+        "experiments/reader.sh",
+        "#!/bin/sh\nrequest=$(cat)\ncase \"$request\" in\n  *\"status of the reactor\"*) echo 'GPU out of memory' >&2; exit 3 ;;\nesac\nprintf '%s' \"$request\" | exec @GACC@ callback field-lookup\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\nretries = 0",
+        );
+    scratch.write("experiments/failing.toml", &manifest);
+    let (status, folder, _) = scratch.run("experiments/failing.toml", &[]);
+    assert_eq!(status, 1);
+    folder
+}
+
+fn review(scratch: &Scratch, folder: &std::path::Path, extra: &[&str]) -> Value {
+    let output = scratch
+        .gacc()
+        .arg("trace")
+        .arg(folder)
+        .args(["--format", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn failures_latency_and_cache_hits() {
+    let scratch = Scratch::new();
+    let folder = run_with_a_failing_reader(&scratch);
+    let all = review(&scratch, &folder, &[]);
+    let failures = all["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 3);
+    for failure in failures {
+        assert_eq!(failure["callback"], "reader");
+        assert!(failure["stderr"].as_str().unwrap().contains("GPU out of memory"));
+        assert!(
+            failure["reason"]
+                .as_str()
+                .unwrap()
+                .contains("exited with status 3")
+        );
+    }
+    let latency = all["latency"].as_object().unwrap();
+    let names: Vec<&String> = latency.keys().collect();
+    assert_eq!(names, ["compressors.goal-line", "judge", "reader"]);
+    assert_eq!(latency["reader"]["calls"], 36);
+    assert_eq!(latency["judge"]["calls"], 33, "no judge for the failed reads");
+    for l in latency.values() {
+        assert!(l["p50"].as_f64().unwrap() <= l["p95"].as_f64().unwrap());
+        assert!(l["p95"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+    }
+    assert_eq!(all["cache"]["compress"]["hits"], 0);
+    assert_eq!(all["slowest"].as_array().unwrap().len(), 10);
+
+    // Re-run: every finished job is a cache hit.
+    let (_, again, _) = scratch.run("experiments/failing.toml", &[]);
+    let cached = review(&scratch, &again, &[]);
+    assert_eq!(cached["cache"]["compress"]["rate"], 1.0);
+    assert_eq!(cached["cache"]["read"]["hits"], 33);
+
+    let reads = review(&scratch, &folder, &["--stage", "read"]);
+    let stages: Vec<&String> = reads["cache"].as_object().unwrap().keys().collect();
+    assert_eq!(stages, ["read"]);
+    let judge = review(&scratch, &folder, &["--callback", "judge"]);
+    assert_eq!(judge["latency"].as_object().unwrap().len(), 1);
+}
+
+#[test]
+fn one_jobs_whole_story() {
+    let scratch = Scratch::new();
+    let folder = run_with_a_failing_reader(&scratch);
+    let results = read_lines(&folder.join("results.jsonl"));
+    assert!(results.iter().any(|r| r["failure"].is_string()));
+    let failed = review(&scratch, &folder, &[])["failures"][0]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let story = review(&scratch, &folder, &["--job", &failed[..12]])["story"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let messages: Vec<&str> = story.iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert!(
+        messages.contains(&"job failed") && messages.contains(&"job finished"),
+        "{messages:?}"
+    );
+    // A cache key names the calls themselves, with their attempts.
+    let finished = story.iter().find(|e| e["message"] == "job finished").unwrap();
+    let cache_key = finished["cache_key"].as_str().unwrap();
+    let calls = review(&scratch, &folder, &["--job", cache_key])["story"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let attempt = calls
+        .iter()
+        .find(|e| e["message"] == "callback attempt")
+        .expect("the attempt");
+    assert_eq!(attempt["ok"], false);
+    assert!(attempt["stderr"].as_str().unwrap().contains("GPU out of memory"));
+}
+
+#[test]
+fn the_text_review() {
+    let scratch = Scratch::new();
+    let folder = run_with_a_failing_reader(&scratch);
+    let output = scratch.gacc().arg("trace").arg(&folder).output().unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    // Times, keys and the order of equally slow calls change from run to run; the shape does not.
+    let mut in_slowest = false;
+    let masked: String = text
+        .lines()
+        .map(|line| {
+            if line.starts_with("slowest") {
+                in_slowest = true;
+            } else if line.is_empty() {
+                in_slowest = false;
+            } else if in_slowest {
+                return "  <call>\n".to_owned();
+            }
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .map(|w| {
+                    if w.len() >= 12 || w.chars().any(|c| c.is_ascii_digit()) {
+                        "#"
+                    } else {
+                        w
+                    }
+                })
+                .collect();
+            format!(
+                "{}{}\n",
+                if line.starts_with(' ') { "  " } else { "" },
+                words.join(" ")
+            )
+        })
+        .collect();
+    insta::assert_snapshot!(masked);
+}
