@@ -468,7 +468,7 @@ async fn run_question(
     let read_key = plan::reader_key(
         &run.plan.reader_identity,
         memory_sha256,
-        &sha256(&question.question),
+        &run.plan.question_sha256[job.source][question_job.goal][question_job.question].question,
         job.seed,
     );
     let request = || {
@@ -530,10 +530,11 @@ async fn run_question(
 
     outcome.jobs = 2;
     let started = Instant::now();
+    let hashes = &run.plan.question_sha256[job.source][question_job.goal][question_job.question];
     let inputs = JudgeInputs {
         source_sha256: &run.plan.source_sha256[job.source],
-        question: &question.question,
-        reference: &question.reference,
+        question_sha256: &hashes.question,
+        reference_sha256: &hashes.reference,
         answer: &answer,
     };
     let judge_key = plan::judge_key(&run.plan.judge_identity, &inputs, job.seed);
@@ -953,15 +954,12 @@ fn trace_job(
 ) {
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    // The job's seed, condition, ratio and source are in plan.json under its key.
     tracing::info!(
         job = key,
         stage,
         cache_key,
-        seed = job.seed,
         compressor = %job.compressor,
-        condition = %job.condition,
-        ratio = %job.ratio,
-        source_id = %job.source_id,
         duration_ms,
         cache_hit,
         skipped = origin == Some(Origin::Skipped),

@@ -68,6 +68,14 @@ pub struct Plan {
     /// Per source, the questions and references of its goals that it does not itself
     /// contain: what no compressor request may carry.
     pub held_out: Vec<Vec<String>>,
+    /// SHA-256 of each question's text and reference, by [source][goal][question].
+    pub question_sha256: Vec<Vec<Vec<QuestionHashes>>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct QuestionHashes {
+    pub question: String,
+    pub reference: String,
 }
 
 /// The texts among `texts` that `source` does not contain (non-empty, without repeats).
@@ -121,11 +129,12 @@ pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, 
     }))
 }
 
+/// What a judge call's key is made of; the dataset's texts by their SHA-256 (computed once, in
+/// the plan, not once per call).
 pub struct JudgeInputs<'a> {
-    /// The source's SHA-256 (computed once per source, not per question).
     pub source_sha256: &'a str,
-    pub question: &'a str,
-    pub reference: &'a str,
+    pub question_sha256: &'a str,
+    pub reference_sha256: &'a str,
     pub answer: &'a str,
 }
 
@@ -134,8 +143,8 @@ pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
         "role": "judge",
         "callback": identity,
         "source_sha256": inputs.source_sha256,
-        "question_sha256": sha256(inputs.question),
-        "reference_sha256": sha256(inputs.reference),
+        "question_sha256": inputs.question_sha256,
+        "reference_sha256": inputs.reference_sha256,
         "answer_sha256": sha256(inputs.answer),
         "seed": seed,
     }))
@@ -275,6 +284,24 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         judge_identity,
         tokenizer_identity,
         source_sha256: source_sha,
+        question_sha256: dataset
+            .sources
+            .iter()
+            .map(|s| {
+                s.goals
+                    .iter()
+                    .map(|g| {
+                        g.questions
+                            .iter()
+                            .map(|q| QuestionHashes {
+                                question: sha256(&q.question),
+                                reference: sha256(&q.reference),
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect(),
         held_out: dataset
             .sources
             .iter()

@@ -257,10 +257,11 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
                 continue;
             };
             status.entry("read").or_default().cached += 1;
+            let hashes = &plan.question_sha256[job.source][question_job.goal][question_job.question];
             let inputs = plan::JudgeInputs {
                 source_sha256: &plan.source_sha256[job.source],
-                question: &question.question,
-                reference: &question.reference,
+                question_sha256: &hashes.question,
+                reference_sha256: &hashes.reference,
                 answer: &answer,
             };
             if cache.contains(
