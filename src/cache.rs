@@ -20,8 +20,6 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::hash::sha256;
-
 /// The prefix of every cache key's canonical description; bump it to invalidate all keys.
 const KEY_DOMAIN: &str = "gacc/1 cache key\n";
 /// How often new entries are synced to disk.
@@ -31,7 +29,16 @@ const SEGMENTS: &str = "segments";
 /// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
 /// serialise to equal bytes).
 pub fn key(description: &Value) -> String {
-    sha256(format!("{KEY_DOMAIN}{description}"))
+    key_of_canonical(&description.to_string())
+}
+
+/// The key of a description already written in canonical form (compact JSON, keys sorted).
+pub fn key_of_canonical(description: &str) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(KEY_DOMAIN.as_bytes());
+    hasher.update(description.as_bytes());
+    crate::hash::hex(&hasher.finalize())
 }
 
 /// The kinds of entry a cache holds: one per callback role, and truncated memories.
@@ -167,8 +174,14 @@ impl Cache {
         if digest != checksum {
             return None;
         }
-        let entry: Value = serde_json::from_slice(&payload).ok()?;
-        entry.get("response").cloned()
+        // Only the response is needed; the description is skipped, not built.
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            response: Value,
+        }
+        serde_json::from_slice::<Entry>(&payload)
+            .ok()
+            .map(|entry| entry.response)
     }
 
     pub fn contains(&self, kind: &str, key: &str) -> bool {

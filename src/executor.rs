@@ -465,8 +465,8 @@ async fn run_question(
     };
 
     let started = Instant::now();
-    let read_key = plan::reader_key(
-        &run.plan.reader_identity,
+    let read_key = plan::reader_key_with(
+        &run.plan.reader_identity_json,
         memory_sha256,
         &run.plan.question_sha256[job.source][question_job.goal][question_job.question].question,
         job.seed,
@@ -537,7 +537,7 @@ async fn run_question(
         reference_sha256: &hashes.reference,
         answer: &answer,
     };
-    let judge_key = plan::judge_key(&run.plan.judge_identity, &inputs, job.seed);
+    let judge_key = plan::judge_key_with(&run.plan.judge_identity_json, &inputs, job.seed);
     let request = || {
         json!({
             "protocol": PROTOCOL,

@@ -62,6 +62,9 @@ pub struct Plan {
     pub compressor_identities: std::collections::BTreeMap<String, Value>,
     pub reader_identity: Value,
     pub judge_identity: Value,
+    /// The reader's and judge's identities serialised once, for their cache keys.
+    pub reader_identity_json: String,
+    pub judge_identity_json: String,
     pub tokenizer_identity: Value,
     /// Each source's SHA-256, in dataset order.
     pub source_sha256: Vec<String>,
@@ -120,17 +123,17 @@ pub fn compressor_key(
 }
 
 pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
-    cache::key(&json!({
-        "role": "reader",
-        "callback": identity,
-        "memory_sha256": memory_sha256,
-        "question_sha256": question_sha256,
-        "seed": seed,
-    }))
+    reader_key_with(&identity.to_string(), memory_sha256, question_sha256, seed)
 }
 
-/// What a judge call's key is made of; the dataset's texts by their SHA-256 (computed once, in
-/// the plan, not once per call).
+/// `reader_key` with the identity already serialised: the same bytes serde_json writes for the
+/// canonical description (keys in order), without building it, for the hot path.
+pub fn reader_key_with(identity_json: &str, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
+    cache::key_of_canonical(&format!(
+        r#"{{"callback":{identity_json},"memory_sha256":"{memory_sha256}","question_sha256":"{question_sha256}","role":"reader","seed":{seed}}}"#
+    ))
+}
+
 pub struct JudgeInputs<'a> {
     pub source_sha256: &'a str,
     pub question_sha256: &'a str,
@@ -139,15 +142,18 @@ pub struct JudgeInputs<'a> {
 }
 
 pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
-    cache::key(&json!({
-        "role": "judge",
-        "callback": identity,
-        "source_sha256": inputs.source_sha256,
-        "question_sha256": inputs.question_sha256,
-        "reference_sha256": inputs.reference_sha256,
-        "answer_sha256": sha256(inputs.answer),
-        "seed": seed,
-    }))
+    judge_key_with(&identity.to_string(), inputs, seed)
+}
+
+/// `judge_key` with the identity already serialised (see `reader_key_with`).
+pub fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
+    cache::key_of_canonical(&format!(
+        r#"{{"answer_sha256":"{}","callback":{identity_json},"question_sha256":"{}","reference_sha256":"{}","role":"judge","seed":{seed},"source_sha256":"{}"}}"#,
+        sha256(inputs.answer),
+        inputs.question_sha256,
+        inputs.reference_sha256,
+        inputs.source_sha256,
+    ))
 }
 
 /// Expands a manifest and its dataset into the job graph, in a deterministic order:
@@ -244,10 +250,8 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                             .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
                             .map(|(g, q)| {
                                 let question_id = &source.goals[g].questions[q].id;
-                                let read_key = cache::key(
-                                    &json!({"job": "read", "memory": key, "question_id": question_id}),
-                                );
-                                let judge_key = cache::key(&json!({"job": "judge", "read": read_key}));
+                                let read_key = sha256(format!("read\n{key}\n{question_id}"));
+                                let judge_key = sha256(format!("judge\n{read_key}"));
                                 QuestionJob {
                                     read_key,
                                     judge_key,
@@ -280,6 +284,8 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
     Ok(Plan {
         memories,
         compressor_identities,
+        reader_identity_json: reader_identity.to_string(),
+        judge_identity_json: judge_identity.to_string(),
         reader_identity,
         judge_identity,
         tokenizer_identity,
@@ -425,6 +431,35 @@ pub fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_keys_equal_the_canonical_descriptions() {
+        let identity = json!({"program": {"builtin": "exact", "builtin_revision": "1"}, "revision": "2", "params": {"b": 1, "a": [1, "x"]}});
+        let described = cache::key(&json!({
+            "role": "reader",
+            "callback": identity,
+            "memory_sha256": "m",
+            "question_sha256": "q",
+            "seed": 7,
+        }));
+        assert_eq!(reader_key(&identity, "m", "q", 7), described);
+        let inputs = JudgeInputs {
+            source_sha256: "s",
+            question_sha256: "q",
+            reference_sha256: "r",
+            answer: "the answer",
+        };
+        let described = cache::key(&json!({
+            "role": "judge",
+            "callback": identity,
+            "source_sha256": "s",
+            "question_sha256": "q",
+            "reference_sha256": "r",
+            "answer_sha256": sha256("the answer"),
+            "seed": 7,
+        }));
+        assert_eq!(judge_key(&identity, &inputs, 7), described);
+    }
 
     #[test]
     fn derangement_never_shows_a_goal_of_the_same_source() {
