@@ -128,6 +128,17 @@ pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurem
         detail: json!({"per_second": spawns as f64 / oneshot.as_secs_f64(),
             "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64()}),
     });
+    if let Some(callback) = sandboxed(echo_callback(concurrency, Mode::Oneshot)) {
+        let confined = runtime.block_on(call_many(callback, spawns, concurrency));
+        out.push(Measurement {
+            name: format!(
+                "oneshot callback calls in the Landlock sandbox, {spawns} at concurrency {concurrency}"
+            ),
+            seconds: confined.as_secs_f64(),
+            detail: json!({"per_second": spawns as f64 / confined.as_secs_f64(),
+                "share_of_unsandboxed_rate": oneshot.as_secs_f64() / confined.as_secs_f64()}),
+        });
+    }
     let persistent = runtime.block_on(call_many(echo_worker(concurrency), spawns * 5, concurrency));
     out.push(Measurement {
         name: format!(
@@ -269,7 +280,21 @@ fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
         limit: Arc::new(Semaphore::new(concurrency)),
         mode,
         workers: Default::default(),
+        sandbox: None,
     }
+}
+
+/// The callback in a sandbox that grants its program, where the kernel has Landlock.
+fn sandboxed(mut callback: Callback) -> Option<Callback> {
+    use crate::sandbox::{Protected, Sandboxing, kernel_abi};
+    let sandboxing = Sandboxing::new(kernel_abi(), Protected::default()).ok()?;
+    let grants = sandboxing
+        .protected()
+        .grants(None, &callback.argv, false, Path::new("/"))
+        .ok()?;
+    let (policy, _) = sandboxing.confine(callback.role, None, &grants, None).ok()?;
+    callback.sandbox = Some(policy?);
+    Some(callback)
 }
 
 fn echo_callback(concurrency: usize, mode: Mode) -> Callback {

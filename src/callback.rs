@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 
 use crate::builtin::Role;
 use crate::manifest::Mode;
+use crate::sandbox::{Policy, Scratch};
 
 pub const PROTOCOL: &str = "gacc/1";
 /// The largest response a callback may write to stdout.
@@ -47,6 +48,8 @@ pub struct Callback {
     pub mode: Mode,
     /// Idle persistent workers, ready for their next request.
     pub workers: std::sync::Mutex<Vec<Worker>>,
+    /// The sandbox each of its processes starts in; None runs it unrestricted.
+    pub sandbox: Option<Policy>,
 }
 
 /// Why a call failed.
@@ -191,10 +194,23 @@ impl Callback {
         }
     }
 
-    fn command(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(&self.argv[0]);
+    /// The process to start, and the scratch folder it lives in when it is sandboxed: then
+    /// gacc starts it through `gacc sandbox-exec`, which enters the sandbox and becomes it.
+    fn command(&self) -> Result<(tokio::process::Command, Option<Scratch>), FailureKind> {
+        let (line, scratch) = match &self.sandbox {
+            None => (self.argv.iter().map(Into::into).collect(), None),
+            Some(policy) => {
+                let (scratch, line) = policy.jail(&self.argv).map_err(|error| FailureKind::Spawn {
+                    program: self.argv[0].clone(),
+                    error: format!("could not prepare its sandbox: {error}"),
+                })?;
+                (line, Some(scratch))
+            }
+        };
+        let line: Vec<std::ffi::OsString> = line;
+        let mut command = tokio::process::Command::new(&line[0]);
         command
-            .args(&self.argv[1..])
+            .args(&line[1..])
             .current_dir(&self.cwd)
             .env_clear()
             .stdin(Stdio::piped())
@@ -211,21 +227,32 @@ impl Callback {
         command
             .env("GACC_PROTOCOL", PROTOCOL)
             .env("GACC_ROLE", self.role.as_str());
-        command
+        if let Some(scratch) = &scratch {
+            command.env("TMPDIR", &scratch.path);
+        }
+        Ok((command, scratch))
+    }
+
+    fn spawn_failure(&self, error: std::io::Error) -> FailureKind {
+        FailureKind::Spawn {
+            program: self.argv[0].clone(),
+            error: error.to_string(),
+        }
     }
 
     async fn attempt(&self, request: &[u8]) -> Attempt {
-        let mut child = match self.command().spawn() {
+        let failed = |kind| Attempt {
+            result: Err(kind),
+            stderr_tail: String::new(),
+        };
+        // The scratch folder goes when the call ends, after its process group.
+        let (mut command, _scratch) = match self.command() {
+            Ok(command) => command,
+            Err(kind) => return failed(kind),
+        };
+        let mut child = match command.spawn() {
             Ok(child) => child,
-            Err(error) => {
-                return Attempt {
-                    result: Err(FailureKind::Spawn {
-                        program: self.argv[0].clone(),
-                        error: error.to_string(),
-                    }),
-                    stderr_tail: String::new(),
-                };
-            }
+            Err(error) => return failed(self.spawn_failure(error)),
         };
         let group = child.id().map(|pid| pid as i32);
         live_groups().extend(group);
@@ -389,14 +416,14 @@ pub struct Worker {
     stdout: BufReader<ChildStdout>,
     group: Option<i32>,
     stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Removed after the worker's process group is killed (fields drop after `drop`).
+    _scratch: Option<Scratch>,
 }
 
 impl Worker {
     fn start(callback: &Callback) -> Result<Worker, FailureKind> {
-        let mut child = callback.command().spawn().map_err(|error| FailureKind::Spawn {
-            program: callback.argv[0].clone(),
-            error: error.to_string(),
-        })?;
+        let (mut command, scratch) = callback.command()?;
+        let mut child = command.spawn().map_err(|error| callback.spawn_failure(error))?;
         let group = child.id().map(|pid| pid as i32);
         live_groups().extend(group);
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -428,6 +455,7 @@ impl Worker {
             stdout: BufReader::new(stdout),
             group,
             stderr: tail,
+            _scratch: scratch,
         })
     }
 

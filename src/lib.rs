@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod plan;
 pub mod report;
 pub mod run;
+pub mod sandbox;
 pub mod tokenizer;
 pub mod trace;
 pub mod trace_review;

@@ -48,6 +48,9 @@ enum Command {
         /// Run every job whatever fails (the default).
         #[arg(long)]
         keep_going: bool,
+        /// Refuse to run (exit 2) unless every compressor and reader runs in its sandbox.
+        #[arg(long)]
+        require_sandbox: bool,
     },
     /// The job graph's size per stage and how much is cached, without calling anything.
     Plan {
@@ -176,6 +179,11 @@ enum DatasetCommand {
 }
 
 fn main() -> ExitCode {
+    // A sandboxed callback's first step, before anything else (no parsing, no tracing).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == gacc::sandbox::SANDBOX_EXEC) {
+        return ExitCode::from(gacc::sandbox::exec(&args[2..]));
+    }
     let cli = Cli::parse();
     if let Command::Callback { name } = &cli.command {
         return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
@@ -189,6 +197,7 @@ fn main() -> ExitCode {
             templates,
             fail_fast,
             keep_going: _,
+            require_sandbox,
         } => run::run(&RunOptions {
             manifest,
             sets,
@@ -196,6 +205,7 @@ fn main() -> ExitCode {
             templates,
             quiet: cli.quiet,
             fail_fast,
+            require_sandbox,
         })
         .map(|finished| {
             if !cli.quiet {

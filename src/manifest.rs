@@ -152,6 +152,92 @@ pub struct CallbackSpec {
     pub env: Vec<String>,
     #[serde(default = "empty_params")]
     pub params: serde_json::Value,
+    /// Where the callback may read and write, and whether it may use the network (on Linux,
+    /// compressors and readers run in a Landlock sandbox unless this is `false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
+}
+
+/// `sandbox = false`, `sandbox = true`, or `sandbox = { read = [...], write = [...], network = true }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// False for `sandbox = false`: the callback runs unrestricted (the report says so).
+    pub enabled: bool,
+    /// Files and folders the callback may read, relative to the manifest's folder.
+    pub read: Vec<PathBuf>,
+    /// Folders (or files) the callback may write, relative to the manifest's folder.
+    pub write: Vec<PathBuf>,
+    /// False cuts the callback off TCP (binding and connecting).
+    pub network: bool,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            enabled: true,
+            read: Vec::new(),
+            write: Vec::new(),
+            network: true,
+        }
+    }
+}
+
+/// The table form of `sandbox`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxTable {
+    #[serde(default)]
+    read: Vec<PathBuf>,
+    #[serde(default)]
+    write: Vec<PathBuf>,
+    #[serde(default = "yes")]
+    network: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Serialize for SandboxSpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if !self.enabled {
+            return serializer.serialize_bool(false);
+        }
+        SandboxTable {
+            read: self.read.clone(),
+            write: self.write.clone(),
+            network: self.network,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = SandboxSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`false`, `true` or a table { read = [...], write = [...], network = true }")
+            }
+            fn visit_bool<E: serde::de::Error>(self, enabled: bool) -> Result<SandboxSpec, E> {
+                Ok(SandboxSpec {
+                    enabled,
+                    ..SandboxSpec::default()
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<SandboxSpec, A::Error> {
+                let table = SandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(SandboxSpec {
+                    enabled: true,
+                    read: table.read,
+                    write: table.write,
+                    network: table.network,
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 fn default_timeout() -> Timeout {
@@ -594,6 +680,16 @@ fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Ve
     }
     if !spec.params.is_object() {
         problems.push("`params` must be a table".into());
+    }
+    if let Some(sandbox) = &spec.sandbox {
+        for (key, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
+            for path in paths.iter().filter(|p| !folder.join(p).exists()) {
+                problems.push(format!(
+                    "`sandbox.{key}` path `{}` does not exist (paths are relative to the manifest's folder; create it first)",
+                    path.display()
+                ));
+            }
+        }
     }
     problems
 }

@@ -32,6 +32,8 @@ pub struct Report {
     /// Per compressor and ratio, the conditions side by side and the goal-conditioning gaps.
     pub by_condition: Vec<ConditionRow>,
     pub integrity: Integrity,
+    /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
+    pub holdout: BTreeMap<Role, crate::sandbox::Holdout>,
     pub calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
     pub usage: BTreeMap<Role, Usage>,
@@ -299,6 +301,7 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
             padding_tokens,
             count_errors,
         },
+        holdout: BTreeMap::new(),
         calls,
         usage,
         failures: outcome.failures.clone(),

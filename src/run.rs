@@ -21,6 +21,7 @@ use crate::hash::sha256;
 use crate::manifest::{self, CallbackSpec, Invalid, Loaded, Problem};
 use crate::plan::{self, Plan};
 use crate::report;
+use crate::sandbox::{self, Confinement, Protected, Sandboxing};
 use crate::tokenizer::Tokenizer;
 
 /// Why a command could not do its work.
@@ -75,6 +76,9 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
             }
         }
     }
+    // The run folders' place is known only to `run`, which checks them too.
+    let protected = Protected::of(&loaded, &cache_root(&loaded), None);
+    problems.extend(sandbox_problems(&loaded, &protected));
     let (Some(dataset), true) = (dataset, problems.is_empty()) else {
         return Err(Invalid(problems).into());
     };
@@ -111,21 +115,105 @@ fn callback_specs(loaded: &Loaded) -> Vec<(String, &CallbackSpec)> {
         .collect()
 }
 
-/// Turns the manifest's callback settings into callables.
-fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
-    let exe = std::env::current_exe().map_err(io(Path::new("gacc")))?;
-    let run_concurrency = loaded.manifest.run.concurrency;
-    let build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
-        let argv = match (&spec.builtin, &spec.command) {
-            (Some(builtin), _) => vec![exe.display().to_string(), "callback".into(), builtin.clone()],
-            (None, Some(command)) => {
-                let mut argv = command.clone();
-                if let Some(program) = manifest::find_program(&command[0], &loaded.folder) {
-                    argv[0] = program.display().to_string();
-                }
-                argv
+/// Every callback of a manifest: its key, role and settings.
+fn callbacks_with_roles(loaded: &Loaded) -> Vec<(String, Role, &CallbackSpec)> {
+    let manifest = &loaded.manifest;
+    manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (format!("compressors.{name}"), Role::Compressor, spec))
+        .chain([
+            ("reader".to_owned(), Role::Reader, &manifest.reader),
+            ("judge".to_owned(), Role::Judge, &manifest.judge),
+        ])
+        .collect()
+}
+
+/// The command line a callback runs: a built-in through this executable, or its command
+/// with the program found.
+fn argv(loaded: &Loaded, spec: &CallbackSpec, exe: &Path) -> Vec<String> {
+    match (&spec.builtin, &spec.command) {
+        (Some(builtin), _) => vec![exe.display().to_string(), "callback".into(), builtin.clone()],
+        (None, Some(command)) if !command.is_empty() => {
+            let mut argv = command.clone();
+            if let Some(program) = manifest::find_program(&command[0], &loaded.folder) {
+                argv[0] = program.display().to_string();
             }
-            (None, None) => Vec::new(),
+            argv
+        }
+        (None, _) => Vec::new(),
+    }
+}
+
+fn current_exe() -> Result<PathBuf, Error> {
+    std::env::current_exe().map_err(io(Path::new("gacc")))
+}
+
+/// What each sandboxed callback's settings would expose of the experiment's files.
+fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
+    let Ok(exe) = current_exe() else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for (key, role, spec) in callbacks_with_roles(loaded) {
+        if !sandbox::wanted(role, spec.sandbox.as_ref()) {
+            continue;
+        }
+        let argv = argv(loaded, spec, &exe);
+        if let Err(found) = protected.grants(
+            spec.sandbox.as_ref(),
+            &argv,
+            spec.builtin.is_some(),
+            &loaded.folder,
+        ) {
+            problems.extend(found.into_iter().map(|message| Problem {
+                place: format!("{}: key `{key}.sandbox`", loaded.path.display()),
+                message,
+            }));
+        }
+    }
+    problems
+}
+
+/// How each callback runs, by role and key.
+type Confinements = Vec<(Role, String, Confinement)>;
+
+/// Turns the manifest's callback settings into callables, each in its sandbox, with how
+/// each one runs.
+fn callbacks(loaded: &Loaded, sandboxing: &Sandboxing) -> Result<(Callbacks, Confinements), Error> {
+    let exe = current_exe()?;
+    let run_concurrency = loaded.manifest.run.concurrency;
+    let mut problems = Vec::new();
+    let mut confinements = Vec::new();
+    let mut build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
+        let argv = argv(loaded, spec, &exe);
+        let place = || format!("{}: key `{name}.sandbox`", loaded.path.display());
+        let settings = spec.sandbox.as_ref();
+        let mut grants = sandbox::Grants::default();
+        if sandbox::wanted(role, settings) {
+            match sandboxing
+                .protected()
+                .grants(settings, &argv, spec.builtin.is_some(), &loaded.folder)
+            {
+                Ok(found) => grants = found,
+                Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                    place: place(),
+                    message,
+                })),
+            }
+        }
+        let sandbox = match sandboxing.confine(role, settings, &grants, spec.builtin.as_deref()) {
+            Ok((policy, confinement)) => {
+                confinements.push((role, name.clone(), confinement));
+                policy
+            }
+            Err(message) => {
+                problems.push(Problem {
+                    place: place(),
+                    message,
+                });
+                None
+            }
         };
         Callback {
             name,
@@ -144,10 +232,11 @@ fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
             limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
             mode: spec.mode,
             workers: Default::default(),
+            sandbox,
         }
     };
     let manifest = &loaded.manifest;
-    Ok(Callbacks {
+    let callbacks = Callbacks {
         compressors: manifest
             .compressors
             .iter()
@@ -160,14 +249,23 @@ fn callbacks(loaded: &Loaded) -> Result<Callbacks, Error> {
             .collect(),
         reader: build("reader".into(), Role::Reader, &manifest.reader),
         judge: build("judge".into(), Role::Judge, &manifest.judge),
-    })
+    };
+    if problems.is_empty() {
+        Ok((callbacks, confinements))
+    } else {
+        Err(Invalid(problems).into())
+    }
+}
+
+fn cache_root(loaded: &Loaded) -> PathBuf {
+    match &loaded.manifest.run.cache {
+        Some(path) => loaded.resolve(path),
+        None => PathBuf::from(".gacc/cache"),
+    }
 }
 
 fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
-    let root = match &loaded.manifest.run.cache {
-        Some(path) => loaded.resolve(path),
-        None => PathBuf::from(".gacc/cache"),
-    };
+    let root = cache_root(loaded);
     Cache::open(&root).map_err(io(&root))
 }
 
@@ -287,6 +385,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Stop starting calls after the first failure.
     pub fail_fast: bool,
+    /// Refuse to run a compressor or reader outside its sandbox.
+    pub require_sandbox: bool,
 }
 
 /// What a finished run left behind.
@@ -306,9 +406,19 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
-    let callbacks = callbacks(&prepared.loaded)?;
-    let cache = cache_for(&prepared.loaded)?;
     let manifest = &prepared.loaded.manifest;
+    let runs = options
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs"))
+        .join(&manifest.name);
+    sandbox::protect_self();
+    let abi = sandbox::kernel_abi();
+    let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
+    let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
+    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing)?;
+    let holdout = hold_out(&confinements, options.require_sandbox)?;
+    let cache = cache_for(&prepared.loaded)?;
     let template_path = options
         .templates
         .clone()
@@ -317,11 +427,6 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let (template, template_name) = report::load_template(template_path.as_deref())
         .map_err(|message| Invalid::one("--templates", message))?;
 
-    let runs = options
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs"))
-        .join(&manifest.name);
     let folder = new_run_folder(&runs, started_at, &prepared.resolved_sha256)?;
     let _ = crate::trace::open(&folder.join("trace.jsonl"));
     tracing::info!(manifest = %options.manifest.display(), folder = %folder.display(), "run started");
@@ -403,7 +508,8 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     )?;
     write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
     phases.end("write ledger and results");
-    let report = report::build(&inputs, &outcome);
+    let mut report = report::build(&inputs, &outcome);
+    report.holdout = holdout;
     phases.end("build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
@@ -420,6 +526,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         "paid": outcome.paid,
         "failures": outcome.failures.len(),
         "phases": phases.seconds,
+        "landlock_abi": abi,
     });
     write(&folder.join("run.json"), pretty(&run_record).as_bytes())?;
     let markdown = report::render(&template, &template_name, &report_json, &run_record)
@@ -434,6 +541,49 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         cancelled: outcome.cancelled,
         folder,
     })
+}
+
+/// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for
+/// any reason but its own `sandbox = false` is warned about once, and is an error under
+/// `--require-sandbox` (as is an opt-out).
+fn hold_out(
+    confinements: &Confinements,
+    require_sandbox: bool,
+) -> Result<BTreeMap<Role, sandbox::Holdout>, Error> {
+    let unsandboxed: Vec<(&str, &str)> = confinements
+        .iter()
+        .filter(|(role, _, c)| *role != Role::Judge && !c.sandboxed())
+        .map(|(_, name, c)| (name.as_str(), c.why.as_deref().unwrap_or("")))
+        .collect();
+    if require_sandbox && !unsandboxed.is_empty() {
+        return Err(Invalid(
+            unsandboxed
+                .iter()
+                .map(|(name, why)| Problem {
+                    place: "--require-sandbox".into(),
+                    message: format!("`{name}` would run outside its sandbox: {why}"),
+                })
+                .collect(),
+        )
+        .into());
+    }
+    let unexpected: Vec<String> = unsandboxed
+        .iter()
+        .filter(|(_, why)| *why != "sandbox = false")
+        .map(|(name, why)| format!("{name} ({why})"))
+        .collect();
+    if !unexpected.is_empty() {
+        let message = format!(
+            "the hold-out is NOT enforced: {} run unsandboxed; --require-sandbox makes this an error",
+            unexpected.join(", ")
+        );
+        eprintln!("warning: {message}");
+    }
+    Ok(sandbox::holdout(
+        confinements
+            .iter()
+            .map(|(role, name, c)| (*role, name.as_str(), c)),
+    ))
 }
 
 /// Where a run's time went, phase by phase, for `run.json`.

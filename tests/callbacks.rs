@@ -17,7 +17,7 @@ fn fixture_with_script_reader(scratch: &Scratch, misbehaviour: &str) {
         .unwrap()
         .replace(
             "[reader]\nbuiltin = \"field-lookup\"",
-            "[reader]\ncommand = [\"./reader.sh\"]\nretries = 0",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\nretries = 0",
         );
     scratch.write("experiments/scripted.toml", &manifest);
     scratch.write("experiments/broken", "");
@@ -170,7 +170,7 @@ fn a_hanging_callback_is_timed_out_and_its_process_group_killed() {
         .unwrap()
         .replace(
             "[reader]\nbuiltin = \"field-lookup\"",
-            "[reader]\ncommand = [\"./reader.sh\"]\ntimeout = \"300ms\"\nretries = 1",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\ntimeout = \"300ms\"\nretries = 1",
         )
         .replace("seeds = [42, 43, 44]", "seeds = [42]");
     scratch.write("experiments/hang.toml", &manifest);
@@ -206,7 +206,7 @@ fn ctrl_c_kills_calls_in_flight_keeps_finished_work_and_says_how_to_resume() {
         .unwrap()
         .replace(
             "[reader]\nbuiltin = \"field-lookup\"",
-            "[reader]\ncommand = [\"./reader.sh\"]",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false",
         );
     scratch.write("experiments/slow.toml", &manifest);
     let child = std::process::Command::new(common::gacc_binary())

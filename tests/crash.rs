@@ -25,8 +25,14 @@ fn logging_fixture(scratch: &Scratch) -> &'static str {
     }
     let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
         .unwrap()
-        .replace("builtin = \"goal-line\"", "command = [\"./compressor.sh\"]")
-        .replace("builtin = \"field-lookup\"", "command = [\"./reader.sh\"]")
+        .replace(
+            "builtin = \"goal-line\"",
+            "command = [\"./compressor.sh\"]\nsandbox = false",
+        )
+        .replace(
+            "builtin = \"field-lookup\"",
+            "command = [\"./reader.sh\"]\nsandbox = false",
+        )
         .replace("builtin = \"exact\"", "command = [\"./judge.sh\"]");
     scratch.write("experiments/logged.toml", &manifest);
     "experiments/logged.toml"

@@ -22,7 +22,7 @@ fn fixture_with_reader(scratch: &Scratch, name: &str, command: &str, settings: &
         .unwrap()
         .replace(
             READER,
-            &format!("[reader]\ncommand = [\"{command}\"]\n{settings}"),
+            &format!("[reader]\ncommand = [\"{command}\"]\nsandbox = false\n{settings}"),
         )
         .replace("seeds = [42, 43, 44]", &format!("seeds = {seeds}"));
     assert!(manifest.contains(command), "the fixture's reader section moved");

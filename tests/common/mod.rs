@@ -123,3 +123,42 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+impl Scratch {
+    /// Runs `gacc run` with extra environment variables; returns (exit status, run folder, stderr).
+    pub fn run_with_env(
+        &self,
+        manifest: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (i32, PathBuf, String) {
+        let output = self
+            .gacc()
+            .arg("run")
+            .arg(manifest)
+            .args(extra)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let folder = stdout
+            .lines()
+            .last()
+            .map(|l| self.path(l.trim()))
+            .unwrap_or_default();
+        (output.status.code().unwrap_or(-1), folder, stderr)
+    }
+
+    /// `gacc` as a plain process (to know its pid), in the scratch folder, without `GACC_` variables.
+    pub fn gacc_process(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(gacc_binary());
+        command.current_dir(self.dir.path()).env_remove("RUST_LOG");
+        for (name, _) in std::env::vars() {
+            if name.starts_with("GACC_") {
+                command.env_remove(name);
+            }
+        }
+        command
+    }
+}
