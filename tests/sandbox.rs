@@ -11,6 +11,13 @@ use common::{Scratch, read_json, read_lines};
 use serde_json::Value;
 
 /// Whether this kernel answers Landlock (the probe gacc itself makes).
+#[cfg(not(target_os = "linux"))]
+fn landlock_available() -> bool {
+    false
+}
+
+/// Whether this kernel answers Landlock (the probe gacc itself makes).
+#[cfg(target_os = "linux")]
 fn landlock_available() -> bool {
     // SAFETY: this form of landlock_create_ruleset(2) reads no memory.
     let abi = unsafe {
