@@ -120,6 +120,8 @@ pub struct Outcome {
     pub jobs: BTreeMap<Role, usize>,
     /// Jobs not run because `--fail-fast` stopped the run.
     pub cancelled: usize,
+    /// Each compressor's distinct calls, with their usage.
+    pub compressor_calls: BTreeMap<String, BTreeMap<String, Usage>>,
 }
 
 /// Progress counters, per stage, read by the progress display.
@@ -273,7 +275,9 @@ pub async fn execute(run: Run) -> Outcome {
             .clone(),
         ..Outcome::default()
     };
-    for memory in outcomes.into_iter().flatten() {
+    for (index, memory) in outcomes.into_iter().enumerate() {
+        let Some(memory) = memory else { continue };
+        let compressor = &shared.run.plan.memories[index].compressor;
         outcome.ledger.extend(memory.ledger);
         outcome.results.extend(memory.results);
         for failure in memory.failures {
@@ -285,6 +289,10 @@ pub async fn execute(run: Run) -> Outcome {
         }
         outcome.exposure_violations += usize::from(memory.exposure_violation);
         for (role, key, usage) in memory.calls {
+            if role == Role::Compressor {
+                let calls = outcome.compressor_calls.entry(compressor.clone()).or_default();
+                calls.insert(key.clone(), usage.clone());
+            }
             outcome.calls.entry(role).or_default().insert(key, usage);
         }
         for role in memory.jobs {

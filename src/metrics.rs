@@ -77,6 +77,58 @@ pub fn spread(values: &[f64]) -> Spread {
     Spread { mean, std }
 }
 
+/// Resamples for a cell's bootstrap interval.
+pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+/// The fixed seed of every report's bootstrap: the same results give the same interval.
+pub const BOOTSTRAP_SEED: u64 = 0x6761_6363_6369_3935;
+
+/// A 95% percentile interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    pub low: f64,
+    pub high: f64,
+}
+
+/// 95% bootstrap intervals of Micro and Macro over goals: each resample draws goals (one
+/// goal of one seed is one unit) with replacement and scores them as `score` does.
+pub fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (Interval, Interval) {
+    // Per scored goal: (correct, questions, all correct); unscored questions count in neither.
+    let units: Vec<(usize, usize, bool)> = goals
+        .iter()
+        .filter(|g| !g.is_empty() && g.iter().all(Option::is_some))
+        .map(|g| {
+            let correct = g.iter().filter(|c| **c == Some(true)).count();
+            (correct, g.len(), correct == g.len())
+        })
+        .collect();
+    if units.is_empty() {
+        let zero = Interval { low: 0.0, high: 0.0 };
+        return (zero, zero);
+    }
+    let mut rng = crate::plan::SplitMix64::new(seed);
+    let (mut micro, mut macro_) = (Vec::with_capacity(resamples), Vec::with_capacity(resamples));
+    for _ in 0..resamples {
+        let (mut correct, mut questions, mut whole) = (0, 0, 0);
+        for _ in 0..units.len() {
+            let unit = units[rng.below(units.len())];
+            correct += unit.0;
+            questions += unit.1;
+            whole += usize::from(unit.2);
+        }
+        micro.push(ratio(correct, questions));
+        macro_.push(ratio(whole, units.len()));
+    }
+    let interval = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((q * values.len() as f64) as usize).min(values.len() - 1)];
+        Interval {
+            low: at(0.025),
+            high: at(0.975),
+        }
+    };
+    (interval(micro), interval(macro_))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +169,23 @@ mod tests {
         assert_eq!((s.correct, s.questions, s.unscored_questions), (2, 2, 1));
         assert_eq!(s.micro, 1.0);
         assert_eq!((s.goals, s.goals_all_correct), (1, 1));
+    }
+
+    #[test]
+    fn bootstrap_intervals() {
+        let all_right = goals(&[&[true, true], &[true]]);
+        let (micro, macro_) = bootstrap(&all_right, 200, 1);
+        assert_eq!(
+            (micro.low, micro.high, macro_.low, macro_.high),
+            (1.0, 1.0, 1.0, 1.0)
+        );
+        let mixed: Vec<Vec<Option<bool>>> = (0..30).map(|i| vec![Some(i % 3 != 0), Some(true)]).collect();
+        let (micro, macro_) = bootstrap(&mixed, 500, 7);
+        assert_eq!((micro, macro_), bootstrap(&mixed, 500, 7), "deterministic");
+        let point = score(&mixed);
+        assert!(micro.low <= point.micro && point.micro <= micro.high);
+        assert!(macro_.low <= point.macro_ && point.macro_ <= macro_.high);
+        assert!(macro_.low < macro_.high);
     }
 
     #[test]

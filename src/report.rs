@@ -37,6 +37,8 @@ pub struct Report {
     pub calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
     pub usage: BTreeMap<Role, Usage>,
+    /// The same for each compressor.
+    pub usage_by_compressor: BTreeMap<String, Usage>,
     pub failures: Vec<FailureRow>,
     /// Jobs not run because `--fail-fast` stopped the run after a failure.
     pub cancelled: usize,
@@ -86,6 +88,10 @@ pub struct Cell {
     pub micro: Spread,
     #[serde(rename = "macro")]
     pub macro_: Spread,
+    /// 95% bootstrap interval of Micro over goals (all seeds pooled, fixed resampling seed).
+    pub micro_ci95: metrics::Interval,
+    /// 95% bootstrap interval of Macro over goals.
+    pub macro_ci95: metrics::Interval,
     pub ledger: LedgerSums,
 }
 
@@ -306,6 +312,15 @@ pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
         usage,
         failures: outcome.failures.clone(),
         cancelled: outcome.cancelled,
+        usage_by_compressor: outcome
+            .compressor_calls
+            .iter()
+            .map(|(name, calls)| {
+                let mut sum = Usage::default();
+                calls.values().for_each(|usage| sum.plus(usage));
+                (name.clone(), sum)
+            })
+            .collect(),
     }
 }
 
@@ -356,18 +371,20 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     order
         .into_iter()
         .map(|id| {
+            let mut pooled: Vec<Vec<Option<bool>>> = Vec::new();
             let seeds: Vec<SeedScore> = verdicts
                 .remove(&id)
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(seed, goals)| {
                     let goals: Vec<Vec<Option<bool>>> = goals.into_iter().map(|(_, v)| v).collect();
-                    SeedScore {
-                        seed,
-                        score: metrics::score(&goals),
-                    }
+                    let score = metrics::score(&goals);
+                    pooled.extend(goals);
+                    SeedScore { seed, score }
                 })
                 .collect();
+            let (micro_ci95, macro_ci95) =
+                metrics::bootstrap(&pooled, metrics::BOOTSTRAP_RESAMPLES, metrics::BOOTSTRAP_SEED);
             let micro: Vec<f64> = seeds.iter().map(|s| s.score.micro).collect();
             let macro_: Vec<f64> = seeds.iter().map(|s| s.score.macro_).collect();
             let ledger = sums.remove(&id).unwrap_or_default();
@@ -378,6 +395,8 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
                 ratio: id.2,
                 micro: metrics::spread(&micro),
                 macro_: metrics::spread(&macro_),
+                micro_ci95,
+                macro_ci95,
                 seeds,
                 ledger,
             }

@@ -250,3 +250,70 @@ fn gacc_report_rerenders_and_takes_other_templates() {
         "{stderr}"
     );
 }
+
+#[test]
+fn usage_and_cost_are_summed_and_what_the_cache_saved_is_shown() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/paid-reader.sh",
+        "#!/bin/sh\nrequest=$(cat)\nprintf '%s' \"$request\" | @GACC@ callback field-lookup | sed 's/^{/{\"usage\":{\"input_tokens\":10,\"output_tokens\":2,\"cost_usd\":0.001},/'\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path(FIXTURE)).unwrap().replace(
+        "[reader]\nbuiltin = \"field-lookup\"",
+        "[reader]\ncommand = [\"./paid-reader.sh\"]",
+    );
+    scratch.write("experiments/paid.toml", &manifest);
+    let (status, first, stderr) = scratch.run("experiments/paid.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&first.join("report.json"));
+    assert_eq!(report["usage"]["reader"]["input_tokens"], 360);
+    assert_eq!(report["usage"]["reader"]["output_tokens"], 72);
+    assert!((report["usage"]["reader"]["cost_usd"].as_f64().unwrap() - 0.036).abs() < 1e-9);
+    assert_eq!(report["usage"]["compressor"]["cost_usd"], 0.0);
+    assert!(report["usage_by_compressor"]["goal-line"].is_object());
+    let markdown = std::fs::read_to_string(first.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("This run paid 0.0360 USD; the cache saved 0.0000 USD."),
+        "{markdown}"
+    );
+    let (_, second, _) = scratch.run("experiments/paid.toml", &[]);
+    let markdown = std::fs::read_to_string(second.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("This run paid 0.0000 USD; the cache saved 0.0360 USD."),
+        "{markdown}"
+    );
+    assert_eq!(
+        std::fs::read(first.join("report.json")).unwrap(),
+        std::fs::read(second.join("report.json")).unwrap()
+    );
+}
+
+#[test]
+fn every_cell_has_bootstrap_intervals() {
+    let scratch = Scratch::new();
+    let (_, folder, _) = scratch.run("experiments/baselines.toml", &[]);
+    let report = read_json(&folder.join("report.json"));
+    for cell in report["cells"].as_array().unwrap() {
+        for (metric, interval) in [("micro", "micro_ci95"), ("macro", "macro_ci95")] {
+            let (low, high) = (
+                cell[interval]["low"].as_f64().unwrap(),
+                cell[interval]["high"].as_f64().unwrap(),
+            );
+            let mean = cell[metric]["mean"].as_f64().unwrap();
+            assert!(low <= high && (0.0..=1.0).contains(&low) && high <= 1.0, "{cell}");
+            assert!(
+                low <= mean + 1e-9 && mean <= high + 1e-9,
+                "{metric} {mean} outside [{low}, {high}]"
+            );
+        }
+    }
+    let goal_bm25 = report["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["compressor"] == "goal-bm25" && c["ratio"] == 0.1 && c["condition"] == "own-goal")
+        .unwrap();
+    assert!(
+        goal_bm25["micro_ci95"]["low"].as_f64().unwrap() < goal_bm25["micro_ci95"]["high"].as_f64().unwrap()
+    );
+}
