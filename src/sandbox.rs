@@ -499,10 +499,14 @@ struct ScratchRoot {
     next: AtomicU64,
 }
 
+/// The prefix of a scratch root's name, followed by the pid of the gacc that made it.
+const SCRATCH_PREFIX: &str = "gacc-sandbox-";
+
 impl ScratchRoot {
     fn create() -> std::io::Result<ScratchRoot> {
         use std::os::unix::fs::DirBuilderExt;
         let base = std::env::temp_dir();
+        remove_stale_scratch(&base);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -510,7 +514,7 @@ impl ScratchRoot {
         let mut attempt = 0u32;
         loop {
             let path = base.join(format!(
-                "gacc-sandbox-{}-{:08x}",
+                "{SCRATCH_PREFIX}{}-{:08x}",
                 std::process::id(),
                 nanos.wrapping_add(attempt)
             ));
@@ -526,6 +530,28 @@ impl ScratchRoot {
                 }
                 Err(error) => return Err(error),
             }
+        }
+    }
+}
+
+/// Removes the scratch roots of gacc processes that are gone (killed before they could).
+fn remove_stale_scratch(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok());
+        // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+        if let Some(pid) = pid.filter(|pid| *pid > 0)
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

@@ -629,3 +629,66 @@ fn a_sandbox_setting_that_would_expose_the_experiment_is_refused() {
     let resolved = std::fs::read_to_string(folder.join("manifest.toml")).unwrap();
     assert!(resolved.contains("[compressors.goal-line.sandbox]"), "{resolved}");
 }
+
+#[test]
+fn a_killed_runs_scratch_folders_are_swept_by_the_next_run() {
+    require_landlock!();
+    let scratch = Scratch::new();
+    let tmp = scratch.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    scratch.script(
+        "experiments/slow.sh",
+        "#!/bin/sh\necho $$ > \"$TMPDIR/pid\"\nexec sleep 30\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace("builtin = \"goal-line\"", "command = [\"./slow.sh\"]");
+    scratch.write("experiments/slow.toml", &manifest);
+    let roots = || -> Vec<PathBuf> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains("/gacc-sandbox-"))
+            .collect()
+    };
+    let pid_files = || -> Vec<PathBuf> {
+        roots()
+            .iter()
+            .flat_map(|root| files(root))
+            .filter(|f| f.ends_with("pid"))
+            .collect()
+    };
+    let mut child = scratch
+        .gacc_process()
+        .args(["run", "experiments/slow.toml", "-q"])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the calls to be in their scratch folders, then kill gacc before it can clean up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pid_files().len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the calls did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A SIGKILLed gacc cannot end its calls: end them here, by the pids they wrote.
+    for file in pid_files() {
+        if let Ok(pid) = std::fs::read_to_string(&file).unwrap().trim().parse::<i32>() {
+            // SAFETY: kill(2) touches no memory.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    assert_eq!(roots().len(), 1, "the killed run's scratch is left behind");
+
+    let (status, _, stderr) = scratch.run_with_env(
+        "experiments/fixture.toml",
+        &[],
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert!(roots().is_empty(), "swept: {:?}", roots());
+}
