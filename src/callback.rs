@@ -130,7 +130,14 @@ impl Callback {
             attempt += 1;
             let outcome = {
                 let _mine = self.limit.acquire().await;
-                let _run = run_limit.acquire().await;
+                // A closed run limit means the run is stopping (--fail-fast): start nothing.
+                let Ok(_run) = run_limit.acquire().await else {
+                    return Err(Failure {
+                        kind: FailureKind::Cancelled,
+                        stderr_tail: String::new(),
+                        attempts: attempt - 1,
+                    });
+                };
                 let bytes = request().to_string();
                 let started = Instant::now();
                 let mut outcome = match self.mode {
@@ -286,12 +293,14 @@ impl Callback {
         };
         tokio::pin!(pipes);
         let mut drained = None;
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
         let status = loop {
             tokio::select! {
-                status = child.wait() => break status.ok(),
+                biased;
                 done = &mut pipes, if drained.is_none() => drained = Some(done),
-                _ = tokio::time::sleep_until(deadline) => break None,
+                status = child.wait() => break status.ok(),
+                _ = &mut deadline => break None,
             }
         };
         // Whatever happened, nothing the callback started outlives its call.
@@ -587,7 +596,7 @@ async fn read_limited(
     group: Option<i32>,
     into: Arc<std::sync::Mutex<Vec<u8>>>,
 ) -> bool {
-    let mut buffer = vec![0u8; 64 << 10];
+    let mut buffer = [0u8; 8 << 10];
     loop {
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => return false,
@@ -606,7 +615,7 @@ async fn read_limited(
 
 async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize) -> String {
     let mut tail = Vec::new();
-    let mut buffer = vec![0u8; 16 << 10];
+    let mut buffer = [0u8; 4 << 10];
     loop {
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => break,

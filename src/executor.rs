@@ -677,8 +677,10 @@ async fn obtain(
         (Err(failure), origin) => {
             if origin == Origin::Called {
                 shared.calls.count(role, |c| c.failed += 1);
-                if shared.run.fail_fast {
+                if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
                     shared.stopped.store(true, Ordering::Relaxed);
+                    // Calls already waiting for a slot are cancelled too, not started.
+                    shared.run_limit.close();
                 }
             }
             Err(failure.clone())
