@@ -11,6 +11,11 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use gacc::run::{self, Error, RunOptions};
 
+// A million small allocations across worker threads fragment glibc's arenas (measured: a
+// cached paper-scale re-run peaked at 2.9 GB with it, and far less with mimalloc).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "gacc",
