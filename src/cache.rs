@@ -41,8 +41,9 @@ pub fn key_of_canonical(description: &str) -> String {
     crate::hash::hex(&hasher.finalize())
 }
 
-/// The kinds of entry a cache holds: one per callback role, and truncated memories.
-const KINDS: &[&str] = &["compressor", "reader", "judge", "memory"];
+/// The kinds of entry a cache holds: one per callback role, truncated memories (their
+/// counts), and memory texts (once each, by their SHA-256).
+const KINDS: &[&str] = &["compressor", "reader", "judge", "memory", "text"];
 
 /// An entry's kind and binary key.
 type Slot = (u8, [u8; 32]);

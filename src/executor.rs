@@ -196,6 +196,20 @@ struct Shared {
 }
 
 impl Shared {
+    /// A memory's text by its hash: from this run's copies, else from the cache.
+    fn memory_text(&self, sha256: &str) -> Option<Arc<str>> {
+        if let Some(text) = self
+            .memories
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sha256)
+        {
+            return Some(text.clone());
+        }
+        let entry = self.run.cache.get("text", sha256)?;
+        Some(self.intern(sha256, entry.get("memory")?.as_str()?))
+    }
+
     fn intern(&self, sha256: &str, text: &str) -> Arc<str> {
         let mut memories = self.memories.lock().unwrap_or_else(|e| e.into_inner());
         memories
@@ -779,8 +793,8 @@ impl Measured {
     }
 
     fn to_json(&self, usage: &Usage) -> Value {
+        // The text itself is stored once under its hash (kind `text`): memories repeat.
         json!({
-            "memory": &*self.memory,
             "memory_sha256": self.memory_sha256,
             "generated_tokens": self.generated_tokens,
             "retained_tokens": self.retained_tokens,
@@ -793,11 +807,10 @@ impl Measured {
 
     fn from_json(shared: &Shared, entry: &Value) -> Option<(Measured, Usage)> {
         let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
-        let memory = entry.get("memory")?.as_str()?;
         // The recount verifies this hash when the report is built.
         let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
         let measured = Measured {
-            memory: shared.intern(&memory_sha256, memory),
+            memory: shared.memory_text(&memory_sha256)?,
             memory_sha256,
             generated_tokens: count("generated_tokens")?,
             retained_tokens: count("retained_tokens")?,
@@ -854,6 +867,13 @@ async fn make_memory<'a>(
         .await
         .map_err(|failure| (failure, "tokenizer"))?;
     let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
+    let text_key = &measured.memory_sha256;
+    if !run.cache.contains("text", text_key) {
+        let text = json!({"memory": &*measured.memory});
+        if let Err(error) = run.cache.put("text", text_key, &json!({"job": "text"}), &text) {
+            tracing::error!(key = %text_key, %error, "could not write the cache entry");
+        }
+    }
     if let Err(error) = run
         .cache
         .put("memory", &memory_key, &description, &measured.to_json(&usage))
