@@ -458,6 +458,47 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
     outcome
 }
 
+/// A read or a judge of one question: what a failure of it is recorded under.
+struct Step<'a> {
+    stage: &'a str,
+    job_key: &'a str,
+    cache_key: &'a str,
+    callback: &'a str,
+    started: Instant,
+}
+
+impl QuestionOutcome {
+    /// Records a failed step: progress, trace, the result row's reason and the failure row.
+    fn fail(
+        &mut self,
+        progress: &StageProgress,
+        job: &MemoryJob,
+        step: &Step,
+        failure: &Failure,
+        question_id: &str,
+    ) {
+        progress.failed.fetch_add(1, Ordering::Relaxed);
+        trace_job(
+            job,
+            step.stage,
+            step.job_key,
+            step.cache_key,
+            step.started,
+            None,
+            Some(failure),
+        );
+        self.row.failure = Some(format!("{} {}", step.callback, failure.kind));
+        self.failure = Some(failure_row(
+            job,
+            step.stage,
+            step.job_key,
+            step.callback,
+            failure,
+            Some(question_id),
+        ));
+    }
+}
+
 struct QuestionOutcome {
     row: ResultRow,
     failure: Option<FailureRow>,
@@ -526,25 +567,14 @@ async fn run_question(
                 .to_owned()
         }
         Err(failure) => {
-            progress.failed.fetch_add(1, Ordering::Relaxed);
-            trace_job(
-                job,
-                "read",
-                &question_job.read_key,
-                &read_key,
+            let step = Step {
+                stage: "read",
+                job_key: &question_job.read_key,
+                cache_key: &read_key,
+                callback: &reader.name,
                 started,
-                None,
-                Some(&failure),
-            );
-            outcome.row.failure = Some(format!("{} {}", reader.name, failure.kind));
-            outcome.failure = Some(failure_row(
-                job,
-                "read",
-                &question_job.read_key,
-                &reader.name,
-                &failure,
-                Some(&question.id),
-            ));
+            };
+            outcome.fail(progress, job, &step, &failure, &question.id);
             return outcome;
         }
     };
@@ -592,25 +622,14 @@ async fn run_question(
             outcome.calls.push((Role::Judge, judge_key, Usage::of(&response)));
         }
         Err(failure) => {
-            progress.failed.fetch_add(1, Ordering::Relaxed);
-            trace_job(
-                job,
-                "judge",
-                &question_job.judge_key,
-                &judge_key,
+            let step = Step {
+                stage: "judge",
+                job_key: &question_job.judge_key,
+                cache_key: &judge_key,
+                callback: &judge.name,
                 started,
-                None,
-                Some(&failure),
-            );
-            outcome.row.failure = Some(format!("{} {}", judge.name, failure.kind));
-            outcome.failure = Some(failure_row(
-                job,
-                "judge",
-                &question_job.judge_key,
-                &judge.name,
-                &failure,
-                Some(&question.id),
-            ));
+            };
+            outcome.fail(progress, job, &step, &failure, &question.id);
         }
     }
     outcome
