@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod manifest;
 pub mod metrics;
 pub mod plan;
+pub mod plots;
 pub mod report;
 pub mod run;
 pub mod sandbox;

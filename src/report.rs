@@ -546,6 +546,9 @@ pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>
     if custom {
         Ok(Some(rendered))
     } else {
+        if let Err(error) = crate::plots::write(folder, &report) {
+            tracing::warn!(%error, "could not draw the charts");
+        }
         crate::run::write(&folder.join("report.md"), rendered.as_bytes())?;
         Ok(None)
     }

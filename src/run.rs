@@ -515,6 +515,10 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
     report_text.push('\n');
     write(&folder.join("report.json"), report_text.as_bytes())?;
+    // Charts are a view of the report: one that cannot be drawn is a warning, not a failure.
+    if let Err(error) = crate::plots::write(&folder, &report_json) {
+        tracing::warn!(%error, "could not draw the charts");
+    }
     let run_record = json!({
         "started": utc_timestamp(started_at, true),
         "seconds": started.elapsed().as_secs_f64(),

@@ -1,0 +1,176 @@
+//! Charts written beside a report, as SVG: Micro and Macro against the retention ratio (a line
+//! per compressor, a panel per condition), and where each compressor's budget went.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde_json::Value;
+
+/// Each chart file a report gets, with the title report.md shows it under.
+pub const CHARTS: &[(&str, &str)] = &[
+    ("micro.svg", "Micro against the retention ratio"),
+    ("macro.svg", "Macro against the retention ratio"),
+    ("budget.svg", "Budget: tokens retained and left unused"),
+];
+
+const PANEL: (u32, u32) = (420, 340);
+
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// Writes every chart of `report` (a `report.json` value) into `folder`.
+pub fn write(folder: &Path, report: &Value) -> Result<(), String> {
+    let cells: Vec<&Value> = report["cells"].as_array().into_iter().flatten().collect();
+    let conditions: Vec<String> = report["experiment"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    for (metric, file, label) in [
+        ("micro", "micro.svg", "Micro (share of questions right)"),
+        ("macro", "macro.svg", "Macro (share of goals all right)"),
+    ] {
+        metric_chart(&folder.join(file), &cells, &conditions, metric, label)
+            .map_err(|e| format!("{file}: {e}"))?;
+    }
+    budget_chart(&folder.join("budget.svg"), &cells).map_err(|e| format!("budget.svg: {e}"))
+}
+
+type Chart = Result<(), Box<dyn std::error::Error>>;
+/// One panel's lines: compressor -> [(ratio, mean)].
+type Lines = BTreeMap<String, Vec<(f64, f64)>>;
+
+fn metric_chart(path: &Path, cells: &[&Value], conditions: &[String], metric: &str, label: &str) -> Chart {
+    // condition -> compressor -> [(ratio, mean)]
+    let mut panels: BTreeMap<String, Lines> = BTreeMap::new();
+    for cell in cells {
+        let point = (
+            cell["ratio"].as_f64().unwrap_or(0.0),
+            cell[metric]["mean"].as_f64().unwrap_or(0.0),
+        );
+        panels
+            .entry(text(&cell["condition"]))
+            .or_default()
+            .entry(text(&cell["compressor"]))
+            .or_default()
+            .push(point);
+    }
+    let compressors: Vec<String> = {
+        let mut names: Vec<String> = panels.values().flat_map(|p| p.keys().cloned()).collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    // Panels in the manifest's order of conditions.
+    let mut order: Vec<(&String, &Lines)> = panels.iter().collect();
+    order.sort_by_key(|(condition, _)| {
+        conditions
+            .iter()
+            .position(|c| c == *condition)
+            .unwrap_or(usize::MAX)
+    });
+    let count = order.len().max(1) as u32;
+    let root = SVGBackend::new(path, (PANEL.0 * count, PANEL.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((1, count as usize));
+    for (area, (condition, lines)) in areas.iter().zip(order) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{metric} · {condition}"), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..1f64, 0f64..1f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("retention ratio r (share of source tokens)")
+            .y_desc(label)
+            .draw()?;
+        for (name, points) in lines {
+            let mut points = points.clone();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let index = compressors.iter().position(|c| c == name).unwrap_or(0);
+            let colour = Palette99::pick(index).to_rgba();
+            chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn budget_chart(path: &Path, cells: &[&Value]) -> Chart {
+    // compressor -> (retained, unused) tokens over all its cells
+    let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for cell in cells {
+        let entry = totals.entry(text(&cell["compressor"])).or_default();
+        entry.0 += cell["ledger"]["retained_tokens"].as_f64().unwrap_or(0.0);
+        entry.1 += cell["ledger"]["unused_budget"].as_f64().unwrap_or(0.0);
+    }
+    let names: Vec<String> = totals.keys().cloned().collect();
+    let top = totals.values().map(|(r, u)| r + u).fold(1.0, f64::max) * 1.3;
+    let width = (170 * names.len().max(1) as u32).max(PANEL.0);
+    let root = SVGBackend::new(path, (width, PANEL.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("budget use per compressor (all cells)", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d((0..names.len().max(1) as i32).into_segmented(), 0f64..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_desc("compressor")
+        .y_desc("tokens (cl100k_base)")
+        .draw()?;
+    let retained = BLUE.mix(0.7);
+    let unused = RGBColor(230, 140, 40).mix(0.8);
+    for (i, (r, u)) in totals.values().enumerate() {
+        let i = i as i32;
+        let bar = |from: f64, to: f64, colour: RGBAColor| {
+            Rectangle::new(
+                [(SegmentValue::Exact(i), from), (SegmentValue::Exact(i + 1), to)],
+                colour.filled(),
+            )
+        };
+        let lower = chart.draw_series(std::iter::once(bar(0.0, *r, retained)))?;
+        if i == 0 {
+            lower
+                .label("retained tokens")
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], retained.filled()));
+        }
+        let upper = chart.draw_series(std::iter::once(bar(*r, r + u, unused)))?;
+        if i == 0 {
+            upper
+                .label("unused budget")
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], unused.filled()));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
