@@ -155,10 +155,6 @@ impl Cache {
         Ok(Cache { inner })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.inner.root
-    }
-
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub fn get(&self, kind: &str, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
@@ -256,11 +252,6 @@ impl Cache {
             length: 0,
             segment: segments.len() - 1,
         })
-    }
-
-    /// Syncs what this process wrote (also done in the background a few times a second).
-    pub fn flush(&self) {
-        self.inner.sync();
     }
 
     /// Entries per kind, segments and bytes of the cache at `root`.

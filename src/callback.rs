@@ -410,11 +410,6 @@ impl Callback {
         }
         Attempt { result, stderr_tail }
     }
-
-    /// Ends every idle persistent worker.
-    pub fn stop_workers(&self) {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
 }
 
 /// A long-lived persistent callback process: one request per line in, one response per line out.

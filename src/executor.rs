@@ -30,12 +30,6 @@ pub struct Callbacks {
     pub judge: Callback,
 }
 
-impl Callbacks {
-    pub fn all(&self) -> impl Iterator<Item = &Callback> {
-        self.compressors.values().chain([&self.reader, &self.judge])
-    }
-}
-
 /// Everything a run shares between its tasks.
 pub struct Run {
     pub plan: Arc<Plan>,

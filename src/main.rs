@@ -108,8 +108,8 @@ enum Command {
         #[arg(long, default_value = "text")]
         format: TraceFormat,
     },
-    /// Run a built-in callback over the protocol on stdin/stdout.
-    Callback { name: String },
+    /// Run a built-in callback over the protocol on stdin/stdout (with no NAME, list them).
+    Callback { name: Option<String> },
     /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
     Bench {
         /// Where the synthetic experiment, its cache and runs go (replaced).
@@ -191,6 +191,19 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     if let Command::Callback { name } = &cli.command {
+        let Some(name) = name else {
+            let mut list = String::new();
+            for (name, role, summary) in gacc::builtin::catalogue() {
+                list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
+            }
+            list.push_str(&format!(
+                "{:<18} {:<11} the embedded tokenizer\n",
+                gacc::builtin::TOKENIZER,
+                "tokenizer"
+            ));
+            emit(&list);
+            return ExitCode::SUCCESS;
+        };
         return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
     }
     init_tracing(cli.verbose, cli.quiet);

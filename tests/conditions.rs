@@ -206,3 +206,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn gacc_callback_lists_every_builtin() {
+    let scratch = Scratch::empty();
+    let output = scratch.gacc().arg("callback").output().unwrap();
+    assert!(output.status.success());
+    let list = String::from_utf8(output.stdout).unwrap();
+    for name in [
+        "identity",
+        "prefix",
+        "goal-line",
+        "goal-bm25",
+        "random-sentences",
+        "field-lookup",
+        "extractive",
+        "exact",
+        "normalized",
+        "contains",
+        "token-f1",
+        "cl100k_base",
+    ] {
+        assert!(
+            list.lines().any(|l| l.starts_with(&format!("{name} "))),
+            "{name} in:\n{list}"
+        );
+    }
+}
