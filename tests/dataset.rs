@@ -7,22 +7,12 @@ use common::{Scratch, read_json};
 #[test]
 fn the_bundled_dataset_has_the_promised_size() {
     let scratch = Scratch::new();
-    let output = scratch
-        .gacc()
-        .args([
-            "dataset",
-            "stats",
-            "experiments/data/baselines/baselines.jsonl",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stats = scratch.json([
+        "dataset",
+        "stats",
+        "experiments/data/baselines/baselines.jsonl",
+        "--json",
+    ]);
     assert_eq!(
         (
             stats["sources"].as_u64(),

@@ -6,20 +6,13 @@ use common::Scratch;
 use serde_json::Value;
 
 fn diff_json(scratch: &Scratch, a: &std::path::Path, b: &std::path::Path) -> Value {
-    let output = scratch
-        .gacc()
-        .arg("diff")
-        .arg(a)
-        .arg(b)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    scratch.json([
+        std::ffi::OsStr::new("diff"),
+        a.as_os_str(),
+        b.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+    ])
 }
 
 #[test]

@@ -24,20 +24,14 @@ fn run_with_a_failing_reader(scratch: &Scratch) -> std::path::PathBuf {
 }
 
 fn review(scratch: &Scratch, folder: &std::path::Path, extra: &[&str]) -> Value {
-    let output = scratch
-        .gacc()
-        .arg("trace")
-        .arg(folder)
-        .args(["--format", "json"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    let mut args = vec![
+        std::ffi::OsStr::new("trace"),
+        folder.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    scratch.json(args)
 }
 
 #[test]

@@ -60,15 +60,22 @@ impl Scratch {
 
     /// Runs `gacc run` and returns (exit status, run folder, stderr).
     pub fn run(&self, manifest: &str, extra: &[&str]) -> (i32, PathBuf, String) {
-        let output = self.gacc().arg("run").arg(manifest).args(extra).output().unwrap();
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        let stderr = String::from_utf8(output.stderr).unwrap();
-        let folder = stdout
-            .lines()
-            .last()
-            .map(|l| self.path(l.trim()))
-            .unwrap_or_default();
-        (output.status.code().unwrap_or(-1), folder, stderr)
+        self.run_with_env(manifest, extra, &[])
+    }
+
+    /// Runs gacc with `args`, expects success, and parses what it printed as JSON.
+    pub fn json<I, S>(&self, args: I) -> Value
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let output = self.gacc().args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
     }
 
     /// The number of lines in a file a test callback appends to, one per call.
