@@ -6,6 +6,8 @@
 #   .ci/slurm.sh down DIR           # stops slurmd, slurmctld, munged; safe to repeat
 #
 # SLURM_CI_PORT (default 6817) picks slurmctld's port, slurmd gets the next one.
+# If `up` fails it prints the daemons' log tails and leaves whatever it started
+# running for a look: callers run `down` (e.g. from an EXIT trap) either way.
 #
 # `up` reuses daemons from DIR that are already running. No slurmdbd, so there
 # is no sacct: finished jobs stay in `squeue -t all` / `scontrol show job` for
@@ -266,7 +268,7 @@ wait_ready() {
 	done
 	local left=$((deadline - SECONDS))
 	((left > 5)) || left=5
-	timeout "$left" srun -J slurm.sh-check -N1 -n1 -t 1 true >&2 ||
+	timeout "$left" srun -J slurm.sh-check -N1 -n1 -t 1 true </dev/null >&2 ||
 		die "a trivial srun job did not run"
 	log "srun and sbatch jobs ran"
 }
