@@ -281,6 +281,7 @@ fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
         mode,
         workers: Default::default(),
         sandbox: None,
+        remote: None,
     }
 }
 

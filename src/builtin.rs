@@ -6,7 +6,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 /// The roles a callback can play (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     Compressor,

@@ -50,10 +50,13 @@ pub struct Callback {
     pub workers: std::sync::Mutex<Vec<Worker>>,
     /// The sandbox each of its processes starts in; None runs it unrestricted.
     pub sandbox: Option<Policy>,
+    /// Where its calls run when not here: the Slurm executor.
+    pub remote: Option<Arc<crate::slurm::Slurm>>,
 }
 
 /// Why a call failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     #[error("could not start `{program}`: {error}")]
     Spawn { program: String, error: String },
@@ -83,6 +86,12 @@ pub enum FailureKind {
     /// Not run: `--fail-fast` stopped the run after another job failed.
     #[error("not run: --fail-fast stopped the run after a failure")]
     Cancelled,
+    /// The Slurm task that was to make the call ended without answering it.
+    #[error("Slurm task {task} ended {state} without answering")]
+    Cluster { task: String, state: String },
+    /// `sbatch` refused the array that was to make the call.
+    #[error("sbatch failed: {0}")]
+    Submit(String),
 }
 
 impl FailureKind {
@@ -93,6 +102,10 @@ impl FailureKind {
             FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
             FailureKind::Reported { retryable, .. } => *retryable,
             FailureKind::WorkerDied(_) => true,
+            // The node, not the call, failed.
+            FailureKind::Cluster { state, .. } => {
+                matches!(state.as_str(), "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED")
+            }
             _ => false,
         }
     }
@@ -115,9 +128,10 @@ pub struct Answer {
 }
 
 /// What one attempt produced.
-struct Attempt {
-    result: Result<Value, FailureKind>,
-    stderr_tail: String,
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub result: Result<Value, FailureKind>,
+    pub stderr_tail: String,
 }
 
 impl Callback {
@@ -140,12 +154,14 @@ impl Callback {
                 };
                 let bytes = request().to_string();
                 let started = Instant::now();
-                let mut outcome = match self.mode {
-                    Mode::Oneshot => self.attempt(bytes.as_bytes()).await,
-                    Mode::Persistent => self.persistent_attempt(bytes.as_bytes()).await,
+                let outcome = match &self.remote {
+                    Some(remote) => {
+                        let mut outcome = remote.attempt(self, bytes.as_bytes()).await;
+                        self.redact_attempt(&mut outcome);
+                        outcome
+                    }
+                    None => self.attempt_here(bytes.as_bytes()).await,
                 };
-                // Nothing a callback says is stored (trace, failures, report) before this.
-                self.redact_attempt(&mut outcome);
                 tracing::debug!(
                     callback = %self.name,
                     attempt,
@@ -183,6 +199,17 @@ impl Callback {
                 }
             }
         }
+    }
+
+    /// One attempt in a process of this machine. Nothing a callback says is stored (trace,
+    /// failures, report, a Slurm response file) before it is redacted here.
+    pub(crate) async fn attempt_here(&self, request: &[u8]) -> Attempt {
+        let mut outcome = match self.mode {
+            Mode::Oneshot => self.attempt(request).await,
+            Mode::Persistent => self.persistent_attempt(request).await,
+        };
+        self.redact_attempt(&mut outcome);
+        outcome
     }
 
     /// Replaces the value of every variable passed through `env` with `[redacted:NAME]`,

@@ -19,6 +19,7 @@ pub mod plots;
 pub mod report;
 pub mod run;
 pub mod sandbox;
+pub mod slurm;
 pub mod tokenizer;
 pub mod trace;
 pub mod trace_review;

@@ -56,6 +56,9 @@ enum Command {
         /// Refuse to run (exit 2) unless every compressor and reader runs in its sandbox.
         #[arg(long)]
         require_sandbox: bool,
+        /// Where calls run: local or slurm (the same as --set run.executor=…).
+        #[arg(long, value_name = "EXECUTOR")]
+        executor: Option<String>,
     },
     /// The job graph's size per stage and how much is cached, without calling anything.
     Plan {
@@ -107,6 +110,15 @@ enum Command {
         /// markdown-ish text (the default) or json.
         #[arg(long, default_value = "text")]
         format: TraceFormat,
+    },
+    /// Make the calls of one Slurm array task (run by the tasks gacc submits).
+    #[command(hide = true)]
+    Worker {
+        /// The batch folder in the Slurm work folder.
+        batch: PathBuf,
+        /// The array task (default: SLURM_ARRAY_TASK_ID).
+        #[arg(long)]
+        task: Option<usize>,
     },
     /// Run a built-in callback over the protocol on stdin/stdout (with no NAME, list them).
     Callback { name: Option<String> },
@@ -206,6 +218,18 @@ fn main() -> ExitCode {
         };
         return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
     }
+    if let Command::Worker { batch, task } = &cli.command {
+        return match gacc::slurm::work(batch, *task) {
+            Ok(made) => {
+                eprintln!("gacc worker: {made} call(s) made");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("gacc worker: {}: {message}", batch.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_tracing(cli.verbose, cli.quiet);
     let result = match cli.command {
         Command::Run {
@@ -216,9 +240,13 @@ fn main() -> ExitCode {
             fail_fast,
             keep_going: _,
             require_sandbox,
+            executor,
         } => run::run(&RunOptions {
             manifest,
-            sets,
+            sets: sets
+                .into_iter()
+                .chain(executor.map(|e| format!("run.executor={e}")))
+                .collect(),
             out,
             templates,
             quiet: cli.quiet,
@@ -362,7 +390,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
-        Command::Callback { .. } => Ok(ExitCode::SUCCESS),
+        Command::Callback { .. } | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| match &error {
         Error::Invalid(invalid) => {

@@ -277,6 +277,109 @@ pub struct RunSpec {
     pub executor: ExecutorKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<PathBuf>,
+    /// Settings of the Slurm executor (`executor = "slurm"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmSpec>,
+}
+
+/// `[run.slurm]`: how calls become Slurm array tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSpec {
+    /// A folder every node sees, where requests, responses and task logs are exchanged
+    /// (default `.gacc/slurm`, relative to the current folder like the default cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Each array task's time limit (`sbatch --time`); a task past it ends its calls with a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Timeout>,
+    /// The most tasks in one array (and one `sbatch`).
+    #[serde(default = "default_array_limit")]
+    pub array_limit: usize,
+    /// Calls each array task makes, one after another (a persistent callback is started once
+    /// per task and serves them all).
+    #[serde(default = "default_calls_per_task")]
+    pub calls_per_task: usize,
+    /// How long ready calls are gathered before their array is submitted.
+    #[serde(default = "default_gather")]
+    pub gather: Timeout,
+    /// How often job states (`squeue`) and responses are checked.
+    #[serde(default = "default_poll")]
+    pub poll: Timeout,
+    /// More `sbatch` arguments, given as they are (e.g. `["--qos=high"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sbatch_args: Vec<String>,
+    /// The gacc executable the nodes run (default: this one; it must be on the shared file system).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gacc: Option<PathBuf>,
+    /// Resources of the tasks that run each role's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compressor: Option<SlurmResources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader: Option<SlurmResources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<SlurmResources>,
+}
+
+/// Resources of one role's array tasks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmResources {
+    /// `--cpus-per-task`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// `--mem`, e.g. `"16G"`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// `--gres`, e.g. `"gpu:1"`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres: Option<String>,
+    /// Overrides `run.slurm.partition` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Overrides `run.slurm.time` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Timeout>,
+}
+
+fn default_array_limit() -> usize {
+    1000
+}
+
+fn default_calls_per_task() -> usize {
+    16
+}
+
+fn default_gather() -> Timeout {
+    Timeout(Duration::from_secs(1))
+}
+
+fn default_poll() -> Timeout {
+    Timeout(Duration::from_secs(2))
+}
+
+impl Default for SlurmSpec {
+    fn default() -> Self {
+        SlurmSpec {
+            work_dir: None,
+            partition: None,
+            account: None,
+            time: None,
+            array_limit: default_array_limit(),
+            calls_per_task: default_calls_per_task(),
+            gather: default_gather(),
+            poll: default_poll(),
+            sbatch_args: Vec::new(),
+            gacc: None,
+            compressor: None,
+            reader: None,
+            judge: None,
+        }
+    }
 }
 
 fn default_run_concurrency() -> usize {
@@ -289,6 +392,7 @@ impl Default for RunSpec {
             concurrency: DEFAULT_RUN_CONCURRENCY,
             executor: ExecutorKind::Local,
             cache: None,
+            slurm: None,
         }
     }
 }
@@ -417,6 +521,19 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// The Slurm executor's work folder, when the manifest runs on Slurm.
+    pub fn slurm_work_dir(&self) -> Option<PathBuf> {
+        if self.manifest.run.executor != ExecutorKind::Slurm {
+            return None;
+        }
+        Some(
+            match self.manifest.run.slurm.as_ref().and_then(|s| s.work_dir.as_ref()) {
+                Some(path) => self.resolve(path),
+                None => PathBuf::from(".gacc/slurm"),
+            },
+        )
+    }
+
     /// Resolves a path written in the manifest against the manifest's folder.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         self.folder.join(path)
@@ -638,11 +755,13 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
     if manifest.run.concurrency == 0 {
         problem("run.concurrency", "must be at least 1".into());
     }
-    if manifest.run.executor == ExecutorKind::Slurm {
-        problem(
-            "run.executor",
-            "`slurm` is not supported yet: expected `local`".into(),
-        );
+    if let Some(slurm) = &manifest.run.slurm {
+        if slurm.array_limit == 0 {
+            problem("run.slurm.array_limit", "must be at least 1".into());
+        }
+        if slurm.calls_per_task == 0 {
+            problem("run.slurm.calls_per_task", "must be at least 1".into());
+        }
     }
     problems
 }

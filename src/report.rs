@@ -48,7 +48,8 @@ pub struct Report {
 pub struct Experiment {
     pub name: String,
     pub description: Option<String>,
-    /// SHA-256 of the resolved manifest as run (`manifest.toml`).
+    /// SHA-256 of the resolved manifest (`manifest.toml`) without its `[run]` table: what was
+    /// run, whatever the executor, concurrency or cache place.
     pub manifest_sha256: String,
     pub gacc_version: &'static str,
     pub seeds: Vec<u64>,

@@ -22,6 +22,7 @@ use crate::manifest::{self, CallbackSpec, Invalid, Loaded, Problem};
 use crate::plan::{self, Plan};
 use crate::report;
 use crate::sandbox::{self, Confinement, Protected, Sandboxing};
+use crate::slurm::Slurm;
 use crate::tokenizer::Tokenizer;
 
 /// Why a command could not do its work.
@@ -54,6 +55,8 @@ pub struct Prepared {
     /// The resolved manifest as TOML, and its SHA-256.
     pub resolved: String,
     pub resolved_sha256: String,
+    /// SHA-256 of the resolved manifest without its `[run]` table (report.json's `manifest_sha256`).
+    pub experiment_sha256: String,
 }
 
 /// Loads and checks everything a run needs, reporting every problem at once.
@@ -92,6 +95,13 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
         )
     })?;
     let resolved_sha256 = sha256(&resolved);
+    // What was run, not how: the same experiment run locally or on Slurm, with any
+    // concurrency or cache place, has one identity and one report.json.
+    let experiment = manifest::Manifest {
+        run: manifest::RunSpec::default(),
+        ..loaded.manifest.clone()
+    };
+    let experiment_sha256 = sha256(toml::to_string(&experiment).unwrap_or_default());
     Ok(Prepared {
         loaded,
         dataset: Arc::new(dataset),
@@ -99,6 +109,7 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
         plan: Arc::new(plan),
         resolved,
         resolved_sha256,
+        experiment_sha256,
     })
 }
 
@@ -180,7 +191,11 @@ type Confinements = Vec<(Role, String, Confinement)>;
 
 /// Turns the manifest's callback settings into callables, each in its sandbox, with how
 /// each one runs.
-fn callbacks(loaded: &Loaded, sandboxing: &Sandboxing) -> Result<(Callbacks, Confinements), Error> {
+fn callbacks(
+    loaded: &Loaded,
+    sandboxing: &Sandboxing,
+    remote: Option<&Arc<Slurm>>,
+) -> Result<(Callbacks, Confinements), Error> {
     let exe = current_exe()?;
     let run_concurrency = loaded.manifest.run.concurrency;
     let mut problems = Vec::new();
@@ -233,6 +248,7 @@ fn callbacks(loaded: &Loaded, sandboxing: &Sandboxing) -> Result<(Callbacks, Con
             mode: spec.mode,
             workers: Default::default(),
             sandbox,
+            remote: remote.cloned(),
         }
     };
     let manifest = &loaded.manifest;
@@ -255,6 +271,19 @@ fn callbacks(loaded: &Loaded, sandboxing: &Sandboxing) -> Result<(Callbacks, Con
     } else {
         Err(Invalid(problems).into())
     }
+}
+
+/// The Slurm executor when the manifest asks for it, its commands checked.
+fn slurm_executor(loaded: &Loaded) -> Result<Option<Arc<Slurm>>, Error> {
+    if loaded.manifest.run.executor != manifest::ExecutorKind::Slurm {
+        return Ok(None);
+    }
+    let spec = loaded.manifest.run.slurm.clone().unwrap_or_default();
+    let work = loaded.slurm_work_dir().unwrap_or_default();
+    let place = format!("{}: key `run.executor`", loaded.path.display());
+    Slurm::new(spec, work)
+        .map(|slurm| Some(Arc::new(slurm)))
+        .map_err(|message| Invalid::one(place, message).into())
 }
 
 fn cache_root(loaded: &Loaded) -> PathBuf {
@@ -416,7 +445,8 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let abi = sandbox::kernel_abi();
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
-    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing)?;
+    let slurm = slurm_executor(&prepared.loaded)?;
+    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref())?;
     let holdout = hold_out(&confinements, options.require_sandbox)?;
     let cache = cache_for(&prepared.loaded)?;
     let template_path = options
@@ -453,7 +483,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let inputs = report::Inputs {
         name: &manifest.name,
         description: manifest.description.as_deref(),
-        manifest_sha256: &prepared.resolved_sha256,
+        manifest_sha256: &prepared.experiment_sha256,
         seeds: &manifest.seeds,
         ratios: &manifest.ratios,
         conditions: &manifest.conditions,
@@ -484,6 +514,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     });
     let Some(outcome) = outcome else {
         crate::callback::kill_all();
+        crate::slurm::cancel_all();
         tracing::warn!(folder = %folder.display(), "run interrupted");
         crate::trace::close();
         return Err(Error::Interrupted {
@@ -494,6 +525,9 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         print_progress(&progress, std::io::stderr().is_terminal(), true);
     }
 
+    if let Some(slurm) = &slurm {
+        slurm.finish();
+    }
     phases.end("execute jobs");
     plan_writer.join().unwrap_or_else(|_| {
         Err(Error::Io {

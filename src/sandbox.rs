@@ -201,6 +201,10 @@ impl Protected {
             }
         }
         protected.add(cache, "the cache");
+        // Every call's request waits there, the readers' questions among them.
+        if let Some(work) = loaded.slurm_work_dir() {
+            protected.add(&work, "the Slurm work folder");
+        }
         if let Some(runs) = runs {
             protected.add(runs, "the run folders");
         }
@@ -586,6 +590,44 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// What another machine needs to start this callback in the same sandbox (a Slurm task).
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "read": self.grants.read,
+            "write": self.grants.write,
+            "network": self.grants.network,
+            "builtin": self.builtin,
+        })
+    }
+
+    /// The policy `describe` wrote, with scratch folders of this machine and this executable.
+    pub fn rebuild(description: &serde_json::Value) -> Result<Policy, String> {
+        let paths = |key: &str| -> Vec<PathBuf> {
+            description[key]
+                .as_array()
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|p| p.as_str().map(PathBuf::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let gacc =
+            std::env::current_exe().map_err(|error| format!("cannot find the gacc executable: {error}"))?;
+        let scratch =
+            ScratchRoot::create().map_err(|error| format!("cannot create scratch folders: {error}"))?;
+        Ok(Policy {
+            grants: Grants {
+                read: paths("read"),
+                write: paths("write"),
+                network: description["network"].as_bool().unwrap_or(false),
+            },
+            scratch: Arc::new(scratch),
+            gacc,
+            builtin: description["builtin"].as_str().map(str::to_owned),
+        })
+    }
+
     /// A fresh scratch folder for one process, and the command line that starts the callback
     /// `argv` inside the sandbox: `gacc sandbox-exec RULES -- ARGV` (or `--builtin NAME`).
     pub fn jail(&self, argv: &[String]) -> std::io::Result<(Scratch, Vec<OsString>)> {
