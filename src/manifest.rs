@@ -344,6 +344,10 @@ pub struct SlurmResources {
     /// Overrides `run.slurm.time` for this role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Timeout>,
+    /// Calls one task makes at once (default 1); a persistent callback then runs that many
+    /// workers in the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<usize>,
 }
 
 fn default_array_limit() -> usize {
@@ -761,6 +765,15 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
         }
         if slurm.calls_per_task == 0 {
             problem("run.slurm.calls_per_task", "must be at least 1".into());
+        }
+        for (role, resources) in [
+            ("compressor", &slurm.compressor),
+            ("reader", &slurm.reader),
+            ("judge", &slurm.judge),
+        ] {
+            if resources.as_ref().and_then(|r| r.parallel) == Some(0) {
+                problem(&format!("run.slurm.{role}.parallel"), "must be at least 1".into());
+            }
         }
     }
     problems

@@ -528,7 +528,8 @@ impl Slurm {
         let prepared = (|| -> std::io::Result<()> {
             std::fs::create_dir_all(folder.join("tasks"))?;
             std::fs::create_dir_all(folder.join("logs"))?;
-            let description = json!({"callback": **callback, "calls": self.calls()});
+            let parallel = self.resources(role).parallel.unwrap_or(1);
+            let description = json!({"callback": **callback, "calls": self.calls(), "parallel": parallel});
             write_atomically(&folder.join("batch.json"), description.to_string().as_bytes())?;
             for (index, task) in tasks.iter().enumerate() {
                 let keys: String = task.iter().map(|(key, _)| format!("{key}\n")).collect();
@@ -769,45 +770,72 @@ pub fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
     let list = batch.join("tasks").join(index.to_string());
     let keys =
         std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(parallel.min(8))
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start: {error}"))?;
-    let mut made = 0;
+    let callback = Arc::new(callback);
+    let keys: Vec<String> = keys
+        .lines()
+        .map(str::trim)
+        .filter(|k| k.len() == 64)
+        .map(str::to_owned)
+        .collect();
     runtime.block_on(async {
-        for key in keys.lines().map(str::trim).filter(|k| k.len() == 64) {
-            let files = call_files(&calls, key);
-            // Answered by an earlier run of this task (Slurm may run a task again).
-            if files.response.exists() {
-                continue;
-            }
-            let started = Instant::now();
-            let attempt = match std::fs::read(&files.request) {
-                Ok(request) => callback.attempt_here(&request).await,
-                Err(error) => Attempt {
-                    result: Err(FailureKind::Spawn {
-                        program: "gacc worker".into(),
-                        error: format!("cannot read {}: {error}", files.request.display()),
-                    }),
-                    stderr_tail: String::new(),
-                },
-            };
-            let outcome = match &attempt.result {
-                Ok(_) => "answered".to_owned(),
-                Err(kind) => format!("failed: {kind}"),
-            };
-            eprintln!(
-                "gacc worker: {} {key}: {outcome} in {:.2?}",
-                callback.name,
-                started.elapsed()
-            );
-            write_atomically(&files.response, response_file(&attempt).to_string().as_bytes())
-                .map_err(|error| format!("cannot write {}: {error}", files.response.display()))?;
-            made += 1;
+        let slots = Arc::new(Semaphore::new(parallel));
+        let mut running = tokio::task::JoinSet::new();
+        for key in keys {
+            let (callback, calls_dir, slots) = (callback.clone(), calls.clone(), slots.clone());
+            running.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                make_call(&callback, &calls_dir, &key).await
+            });
         }
-        Ok::<(), String>(())
-    })?;
-    Ok(made)
+        let mut made = 0;
+        while let Some(done) = running.join_next().await {
+            match done {
+                Ok(Ok(true)) => made += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(message)) => return Err(message),
+                Err(error) => return Err(format!("a call stopped: {error}")),
+            }
+        }
+        Ok(made)
+    })
+}
+
+/// Makes one call of a task unless it was answered already (Slurm may run a task again);
+/// true when it was made.
+async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool, String> {
+    let files = call_files(calls, key);
+    if files.response.exists() {
+        return Ok(false);
+    }
+    let started = Instant::now();
+    let attempt = match std::fs::read(&files.request) {
+        Ok(request) => callback.attempt_here(&request).await,
+        Err(error) => Attempt {
+            result: Err(FailureKind::Spawn {
+                program: "gacc worker".into(),
+                error: format!("cannot read {}: {error}", files.request.display()),
+            }),
+            stderr_tail: String::new(),
+        },
+    };
+    let outcome = match &attempt.result {
+        Ok(_) => "answered".to_owned(),
+        Err(kind) => format!("failed: {kind}"),
+    };
+    eprintln!(
+        "gacc worker: {} {key}: {outcome} in {:.2?}",
+        callback.name,
+        started.elapsed()
+    );
+    write_atomically(&files.response, response_file(&attempt).to_string().as_bytes())
+        .map_err(|error| format!("cannot write {}: {error}", files.response.display()))?;
+    Ok(true)
 }
 
 /// The callback a batch describes, with this machine's environment.
@@ -842,7 +870,7 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
         retries: 0,
         params: Value::Null,
         identity: Value::Null,
-        limit: Arc::new(Semaphore::new(1)),
+        limit: Arc::new(Semaphore::new(usize::MAX >> 4)),
         mode,
         workers: Default::default(),
         sandbox,
