@@ -11,6 +11,7 @@ pub mod dataset;
 pub mod diff;
 pub mod executor;
 pub mod hash;
+pub mod html;
 pub mod ledger;
 pub mod manifest;
 pub mod metrics;

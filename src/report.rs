@@ -526,7 +526,8 @@ pub fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
 }
 
 /// `gacc report RUN_DIR`: rewrites `report.md` from the stored `report.json` and
-/// `run.json`, or renders `template` and returns the text.
+/// `run.json`, the charts, and `report.html` from the stored rows (an error names the file
+/// that is missing or wrong); or renders `template` and returns the text.
 pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, crate::run::Error> {
     use crate::manifest::Invalid;
     let read = |name: &str| -> Result<Value, crate::run::Error> {
@@ -551,6 +552,10 @@ pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>
             tracing::warn!(%error, "could not draw the charts");
         }
         crate::run::write(&folder.join("report.md"), rendered.as_bytes())?;
+        crate::html::write(folder, crate::html::Packing::Auto).map_err(|error| {
+            let (path, message) = error.into_parts();
+            crate::run::Error::Io { path, message }
+        })?;
         Ok(None)
     }
 }

@@ -553,6 +553,11 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     if let Err(error) = crate::plots::write(&folder, &report_json) {
         tracing::warn!(%error, "could not draw the charts");
     }
+    // So is report.html, built from the rows just written, as `gacc report` builds it.
+    if let Err(error) = crate::html::write(&folder, crate::html::Packing::Auto) {
+        tracing::warn!(%error, "could not write report.html");
+    }
+    phases.end("draw charts and write report.html");
     let run_record = json!({
         "started": utc_timestamp(started_at, true),
         "seconds": started.elapsed().as_secs_f64(),

@@ -1,0 +1,498 @@
+//! `report.html`: one self-contained page beside `report.md`, built from a run folder's stored
+//! rows. It shows the summary table (sortable), the charts, the failures, and a drill-down per
+//! goal: its questions and references, every memory made for it with the budget's cut marked,
+//! and each answer with its verdict.
+//!
+//! The data is embedded once, as one JSON blob: the report's summary as is, the rows as columns
+//! (indices instead of repeated ids), and memory texts once per distinct text and source. A
+//! large run's rows and texts are gzip-compressed and base64-encoded, texts in one chunk per
+//! source, so the page decompresses a source's memories only when one of its goals is opened.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::budget::Ratio;
+use crate::dataset::Source;
+use crate::ledger::{LedgerRow, MemoryText, ResultRow};
+
+/// The page, with `{{title}}`, `{{charts}}` and `{{data}}` to fill in.
+const PAGE: &str = include_str!("../templates/report.html");
+/// Names the layout of the embedded data, for the page's script and outside readers.
+pub const FORMAT: &str = "gacc.html/1";
+/// Data larger than this travels gzip-compressed: a paper-scale run's rows and texts shrink
+/// several times, and a small run's page stays readable as plain JSON.
+pub const GZIP_ABOVE: usize = 4 << 20;
+/// The rows `report.html` is built from, besides `report.json`.
+pub const INPUTS: &[&str] = &[
+    "dataset.jsonl",
+    "memories.jsonl",
+    "memory_texts.jsonl",
+    "results.jsonl",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: cannot read: {message} (is this a finished gacc run folder?)", path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}:{line}: {message}", path.display())]
+    Row {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{}: {message}", path.display())]
+    Inconsistent { path: PathBuf, message: String },
+    #[error("{}: cannot write: {message}", path.display())]
+    Write { path: PathBuf, message: String },
+}
+
+impl Error {
+    /// The file the error is about, and what is wrong with it.
+    pub fn into_parts(self) -> (PathBuf, String) {
+        match self {
+            Error::Read { path, message } => (path, format!("cannot read: {message}")),
+            Error::Row { path, line, message } => (path, format!("line {line}: {message}")),
+            Error::Inconsistent { path, message } => (path, message),
+            Error::Write { path, message } => (path, format!("cannot write: {message}")),
+        }
+    }
+}
+
+/// How the rows and texts are embedded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// Plain JSON up to `GZIP_ABOVE` bytes, gzip above.
+    Auto,
+    Json,
+    Gzip,
+}
+
+/// Writes `report.html` into `folder` from the rows stored there; returns its path.
+pub fn write(folder: &Path, packing: Packing) -> Result<PathBuf, Error> {
+    let page = render(folder, packing)?;
+    let path = folder.join("report.html");
+    let temp = folder.join(format!("report.html.tmp-{}", std::process::id()));
+    std::fs::write(&temp, page.as_bytes())
+        .and_then(|_| std::fs::rename(&temp, &path))
+        .map_err(|error| Error::Write {
+            path: path.clone(),
+            message: error.to_string(),
+        })?;
+    Ok(path)
+}
+
+/// The page for the run in `folder`.
+pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
+    let report: Value = read_json(&folder.join("report.json"))?;
+    let sources: Vec<Source> = read_rows(&folder.join("dataset.jsonl"))?;
+    let ledger: Vec<LedgerRow> = read_rows(&folder.join("memories.jsonl"))?;
+    let texts: Vec<MemoryText> = read_rows(&folder.join("memory_texts.jsonl"))?;
+    let results: Vec<ResultRow> = read_rows(&folder.join("results.jsonl"))?;
+    let (index, chunks) = columns(folder, &report, &sources, &ledger, &texts, &results)?;
+    let data = embed(&report, &index, &chunks, packing);
+    let title = format!(
+        "{}: gacc report",
+        report["experiment"]["name"].as_str().unwrap_or("run")
+    );
+    let (title, charts) = (escape_html(&title), charts(folder));
+    Ok(fill(PAGE, |name| match name {
+        "title" => Some(&title),
+        "charts" => Some(&charts),
+        "data" => Some(&data),
+        _ => None,
+    }))
+}
+
+/// The template with each `{{name}}` replaced in one pass, so no inserted text is read as a
+/// placeholder.
+fn fill<'a>(template: &str, value: impl Fn(&str) -> Option<&'a String>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let Some(length) = rest[start..].find("}}") else {
+            break;
+        };
+        match value(&rest[start + 2..start + length]) {
+            Some(text) => {
+                out.push_str(&rest[..start]);
+                out.push_str(text);
+            }
+            None => out.push_str(&rest[..start + length + 2]),
+        }
+        rest = &rest[start + length + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn read_json(path: &Path) -> Result<Value, Error> {
+    let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
+        path: path.to_owned(),
+        message: error.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|error| Error::Row {
+        path: path.to_owned(),
+        line: error.line(),
+        message: error.to_string(),
+    })
+}
+
+fn read_rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, Error> {
+    let file = std::fs::File::open(path).map_err(|error| Error::Read {
+        path: path.to_owned(),
+        message: error.to_string(),
+    })?;
+    let mut rows = Vec::new();
+    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|error| Error::Read {
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        rows.push(serde_json::from_str(&line).map_err(|error| Error::Row {
+            path: path.to_owned(),
+            line: number + 1,
+            message: error.to_string(),
+        })?);
+    }
+    Ok(rows)
+}
+
+/// The rows as columns. Goals are numbered in dataset order and their questions follow one
+/// another, so goal `g` owns questions `question_start[g]..question_start[g + 1]`; results are
+/// ordered by goal, then memory, then question, so goal `g` owns results
+/// `result_start[g]..result_start[g + 1]`, and a memory's results are consecutive.
+#[derive(Debug, Default, Serialize)]
+struct Index {
+    sources: Vec<String>,
+    goals: Goals,
+    questions: Questions,
+    memories: Memories,
+    results: Results,
+    /// Each distinct answer once; results refer to it by index.
+    answers: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Goals {
+    id: Vec<String>,
+    text: Vec<String>,
+    source: Vec<usize>,
+    question_start: Vec<usize>,
+    result_start: Vec<usize>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Questions {
+    id: Vec<String>,
+    text: Vec<String>,
+    reference: Vec<String>,
+}
+
+/// One entry per ledger row. `goal` and `shown` are goal indices, -1 for none; `text` indexes
+/// the memory's source's chunk of texts.
+#[derive(Debug, Default, Serialize)]
+struct Memories {
+    cell: Vec<usize>,
+    seed: Vec<u64>,
+    source: Vec<usize>,
+    goal: Vec<i64>,
+    shown: Vec<i64>,
+    source_tokens: Vec<usize>,
+    budget: Vec<usize>,
+    generated: Vec<usize>,
+    retained: Vec<usize>,
+    memory_tokens: Vec<usize>,
+    /// 1 truncated, 2 a multi-byte character split by the cut, 4 over budget.
+    flags: Vec<u8>,
+    text: Vec<usize>,
+}
+
+/// One entry per question answered. `memory` is -1 when no memory was made (its compress job
+/// failed); `verdict` is 1 right, 0 wrong, -1 unscored. `unscored` holds, by result index, the
+/// cell, seed and failure of each result that has a failure.
+#[derive(Debug, Default, Serialize)]
+struct Results {
+    memory: Vec<i64>,
+    question: Vec<usize>,
+    answer: Vec<i64>,
+    verdict: Vec<i8>,
+    score: std::collections::BTreeMap<usize, f64>,
+    unscored: std::collections::BTreeMap<usize, (usize, u64, String)>,
+}
+
+fn columns(
+    folder: &Path,
+    report: &Value,
+    sources: &[Source],
+    ledger: &[LedgerRow],
+    texts: &[MemoryText],
+    results: &[ResultRow],
+) -> Result<(Index, Vec<Vec<String>>), Error> {
+    let inconsistent = |file: &str, message: String| Error::Inconsistent {
+        path: folder.join(file),
+        message,
+    };
+    let mut index = Index::default();
+    let mut cells = HashMap::new();
+    for (number, cell) in report["cells"].as_array().into_iter().flatten().enumerate() {
+        let ratio = cell["ratio"].as_f64().and_then(|r| Ratio::try_from(r).ok());
+        let (Some(compressor), Some(condition), Some(ratio)) =
+            (cell["compressor"].as_str(), cell["condition"].as_str(), ratio)
+        else {
+            return Err(inconsistent(
+                "report.json",
+                format!("cells[{number}] lacks a compressor, condition or ratio"),
+            ));
+        };
+        cells.insert(cell_key(compressor, condition, &ratio), number);
+    }
+    let mut source_of = HashMap::new();
+    let mut goal_of = HashMap::new();
+    let mut question_of = HashMap::new();
+    for (s, source) in sources.iter().enumerate() {
+        source_of.insert(source.id.as_str(), s);
+        index.sources.push(source.id.clone());
+        for goal in &source.goals {
+            goal_of.insert(goal.id.as_str(), index.goals.id.len());
+            index.goals.id.push(goal.id.clone());
+            index.goals.text.push(goal.text.clone());
+            index.goals.source.push(s);
+            index.goals.question_start.push(index.questions.id.len());
+            for question in &goal.questions {
+                question_of.insert(question.id.as_str(), index.questions.id.len());
+                index.questions.id.push(question.id.clone());
+                index.questions.text.push(question.question.clone());
+                index.questions.reference.push(question.reference.clone());
+            }
+        }
+    }
+    index.goals.question_start.push(index.questions.id.len());
+
+    let text_of: HashMap<&str, &str> = texts.iter().map(|t| (t.sha256.as_str(), &*t.memory)).collect();
+    let mut chunks: Vec<Vec<String>> = vec![Vec::new(); sources.len()];
+    let mut chunk_slot: HashMap<(usize, &str), usize> = HashMap::new();
+    let mut memory_of = HashMap::new();
+    let goal_number = |id: &Option<String>, what: &str| -> Result<i64, Error> {
+        match id {
+            None => Ok(-1),
+            Some(id) => goal_of.get(id.as_str()).map(|&g| g as i64).ok_or_else(|| {
+                inconsistent("memories.jsonl", format!("{what} `{id}` is not in dataset.jsonl"))
+            }),
+        }
+    };
+    for (number, row) in ledger.iter().enumerate() {
+        let key = cell_key(&row.compressor, row.condition.as_str(), &row.ratio);
+        let cell = *cells.get(&key).ok_or_else(|| {
+            inconsistent(
+                "memories.jsonl",
+                format!("line {}: no cell in report.json for {key}", number + 1),
+            )
+        })?;
+        let source = *source_of.get(row.source_id.as_str()).ok_or_else(|| {
+            inconsistent(
+                "memories.jsonl",
+                format!(
+                    "line {}: source `{}` is not in dataset.jsonl",
+                    number + 1,
+                    row.source_id
+                ),
+            )
+        })?;
+        let text = *text_of.get(row.memory_sha256.as_str()).ok_or_else(|| {
+            inconsistent(
+                "memory_texts.jsonl",
+                format!(
+                    "no text for memory {} (memories.jsonl line {})",
+                    row.memory_sha256,
+                    number + 1
+                ),
+            )
+        })?;
+        let slot = *chunk_slot
+            .entry((source, row.memory_sha256.as_str()))
+            .or_insert_with(|| {
+                chunks[source].push(text.to_owned());
+                chunks[source].len() - 1
+            });
+        let memories = &mut index.memories;
+        memories.cell.push(cell);
+        memories.seed.push(row.seed);
+        memories.source.push(source);
+        memories.goal.push(goal_number(&row.goal_id, "goal")?);
+        memories
+            .shown
+            .push(goal_number(&row.shown_goal_id, "shown goal")?);
+        memories.source_tokens.push(row.source_tokens);
+        memories.budget.push(row.budget);
+        memories.generated.push(row.generated_tokens);
+        memories.retained.push(row.retained_tokens);
+        memories.memory_tokens.push(row.memory_tokens);
+        memories.flags.push(
+            u8::from(row.truncated) | u8::from(row.utf8_split) << 1 | u8::from(row.budget_violation) << 2,
+        );
+        memories.text.push(slot);
+        memory_of.insert(row.key.as_str(), number);
+    }
+
+    // (goal, memory, question, result) so that each goal's results are one run of rows.
+    let mut order = Vec::with_capacity(results.len());
+    for (number, row) in results.iter().enumerate() {
+        let place = |what: &str, id: &str| {
+            inconsistent(
+                "results.jsonl",
+                format!("line {}: {what} `{id}` is not in dataset.jsonl", number + 1),
+            )
+        };
+        let goal = *goal_of
+            .get(row.goal_id.as_str())
+            .ok_or_else(|| place("goal", &row.goal_id))?;
+        let question = *question_of
+            .get(row.question_id.as_str())
+            .ok_or_else(|| place("question", &row.question_id))?;
+        let memory = memory_of.get(row.memory_key.as_str()).map_or(usize::MAX, |&m| m);
+        order.push((goal, memory, question, number));
+    }
+    order.sort_unstable();
+    let mut answers = HashMap::new();
+    let mut next_goal = 0;
+    for (position, &(goal, memory, question, number)) in order.iter().enumerate() {
+        while next_goal <= goal {
+            index.goals.result_start.push(position);
+            next_goal += 1;
+        }
+        let row = &results[number];
+        let out = &mut index.results;
+        out.memory
+            .push(if memory == usize::MAX { -1 } else { memory as i64 });
+        out.question.push(question);
+        out.answer.push(match &row.answer {
+            None => -1,
+            Some(answer) => *answers.entry(answer.as_str()).or_insert_with(|| {
+                index.answers.push(answer.clone());
+                index.answers.len() as i64 - 1
+            }),
+        });
+        out.verdict.push(match row.correct {
+            Some(true) => 1,
+            Some(false) => 0,
+            None => -1,
+        });
+        if let Some(score) = row.score {
+            out.score.insert(position, score);
+        }
+        if memory == usize::MAX || row.failure.is_some() {
+            let key = cell_key(&row.compressor, row.condition.as_str(), &row.ratio);
+            let cell = cells.get(&key).copied().unwrap_or(usize::MAX);
+            let failure = row
+                .failure
+                .clone()
+                .unwrap_or_else(|| "no memory was made".to_owned());
+            out.unscored.insert(position, (cell, row.seed, failure));
+        }
+    }
+    while next_goal <= index.goals.id.len() {
+        index.goals.result_start.push(order.len());
+        next_goal += 1;
+    }
+    Ok((index, chunks))
+}
+
+fn cell_key(compressor: &str, condition: &str, ratio: &Ratio) -> String {
+    format!("{compressor} · {condition} · r={ratio}")
+}
+
+/// The data blob's JSON, safe inside a `<script>` element.
+fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing) -> String {
+    let index = serde_json::to_string(index).unwrap_or_default();
+    let chunks: Vec<String> = chunks
+        .iter()
+        .map(|chunk| serde_json::to_string(chunk).unwrap_or_default())
+        .collect();
+    let size = index.len() + chunks.iter().map(String::len).sum::<usize>();
+    let gzip = match packing {
+        Packing::Auto => size > GZIP_ABOVE,
+        Packing::Json => false,
+        Packing::Gzip => true,
+    };
+    let summary = json!({
+        "experiment": report["experiment"],
+        "tokenizer": report["tokenizer"],
+        "dataset": report["dataset"],
+        "complete": report["complete"],
+        "cells": report["cells"],
+        "integrity": report["integrity"],
+        "holdout": report["holdout"],
+        "calls": report["calls"],
+        "failures": report["failures"],
+        "cancelled": report["cancelled"],
+    });
+    let mut out = String::with_capacity(if gzip { size / 3 } else { size + 4096 });
+    out.push_str(&format!(
+        "{{\"format\":\"{FORMAT}\",\"packing\":\"{}\",\"report\":{summary},\"index\":",
+        if gzip { "gzip" } else { "json" }
+    ));
+    let pack = |text: &str| -> String {
+        if gzip {
+            format!(
+                "\"{}\"",
+                base64::engine::general_purpose::STANDARD.encode(gzipped(text.as_bytes()))
+            )
+        } else {
+            text.to_owned()
+        }
+    };
+    out.push_str(&pack(&index));
+    out.push_str(",\"texts\":[");
+    for (number, chunk) in chunks.iter().enumerate() {
+        if number > 0 {
+            out.push(',');
+        }
+        out.push_str(&pack(chunk));
+    }
+    out.push_str("]}");
+    // `<` occurs in JSON only inside strings, where `\u003c` means the same: no `</script>` or
+    // `<!--` in any memory, answer or id can end the element early.
+    out.replace('<', "\\u003c")
+}
+
+fn gzipped(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    // Writing to a Vec cannot fail.
+    let _ = encoder.write_all(bytes);
+    encoder.finish().unwrap_or_default()
+}
+
+/// The charts of the folder inlined as `<figure>`s; a missing one is left out.
+fn charts(folder: &Path) -> String {
+    let mut out = String::new();
+    for (file, title) in crate::plots::CHARTS {
+        let Ok(svg) = std::fs::read_to_string(folder.join(file)) else {
+            continue;
+        };
+        let start = svg.find("<svg").unwrap_or(0);
+        // Inline SVG needs no namespace, and without it the page names no URL at all.
+        let svg = svg[start..].replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1);
+        out.push_str(&format!(
+            "<figure><figcaption>{}</figcaption>{}</figure>\n",
+            escape_html(title),
+            svg.replace("<script", "&lt;script")
+        ));
+    }
+    out
+}
+
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
