@@ -96,10 +96,13 @@ fn metric_chart(path: &Path, cells: &[&Value], conditions: &[String], metric: &s
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
             let index = compressors.iter().position(|c| c == name).unwrap_or(0);
             let colour = Palette99::pick(index).to_rgba();
+            // Earlier compressors are drawn wider, so a line that another covers still shows.
+            let width = 2 + 2 * (compressors.len() - 1 - index).min(3) as u32;
             chart
-                .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(width)))?
                 .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(width)));
+            chart.draw_series(points.iter().map(|point| Circle::new(*point, 3, colour.filled())))?;
         }
         chart
             .configure_series_labels()
