@@ -346,3 +346,40 @@ fn without_slurm_commands_a_slurm_run_stops_before_any_call() {
     assert!(stderr.contains("cannot run `sbatch`"), "{stderr}");
     assert_eq!(scratch.cached("compressor"), 0);
 }
+
+#[test]
+fn ctrl_c_cancels_every_array_gacc_submitted() {
+    let Some(()) = cluster() else { return };
+    let scratch = Scratch::new();
+    let manifest = scripted_fixture(&scratch, Some(600));
+    let gacc = scratch
+        .gacc_process()
+        .args(["run", manifest, "-q", "--set", "run.slurm.calls_per_task=1"])
+        .args(ON_SLURM)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = gacc.id();
+    wait_for("the slow calls to run", Duration::from_secs(120), || {
+        !tasks_in("RUNNING", pid).is_empty()
+    });
+    // SAFETY: kill(2) sends SIGINT to the child gacc; it touches no memory.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT);
+    }
+    let output = gacc.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("gacc run"),
+        "the command to resume is printed: {stderr}"
+    );
+    wait_for("every task to end", Duration::from_secs(30), || {
+        tasks_in("PENDING,RUNNING,COMPLETING", pid).is_empty()
+    });
+    assert!(
+        !tasks_in("CANCELLED", pid).is_empty(),
+        "the running tasks were cancelled"
+    );
+}
