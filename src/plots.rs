@@ -101,7 +101,9 @@ fn metric_chart(path: &Path, cells: &[&Value], conditions: &[String], metric: &s
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(width)))?
                 .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(width)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(width))
+                });
             chart.draw_series(points.iter().map(|point| Circle::new(*point, 3, colour.filled())))?;
         }
         chart
