@@ -406,6 +406,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
+    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);
     let manifest = &prepared.loaded.manifest;
     let runs = options
         .out
@@ -471,6 +472,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
+        memories: recount.feed(),
     };
     phases.end("write manifest, dataset and plan");
     let outcome = runtime.block_on(async {
@@ -508,7 +510,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     )?;
     write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
     phases.end("write ledger and results");
-    let mut report = report::build(&inputs, &outcome);
+    let mut report = report::build(&inputs, &outcome, recount);
     report.holdout = holdout;
     phases.end("build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
