@@ -263,7 +263,11 @@ pub async fn execute(mut run: Run) -> Outcome {
     let mut outcomes: Vec<Option<MemoryOutcome>> = (0..total).map(|_| None).collect();
     // Finished memories are folded into the outcome in plan order while later ones run.
     let mut folded = 0;
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        ledger: Vec::with_capacity(total),
+        results: Vec::with_capacity(shared.run.plan.question_jobs()),
+        ..Outcome::default()
+    };
     let mut distinct = Distinct::default();
     let memories = memories;
     loop {
@@ -1072,7 +1076,7 @@ fn trace_job(
         job = key,
         stage,
         cache_key,
-        compressor = %job.compressor,
+        compressor = job.compressor.as_str(),
         duration_ms,
         cache_hit,
         skipped = origin == Some(Origin::Skipped),
