@@ -1071,18 +1071,34 @@ fn trace_job(
 ) {
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    let skipped = origin == Some(Origin::Skipped);
+    let failed = failure.is_some();
     // The job's seed, condition, ratio and source are in plan.json under its key.
-    tracing::info!(
-        job = key,
+    crate::trace::job_finished(&crate::trace::JobFinished {
+        job: key,
         stage,
         cache_key,
-        compressor = job.compressor.as_str(),
+        compressor: &job.compressor,
         duration_ms,
         cache_hit,
-        skipped = origin == Some(Origin::Skipped),
-        failed = failure.is_some(),
-        "job finished"
-    );
+        skipped,
+        failed,
+    });
+    // The terminal shows every job only when asked to (`-vv`, `RUST_LOG`).
+    if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
+        tracing::info!(
+            target: crate::trace::JOB_TARGET,
+            job = key,
+            stage,
+            cache_key,
+            compressor = job.compressor.as_str(),
+            duration_ms,
+            cache_hit,
+            skipped,
+            failed,
+            "job finished"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -899,6 +899,16 @@ pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let [year, month, day, hour, minute, second] = civil(seconds);
+    if readable {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
+    }
+}
+
+/// Year, month, day, hour, minute and second (UTC) of a Unix time in seconds.
+pub(crate) fn civil(seconds: u64) -> [i64; 6] {
     let (days, rest) = (seconds / 86_400, seconds % 86_400);
     let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
     // Howard Hinnant's civil_from_days.
@@ -911,11 +921,7 @@ pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    if readable {
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-    } else {
-        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
-    }
+    [year, month, day, hour as i64, minute as i64, second as i64]
 }
 
 #[cfg(test)]
