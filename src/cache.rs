@@ -125,6 +125,11 @@ fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
 }
 
 impl Cache {
+    /// True when a cache with segments already exists at `root`.
+    pub fn exists(root: &Path) -> bool {
+        root.join(SEGMENTS).is_dir()
+    }
+
     /// Opens (creating) the cache at `root` and indexes every segment in it.
     pub fn open(root: &Path) -> std::io::Result<Cache> {
         let folder = root.join(SEGMENTS);

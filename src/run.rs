@@ -264,6 +264,23 @@ fn cache_root(loaded: &Loaded) -> PathBuf {
     }
 }
 
+/// Starts reading an existing cache on a thread of its own (a re-run's cache is large) while
+/// the dataset is loaded and planned; nothing is opened for a manifest with problems.
+fn open_cache_early(
+    options: &RunOptions,
+) -> Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)> {
+    let (loaded, problems) = manifest::load(&options.manifest, &options.sets).ok()?;
+    let root = cache_root(&loaded);
+    if !problems.is_empty() || !Cache::exists(&root) {
+        return None;
+    }
+    let reading = {
+        let root = root.clone();
+        std::thread::spawn(move || Cache::open(&root))
+    };
+    Some((root, reading))
+}
+
 fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
     let root = cache_root(loaded);
     Cache::open(&root).map_err(io(&root))
@@ -404,6 +421,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
     let mut phases = Phases::default();
+    let opening = open_cache_early(options);
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);
@@ -419,7 +437,14 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing)?;
     let holdout = hold_out(&confinements, options.require_sandbox)?;
-    let cache = cache_for(&prepared.loaded)?;
+    let root = cache_root(&prepared.loaded);
+    let cache = match opening {
+        Some((early, reading)) if early == root => reading
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the cache reader stopped unexpectedly")))
+            .map_err(io(&root))?,
+        _ => cache_for(&prepared.loaded)?,
+    };
     let template_path = options
         .templates
         .clone()
@@ -497,22 +522,39 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     }
 
     phases.end("execute jobs");
-    plan_writer.join().unwrap_or_else(|_| {
-        Err(Error::Io {
-            path: folder.join("plan.json"),
-            message: "the plan writer stopped unexpectedly".into(),
-        })
-    })?;
-    write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
-    write_json_lines(
-        &folder.join("memory_texts.jsonl"),
-        &crate::ledger::memory_texts(&outcome.ledger),
-    )?;
-    write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
-    phases.end("write ledger and results");
-    let mut report = report::build(&inputs, &outcome, recount);
+    // The rows are written on threads of their own while the report is built.
+    let stopped = |path: PathBuf| Error::Io {
+        path,
+        message: "the writer stopped unexpectedly".into(),
+    };
+    let (written, mut report) = std::thread::scope(|scope| {
+        let results = scope.spawn(|| write_json_lines(&folder.join("results.jsonl"), &outcome.results));
+        let ledger = scope.spawn(|| {
+            write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
+            write_json_lines(
+                &folder.join("memory_texts.jsonl"),
+                &crate::ledger::memory_texts(&outcome.ledger),
+            )
+        });
+        let report = report::build(&inputs, &outcome, recount);
+        let written = [
+            plan_writer
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("plan.json")))),
+            ledger
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("memories.jsonl")))),
+            results
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("results.jsonl")))),
+        ];
+        (written, report)
+    });
+    for result in written {
+        result?;
+    }
     report.holdout = holdout;
-    phases.end("build report (with the recount)");
+    phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
     report_text.push('\n');
