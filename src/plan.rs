@@ -176,18 +176,16 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
     let reader_identity = callback_identity(&manifest.reader);
     let judge_identity = callback_identity(&manifest.judge);
 
-    let source_tokens: Vec<usize> = dataset
-        .sources
-        .iter()
-        .map(|s| {
-            tokenizer.count(&s.text).map_err(|error| {
-                Invalid::one(
-                    format!("source `{}`", s.id),
-                    format!("cannot count its tokens: {error}"),
-                )
-            })
+    let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
+        tokenizer.count(&s.text).map_err(|error| {
+            Invalid::one(
+                format!("source `{}`", s.id),
+                format!("cannot count its tokens: {error}"),
+            )
         })
-        .collect::<Result<_, _>>()?;
+    })
+    .into_iter()
+    .collect::<Result<_, _>>()?;
     let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
     let goals: Vec<(usize, usize)> = dataset
         .sources
@@ -196,10 +194,20 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
         .collect();
 
-    let mut memories = Vec::new();
-    for &seed in &manifest.seeds {
-        let shown_for_cross = derangement(&goals, seed);
-        for (compressor, compressor_identity) in &compressor_identities {
+    let crosses: Vec<(u64, Vec<GoalRef>)> = manifest
+        .seeds
+        .iter()
+        .map(|&seed| (seed, derangement(&goals, seed)))
+        .collect();
+    // Each (seed, compressor)'s jobs are made on whichever core is free, then put in order.
+    let parts: Vec<_> = crosses
+        .iter()
+        .flat_map(|cross| compressor_identities.iter().map(move |c| (cross, c)))
+        .collect();
+    let memories: Vec<MemoryJob> = map_in_parallel(
+        &parts,
+        |&(&(seed, ref shown_for_cross), (compressor, compressor_identity))| {
+            let mut memories = Vec::new();
             for &condition in &manifest.conditions {
                 for &ratio in &manifest.ratios {
                     let mut units: Vec<Unit> = Vec::new();
@@ -213,7 +221,7 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                         Condition::CrossGoal => units.extend(
                             goals
                                 .iter()
-                                .zip(&shown_for_cross)
+                                .zip(shown_for_cross.iter())
                                 .map(|(&(s, g), &shown)| (s, Some(g), Some(shown))),
                         ),
                     }
@@ -279,8 +287,12 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                     }
                 }
             }
-        }
-    }
+            memories
+        },
+    )
+    .into_iter()
+    .flatten()
+    .collect();
     Ok(Plan {
         memories,
         compressor_identities,
@@ -378,6 +390,33 @@ impl Plan {
         }
         writeln!(out, "\n]}}")
     }
+}
+
+/// `f` of every item, on every core, in the items' order.
+fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -> Vec<T> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, f(item)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, t)| t).collect()
 }
 
 /// A compress job as `plan.json` lists it: the memory job's fields, its stage and (no)
