@@ -269,7 +269,6 @@ pub async fn execute(mut run: Run) -> Outcome {
         ..Outcome::default()
     };
     let mut distinct = Distinct::default();
-    let memories = memories;
     loop {
         while next < total && tasks.len() < window {
             let shared = shared.clone();
