@@ -25,6 +25,14 @@ const KEY_DOMAIN: &str = "gacc/1 cache key\n";
 /// How often new entries are synced to disk.
 const SYNC_INTERVAL: Duration = Duration::from_millis(200);
 const SEGMENTS: &str = "segments";
+/// Payloads up to this size found when the cache is opened are kept in memory (answers,
+/// verdicts, counts: most entries by number, few bytes), so reading them needs no system
+/// call; they are checked against their SHA-256 on every read all the same.
+const RESIDENT_PAYLOAD: usize = 1024;
+/// At most this much of a cache's payloads is kept in memory; the rest is read from disk.
+const RESIDENT_TOTAL: usize = 256 << 20;
+/// The segment number of a payload kept in memory (its offset is into `Inner::resident`).
+const RESIDENT: usize = usize::MAX;
 
 /// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
 /// serialise to equal bytes).
@@ -72,6 +80,8 @@ struct Writer {
 
 struct Inner {
     root: PathBuf,
+    /// Small payloads read when the cache was opened (segments only grow, so they stay true).
+    resident: Vec<u8>,
     segments: RwLock<Vec<File>>,
     index: RwLock<Index>,
     writer: Mutex<Option<Writer>>,
@@ -115,6 +125,11 @@ fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
 }
 
 impl Cache {
+    /// True when a cache with segments already exists at `root`.
+    pub fn exists(root: &Path) -> bool {
+        root.join(SEGMENTS).is_dir()
+    }
+
     /// Opens (creating) the cache at `root` and indexes every segment in it.
     pub fn open(root: &Path) -> std::io::Result<Cache> {
         let folder = root.join(SEGMENTS);
@@ -127,14 +142,23 @@ impl Cache {
         names.sort();
         let mut segments = Vec::new();
         let mut index = HashMap::new();
+        let mut resident = Vec::new();
         for path in names {
             let file = File::open(&path)?;
             let segment = segments.len();
-            scan(&file, segment, &mut index, &mut Stats::default())?;
+            scan(
+                &file,
+                segment,
+                &mut index,
+                &mut Stats::default(),
+                Some(&mut resident),
+            )?;
             segments.push(file);
         }
+        resident.shrink_to_fit();
         let inner = Arc::new(Inner {
             root: root.to_path_buf(),
+            resident,
             segments: RwLock::new(segments),
             index: RwLock::new(index),
             writer: Mutex::new(None),
@@ -158,16 +182,24 @@ impl Cache {
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub fn get(&self, kind: &str, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
-        let mut payload = vec![0u8; location.length];
-        {
+        let read;
+        let payload: &[u8] = if location.segment == RESIDENT {
+            let start = usize::try_from(location.offset).ok()?;
+            self.inner
+                .resident
+                .get(start..start.checked_add(location.length)?)?
+        } else {
+            let mut bytes = vec![0u8; location.length];
             let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
             segments
                 .get(location.segment)?
-                .read_exact_at(&mut payload, location.offset)
+                .read_exact_at(&mut bytes, location.offset)
                 .ok()?;
-        }
+            read = bytes;
+            &read
+        };
         let digest: [u8; 32] =
-            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&payload)).into();
+            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(payload)).into();
         if digest != checksum {
             return None;
         }
@@ -176,7 +208,7 @@ impl Cache {
         struct Entry {
             response: Value,
         }
-        serde_json::from_slice::<Entry>(&payload)
+        serde_json::from_slice::<Entry>(payload)
             .ok()
             .map(|entry| entry.response)
     }
@@ -267,7 +299,7 @@ impl Cache {
             if path.extension().is_some_and(|e| e == "log") {
                 stats.segments += 1;
                 stats.bytes += entry.metadata()?.len();
-                scan(&File::open(&path)?, stats.segments, &mut index, &mut stats)?;
+                scan(&File::open(&path)?, stats.segments, &mut index, &mut stats, None)?;
             }
         }
         for (kind, _) in index.keys() {
@@ -296,9 +328,16 @@ impl Drop for Inner {
     }
 }
 
-/// Indexes one segment's lines; a line without its newline or with a malformed header is
-/// skipped (a checksum mismatch is caught when the entry is read).
-fn scan(file: &File, segment: usize, index: &mut Index, stats: &mut Stats) -> std::io::Result<()> {
+/// Indexes one segment's lines, keeping small payloads in `resident` while it has room; a
+/// line without its newline or with a malformed header is skipped (a checksum mismatch is
+/// caught when the entry is read).
+fn scan(
+    file: &File,
+    segment: usize,
+    index: &mut Index,
+    stats: &mut Stats,
+    mut resident: Option<&mut Vec<u8>>,
+) -> std::io::Result<()> {
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut offset = 0u64;
     let mut line = Vec::new();
@@ -322,11 +361,22 @@ fn scan(file: &File, segment: usize, index: &mut Index, stats: &mut Stats) -> st
         })();
         match parsed {
             Some((entry_slot, checksum, header, length)) => {
-                let location = Location {
+                let mut location = Location {
                     segment,
                     offset: start + header as u64,
                     length,
                 };
+                if let Some(resident) = resident.as_deref_mut()
+                    && length <= RESIDENT_PAYLOAD
+                    && resident.len() + length <= RESIDENT_TOTAL
+                {
+                    location = Location {
+                        segment: RESIDENT,
+                        offset: resident.len() as u64,
+                        length,
+                    };
+                    resident.extend_from_slice(&line[header..header + length]);
+                }
                 index.insert(entry_slot, (location, checksum));
             }
             None => stats.torn_lines += 1,
@@ -351,6 +401,7 @@ mod tests {
     fn round_trip_across_processes_of_the_cache() {
         let dir = tempfile::tempdir().unwrap();
         let k = key(&json!({"x": 1}));
+        let long = json!({"answer": "x".repeat(RESIDENT_PAYLOAD * 2)});
         {
             let cache = Cache::open(dir.path()).unwrap();
             assert_eq!(cache.get("reader", &k), None);
@@ -359,11 +410,14 @@ mod tests {
                 .unwrap();
             assert_eq!(cache.get("reader", &k), Some(json!({"answer": "a\nb"})));
             assert_eq!(cache.get("judge", &k), None, "kinds are separate");
+            cache.put("reader", &key(&json!(2)), &json!(2), &long).unwrap();
         }
         let reopened = Cache::open(dir.path()).unwrap();
         assert_eq!(reopened.get("reader", &k), Some(json!({"answer": "a\nb"})));
+        // A payload too large to be kept in memory is read from its segment.
+        assert_eq!(reopened.get("reader", &key(&json!(2))), Some(long));
         let stats = Cache::stats(dir.path()).unwrap();
-        assert_eq!(stats.entries.get("reader"), Some(&1));
+        assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
     }
 

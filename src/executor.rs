@@ -2,6 +2,7 @@
 //! with calls answered from the cache where they can be and identical calls made once.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -42,6 +43,9 @@ pub struct Run {
     pub progress: Arc<Progress>,
     /// Stop starting calls after the first failure (finished work is kept).
     pub fail_fast: bool,
+    /// Where each distinct memory goes as soon as its ledger row is final (the report's
+    /// recount starts on it while the run goes on).
+    pub memories: Option<std::sync::mpsc::Sender<Arc<str>>>,
 }
 
 /// Where a call's answer came from.
@@ -224,7 +228,9 @@ struct MemoryOutcome {
 }
 
 /// Runs every job of the plan; never fails as a whole: failed jobs are in the outcome.
-pub async fn execute(run: Run) -> Outcome {
+pub async fn execute(mut run: Run) -> Outcome {
+    // Held here, not in what tasks share, so it is closed when the run is over.
+    let memories = run.memories.take();
     for memory in &run.plan.memories {
         run.progress
             .stage(Role::Compressor)
@@ -255,6 +261,14 @@ pub async fn execute(run: Run) -> Outcome {
     let mut tasks = JoinSet::new();
     let mut next = 0;
     let mut outcomes: Vec<Option<MemoryOutcome>> = (0..total).map(|_| None).collect();
+    // Finished memories are folded into the outcome in plan order while later ones run.
+    let mut folded = 0;
+    let mut outcome = Outcome {
+        ledger: Vec::with_capacity(total),
+        results: Vec::with_capacity(shared.run.plan.question_jobs()),
+        ..Outcome::default()
+    };
+    let mut distinct = Distinct::default();
     loop {
         while next < total && tasks.len() < window {
             let shared = shared.clone();
@@ -264,50 +278,99 @@ pub async fn execute(run: Run) -> Outcome {
         }
         match tasks.join_next().await {
             None => break,
-            Some(Ok((index, outcome))) => outcomes[index] = Some(outcome),
+            Some(Ok((index, memory))) => outcomes[index] = Some(memory),
             Some(Err(error)) => tracing::error!(%error, "a job task stopped unexpectedly"),
         }
-    }
-    let mut outcome = Outcome {
-        this_run: shared
-            .calls
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone(),
-        paid: shared
-            .calls
-            .paid
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone(),
-        ..Outcome::default()
-    };
-    for (index, memory) in outcomes.into_iter().enumerate() {
-        let Some(memory) = memory else { continue };
-        let compressor = &shared.run.plan.memories[index].compressor;
-        outcome.ledger.extend(memory.ledger);
-        outcome.results.extend(memory.results);
-        for failure in memory.failures {
-            if failure.reason == FailureKind::Cancelled.to_string() {
-                outcome.cancelled += 1;
-            } else {
-                outcome.failures.push(failure);
+        while folded < next && outcomes[folded].is_some() {
+            if let Some(memory) = outcomes[folded].take() {
+                let compressor = &shared.run.plan.memories[folded].compressor;
+                fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
             }
-        }
-        outcome.exposure_violations += usize::from(memory.exposure_violation);
-        for (role, key, usage) in memory.calls {
-            if role == Role::Compressor {
-                let calls = outcome.compressor_calls.entry(compressor.clone()).or_default();
-                calls.insert(key.clone(), usage.clone());
-            }
-            outcome.calls.entry(role).or_default().insert(key, usage);
-        }
-        for role in memory.jobs {
-            *outcome.jobs.entry(role).or_default() += 1;
+            folded += 1;
         }
     }
+    // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
+    for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
+        if let Some(memory) = memory {
+            let compressor = &shared.run.plan.memories[index].compressor;
+            fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
+        }
+    }
+    outcome.this_run = shared
+        .calls
+        .counts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    outcome.paid = shared
+        .calls
+        .paid
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    outcome.calls = distinct
+        .calls
+        .into_iter()
+        .map(|(role, calls)| (role, calls.into_iter().collect()))
+        .collect();
+    outcome.compressor_calls = distinct
+        .compressor_calls
+        .into_iter()
+        .map(|(name, calls)| (name, calls.into_iter().collect()))
+        .collect();
     outcome
+}
+
+/// Distinct calls while a run's outcomes are gathered: hashed, then sorted once at the end.
+#[derive(Default)]
+struct Distinct {
+    calls: BTreeMap<Role, HashMap<String, Usage>>,
+    compressor_calls: BTreeMap<String, HashMap<String, Usage>>,
+    /// Memory texts handed over already, by address (rows of one memory share its `Arc`).
+    memories: std::collections::HashSet<usize>,
+}
+
+/// Adds one memory's rows, failures and calls to the run's outcome.
+fn fold(
+    outcome: &mut Outcome,
+    distinct: &mut Distinct,
+    compressor: &str,
+    memory: MemoryOutcome,
+    memories: Option<&std::sync::mpsc::Sender<Arc<str>>>,
+) {
+    if let (Some(memories), Some(row)) = (memories, &memory.ledger)
+        && distinct
+            .memories
+            .insert(Arc::as_ptr(&row.memory) as *const u8 as usize)
+    {
+        let _ = memories.send(row.memory.clone());
+    }
+    outcome.ledger.extend(memory.ledger);
+    outcome.results.extend(memory.results);
+    for failure in memory.failures {
+        if failure.reason == FailureKind::Cancelled.to_string() {
+            outcome.cancelled += 1;
+        } else {
+            outcome.failures.push(failure);
+        }
+    }
+    outcome.exposure_violations += usize::from(memory.exposure_violation);
+    for (role, key, usage) in memory.calls {
+        if role == Role::Compressor {
+            let calls = match distinct.compressor_calls.get_mut(compressor) {
+                Some(calls) => calls,
+                None => distinct
+                    .compressor_calls
+                    .entry(compressor.to_owned())
+                    .or_default(),
+            };
+            calls.insert(key.clone(), usage.clone());
+        }
+        distinct.calls.entry(role).or_default().insert(key, usage);
+    }
+    for role in memory.jobs {
+        *outcome.jobs.entry(role).or_default() += 1;
+    }
 }
 
 async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
@@ -425,17 +488,27 @@ async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
         memory: measured.memory.clone(),
     });
 
+    let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
     let mut questions = JoinSet::new();
     for (position, _) in job.questions.iter().enumerate() {
         let shared = shared.clone();
         let memory = memory.clone();
         let memory_sha256 = memory_sha256.clone();
-        questions.spawn(async move {
+        let mut question = Box::pin(async move {
             let outcome = run_question(&shared, index, position, &memory, &memory_sha256).await;
             (position, outcome)
         });
+        // A question the cache answers whole finishes at its first poll: it is done here,
+        // without a task of its own (at scale, most re-run questions); any other goes on
+        // as a task from where it stopped.
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match question.as_mut().poll(&mut context) {
+            std::task::Poll::Ready((position, outcome)) => answered[position] = Some(outcome),
+            std::task::Poll::Pending => {
+                questions.spawn(question);
+            }
+        }
     }
-    let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
     while let Some(joined) = questions.join_next().await {
         if let Ok((position, question)) = joined {
             answered[position] = Some(question);
@@ -997,18 +1070,34 @@ fn trace_job(
 ) {
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    let skipped = origin == Some(Origin::Skipped);
+    let failed = failure.is_some();
     // The job's seed, condition, ratio and source are in plan.json under its key.
-    tracing::info!(
-        job = key,
+    crate::trace::job_finished(&crate::trace::JobFinished {
+        job: key,
         stage,
         cache_key,
-        compressor = %job.compressor,
+        compressor: &job.compressor,
         duration_ms,
         cache_hit,
-        skipped = origin == Some(Origin::Skipped),
-        failed = failure.is_some(),
-        "job finished"
-    );
+        skipped,
+        failed,
+    });
+    // The terminal shows every job only when asked to (`-vv`, `RUST_LOG`).
+    if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
+        tracing::info!(
+            target: crate::trace::JOB_TARGET,
+            job = key,
+            stage,
+            cache_key,
+            compressor = job.compressor.as_str(),
+            duration_ms,
+            cache_hit,
+            skipped,
+            failed,
+            "job finished"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -431,7 +431,11 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .with_span_list(false)
         .with_target(false)
         .with_writer(gacc::trace::TraceSink)
-        .with_filter(EnvFilter::new("gacc=debug"));
+        // Finished jobs reach the trace file directly (gacc::trace::job_finished).
+        .with_filter(EnvFilter::new(format!(
+            "gacc=debug,{}=off",
+            gacc::trace::JOB_TARGET
+        )));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

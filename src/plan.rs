@@ -176,18 +176,16 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
     let reader_identity = callback_identity(&manifest.reader);
     let judge_identity = callback_identity(&manifest.judge);
 
-    let source_tokens: Vec<usize> = dataset
-        .sources
-        .iter()
-        .map(|s| {
-            tokenizer.count(&s.text).map_err(|error| {
-                Invalid::one(
-                    format!("source `{}`", s.id),
-                    format!("cannot count its tokens: {error}"),
-                )
-            })
+    let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
+        tokenizer.count(&s.text).map_err(|error| {
+            Invalid::one(
+                format!("source `{}`", s.id),
+                format!("cannot count its tokens: {error}"),
+            )
         })
-        .collect::<Result<_, _>>()?;
+    })
+    .into_iter()
+    .collect::<Result<_, _>>()?;
     let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
     let goals: Vec<(usize, usize)> = dataset
         .sources
@@ -196,10 +194,20 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
         .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
         .collect();
 
-    let mut memories = Vec::new();
-    for &seed in &manifest.seeds {
-        let shown_for_cross = derangement(&goals, seed);
-        for (compressor, compressor_identity) in &compressor_identities {
+    let crosses: Vec<(u64, Vec<GoalRef>)> = manifest
+        .seeds
+        .iter()
+        .map(|&seed| (seed, derangement(&goals, seed)))
+        .collect();
+    // Each (seed, compressor)'s jobs are made on whichever core is free, then put in order.
+    let parts: Vec<_> = crosses
+        .iter()
+        .flat_map(|cross| compressor_identities.iter().map(move |c| (cross, c)))
+        .collect();
+    let memories: Vec<MemoryJob> = map_in_parallel(
+        &parts,
+        |&(&(seed, ref shown_for_cross), (compressor, compressor_identity))| {
+            let mut memories = Vec::new();
             for &condition in &manifest.conditions {
                 for &ratio in &manifest.ratios {
                     let mut units: Vec<Unit> = Vec::new();
@@ -213,7 +221,7 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                         Condition::CrossGoal => units.extend(
                             goals
                                 .iter()
-                                .zip(&shown_for_cross)
+                                .zip(shown_for_cross.iter())
                                 .map(|(&(s, g), &shown)| (s, Some(g), Some(shown))),
                         ),
                     }
@@ -279,8 +287,12 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                     }
                 }
             }
-        }
-    }
+            memories
+        },
+    )
+    .into_iter()
+    .flatten()
+    .collect();
     Ok(Plan {
         memories,
         compressor_identities,
@@ -346,35 +358,125 @@ impl Plan {
             "{{\"schema\": \"{SCHEMA}\", \"stages\": {stages}, \"jobs\": ["
         )?;
         let mut first = true;
-        let mut job = |out: &mut dyn std::io::Write, value: Value| -> std::io::Result<()> {
-            let separator = if std::mem::take(&mut first) { "\n" } else { ",\n" };
-            write!(out, "{separator}{value}")
-        };
         for memory in &self.memories {
-            let mut value = serde_json::to_value(memory).unwrap_or(Value::Null);
-            if let Value::Object(fields) = &mut value {
-                fields.insert("stage".into(), json!("compress"));
-                fields.insert("deps".into(), json!([]));
-            }
-            job(out, value)?;
+            write_entry(out, &mut first, &CompressEntry::of(memory))?;
             let source = &dataset.sources[memory.source];
             for question in &memory.questions {
                 let goal = &source.goals[question.goal];
-                let ids = (&goal.id, &goal.questions[question.question].id);
-                job(
+                let (goal_id, question_id) = (&goal.id, &goal.questions[question.question].id);
+                write_entry(
                     out,
-                    json!({"key": question.read_key, "stage": "read", "deps": [memory.key],
-                    "goal_id": ids.0, "question_id": ids.1}),
+                    &mut first,
+                    &QuestionEntry {
+                        deps: [&memory.key],
+                        goal_id,
+                        key: &question.read_key,
+                        question_id,
+                        stage: "read",
+                    },
                 )?;
-                job(
+                write_entry(
                     out,
-                    json!({"key": question.judge_key, "stage": "judge", "deps": [question.read_key],
-                    "goal_id": ids.0, "question_id": ids.1}),
+                    &mut first,
+                    &QuestionEntry {
+                        deps: [&question.read_key],
+                        goal_id,
+                        key: &question.judge_key,
+                        question_id,
+                        stage: "judge",
+                    },
                 )?;
             }
         }
         writeln!(out, "\n]}}")
     }
+}
+
+/// `f` of every item, on every core, in the items' order.
+fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -> Vec<T> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, f(item)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, t)| t).collect()
+}
+
+/// A compress job as `plan.json` lists it: the memory job's fields, its stage and (no)
+/// dependencies, keys in sorted order as a JSON object of them would print.
+#[derive(Serialize)]
+struct CompressEntry<'a> {
+    budget: usize,
+    cache_key: &'a str,
+    compressor: &'a str,
+    condition: Condition,
+    deps: [&'a str; 0],
+    goal_id: &'a Option<String>,
+    key: &'a str,
+    ratio: Ratio,
+    seed: u64,
+    shown_goal_id: &'a Option<String>,
+    source_id: &'a str,
+    source_tokens: usize,
+    stage: &'static str,
+}
+
+impl<'a> CompressEntry<'a> {
+    fn of(job: &'a MemoryJob) -> Self {
+        CompressEntry {
+            budget: job.budget,
+            cache_key: &job.cache_key,
+            compressor: &job.compressor,
+            condition: job.condition,
+            deps: [],
+            goal_id: &job.goal_id,
+            key: &job.key,
+            ratio: job.ratio,
+            seed: job.seed,
+            shown_goal_id: &job.shown_goal_id,
+            source_id: &job.source_id,
+            source_tokens: job.source_tokens,
+            stage: "compress",
+        }
+    }
+}
+
+/// A read or judge job as `plan.json` lists it, keys in sorted order.
+#[derive(Serialize)]
+struct QuestionEntry<'a> {
+    deps: [&'a str; 1],
+    goal_id: &'a str,
+    key: &'a str,
+    question_id: &'a str,
+    stage: &'static str,
+}
+
+/// Writes one `plan.json` entry as it is, without building a JSON value per job (a
+/// paper-scale plan has most of a million).
+fn write_entry(
+    out: &mut impl std::io::Write,
+    first: &mut bool,
+    entry: &impl Serialize,
+) -> std::io::Result<()> {
+    out.write_all(if std::mem::take(first) { b"\n" } else { b",\n" })?;
+    serde_json::to_writer(out, entry).map_err(std::io::Error::from)
 }
 
 /// A deterministic, seeded generator (SplitMix64) for choices that must repeat exactly.
@@ -431,6 +533,42 @@ pub fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plan_entries_print_as_their_json_objects() {
+        let job = MemoryJob {
+            key: "k".into(),
+            cache_key: "c".into(),
+            seed: 7,
+            compressor: "lines".into(),
+            condition: Condition::CrossGoal,
+            ratio: serde_json::from_value(json!(0.29)).unwrap(),
+            source_id: "s1".into(),
+            goal_id: Some("g1".into()),
+            shown_goal_id: None,
+            source_tokens: 100,
+            budget: 29,
+            source: 0,
+            shown_goal: None,
+            questions: Vec::new(),
+        };
+        // What plan.json held before entries were written directly: the job as a JSON object.
+        let mut expected = serde_json::to_value(&job).unwrap();
+        expected["stage"] = json!("compress");
+        expected["deps"] = json!([]);
+        let written = serde_json::to_string(&CompressEntry::of(&job)).unwrap();
+        assert_eq!(written, expected.to_string());
+        let question = QuestionEntry {
+            deps: ["k"],
+            goal_id: "g1",
+            key: "r",
+            question_id: "q1",
+            stage: "read",
+        };
+        let expected =
+            json!({"key": "r", "stage": "read", "deps": ["k"], "goal_id": "g1", "question_id": "q1"});
+        assert_eq!(serde_json::to_string(&question).unwrap(), expected.to_string());
+    }
 
     #[test]
     fn fast_keys_equal_the_canonical_descriptions() {

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -247,9 +248,9 @@ pub fn dataset_sha256(dataset: &Dataset) -> String {
 }
 
 /// Builds the report; deterministic in its inputs.
-pub fn build(inputs: &Inputs, outcome: &Outcome) -> Report {
+pub fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
     let dataset = inputs.dataset;
-    let count_errors = recount(inputs.tokenizer, dataset, &outcome.ledger);
+    let count_errors = recount.errors(inputs.tokenizer, dataset, &outcome.ledger);
     let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
     let padding_tokens = outcome.ledger.iter().map(|r| r.padding_tokens).sum();
 
@@ -405,35 +406,34 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
         .collect()
 }
 
-/// Ledger rows whose counts disagree with an independent recount: the source re-encoded for
-/// `N`, the budget recomputed, the memory re-encoded and hashed. Each distinct text is
-/// recounted once, on every core.
-pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
-    let texts: Vec<&str> = {
-        let mut seen = std::collections::HashSet::new();
-        dataset
-            .sources
-            .iter()
-            .map(|s| s.text.as_str())
-            .chain(ledger.iter().map(|r| &*r.memory))
-            .filter(|text| seen.insert(*text))
-            .collect()
-    };
+/// The independent recount (SPEC §5 `count_errors`): every source and every distinct memory
+/// text re-encoded with the tokenizer and hashed, on threads of its own. It starts when the
+/// run does and takes each memory as soon as the run hands it over, so at scale it is mostly
+/// done by the time the report is built; each ledger row is then checked against it.
+pub struct Recount {
+    texts: Option<mpsc::Sender<Arc<str>>>,
+    sources: Vec<Arc<str>>,
+    workers: Vec<std::thread::JoinHandle<Vec<Counted>>>,
+}
+
+/// A text as recounted: its tokens (None if the tokenizer failed) and its SHA-256.
+type Counted = (Arc<str>, Option<usize>, String);
+
+/// Re-encodes and hashes texts on every core.
+fn count_in_parallel(tokenizer: &dyn Tokenizer, texts: &[Arc<str>]) -> Vec<Counted> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = texts.len().div_ceil(threads).max(1);
-    let counted: HashMap<&str, (Option<usize>, String)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = texts
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|text| {
-                            (
-                                *text,
-                                (tokenizer.encode(text).ok().map(|t| t.len()), sha256(text)),
-                            )
-                        })
-                        .collect::<Vec<_>>()
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(texts.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut counted = Vec::new();
+                    while let Some(text) = texts.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        let tokens = tokenizer.encode(text).ok().map(|t| t.len());
+                        counted.push((text.clone(), tokens, sha256(&**text)));
+                    }
+                    counted
                 })
             })
             .collect();
@@ -441,29 +441,105 @@ pub fn recount(tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow
             .into_iter()
             .flat_map(|w| w.join().unwrap_or_default())
             .collect()
-    });
-    let source_tokens: HashMap<&str, Option<usize>> = dataset
-        .sources
-        .iter()
-        .map(|s| (s.id.as_str(), counted.get(s.text.as_str()).and_then(|c| c.0)))
-        .collect();
-    ledger
-        .iter()
-        .filter(|row| {
-            let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
-            let (memory_tokens, memory_sha256) = match counted.get(&*row.memory) {
-                Some((tokens, sha)) => (*tokens, sha.as_str()),
-                None => (None, ""),
-            };
-            n != Some(row.source_tokens)
-                || row.budget != row.ratio.budget(row.source_tokens)
-                || row.retained_tokens > row.budget
-                || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
-                || Some(row.memory_tokens) != memory_tokens
-                || row.memory_sha256 != memory_sha256
-                || row.padding_tokens != 0
-        })
-        .count()
+    })
+}
+
+/// A text's identity while its `Arc` is alive: the ledger shares one `Arc` per memory.
+fn address(text: &Arc<str>) -> usize {
+    Arc::as_ptr(text) as *const u8 as usize
+}
+
+impl Recount {
+    /// Starts recounting, with the dataset's sources first.
+    pub fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset) -> Recount {
+        let (sender, receiver) = mpsc::channel::<Arc<str>>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = (0..threads)
+            .map(|_| {
+                let (tokenizer, receiver) = (tokenizer.clone(), receiver.clone());
+                std::thread::spawn(move || {
+                    let mut counted = Vec::new();
+                    loop {
+                        let next = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok(text) = next else { break };
+                        let tokens = tokenizer.encode(&text).ok().map(|t| t.len());
+                        let sha = sha256(&*text);
+                        counted.push((text, tokens, sha));
+                    }
+                    counted
+                })
+            })
+            .collect();
+        let sources: Vec<Arc<str>> = dataset
+            .sources
+            .iter()
+            .map(|s| Arc::from(s.text.as_str()))
+            .collect();
+        for text in &sources {
+            let _ = sender.send(text.clone());
+        }
+        Recount {
+            texts: Some(sender),
+            sources,
+            workers,
+        }
+    }
+
+    /// Somewhere to hand memory texts over as they are made (each distinct `Arc` once);
+    /// every copy must be dropped before [`Recount::errors`], which waits for them.
+    pub fn feed(&self) -> Option<mpsc::Sender<Arc<str>>> {
+        self.texts.clone()
+    }
+
+    /// Ledger rows whose counts disagree with the recount: the source re-encoded for `N`, the
+    /// budget recomputed, the memory re-encoded and hashed. Memories never handed over are
+    /// recounted here, each distinct one once.
+    pub fn errors(mut self, tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
+        drop(self.texts.take());
+        // Each entry keeps its text alive, so no other text can take its address meanwhile.
+        let mut counted: HashMap<usize, Counted> = self
+            .workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .map(|counted| (address(&counted.0), counted))
+            .collect();
+        let mut missing = std::collections::HashSet::new();
+        let missing: Vec<Arc<str>> = ledger
+            .iter()
+            .map(|row| &row.memory)
+            .chain(&self.sources)
+            .filter(|text| !counted.contains_key(&address(text)) && missing.insert(address(text)))
+            .cloned()
+            .collect();
+        for text in count_in_parallel(tokenizer, &missing) {
+            counted.insert(address(&text.0), text);
+        }
+        let count = |text: &Arc<str>| match counted.get(&address(text)) {
+            Some((_, tokens, sha)) => (*tokens, sha.as_str()),
+            None => (None, ""),
+        };
+        let source_tokens: HashMap<&str, Option<usize>> = dataset
+            .sources
+            .iter()
+            .zip(&self.sources)
+            .map(|(s, text)| (s.id.as_str(), count(text).0))
+            .collect();
+        ledger
+            .iter()
+            .filter(|row| {
+                let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
+                let (memory_tokens, memory_sha256) = count(&row.memory);
+                n != Some(row.source_tokens)
+                    || row.budget != row.ratio.budget(row.source_tokens)
+                    || row.retained_tokens > row.budget
+                    || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
+                    || Some(row.memory_tokens) != memory_tokens
+                    || row.memory_sha256 != memory_sha256
+                    || row.padding_tokens != 0
+            })
+            .count()
+    }
 }
 
 /// Renders a template over a report (and the run's own record as `run`), with undefined

@@ -293,6 +293,23 @@ fn cache_root(loaded: &Loaded) -> PathBuf {
     }
 }
 
+/// Starts reading an existing cache on a thread of its own (a re-run's cache is large) while
+/// the dataset is loaded and planned; nothing is opened for a manifest with problems.
+fn open_cache_early(
+    options: &RunOptions,
+) -> Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)> {
+    let (loaded, problems) = manifest::load(&options.manifest, &options.sets).ok()?;
+    let root = cache_root(&loaded);
+    if !problems.is_empty() || !Cache::exists(&root) {
+        return None;
+    }
+    let reading = {
+        let root = root.clone();
+        std::thread::spawn(move || Cache::open(&root))
+    };
+    Some((root, reading))
+}
+
 fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
     let root = cache_root(loaded);
     Cache::open(&root).map_err(io(&root))
@@ -433,8 +450,10 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
     let mut phases = Phases::default();
+    let opening = open_cache_early(options);
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
+    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);
     let manifest = &prepared.loaded.manifest;
     let runs = options
         .out
@@ -448,7 +467,14 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let slurm = slurm_executor(&prepared.loaded)?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref())?;
     let holdout = hold_out(&confinements, options.require_sandbox)?;
-    let cache = cache_for(&prepared.loaded)?;
+    let root = cache_root(&prepared.loaded);
+    let cache = match opening {
+        Some((early, reading)) if early == root => reading
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the cache reader stopped unexpectedly")))
+            .map_err(io(&root))?,
+        _ => cache_for(&prepared.loaded)?,
+    };
     let template_path = options
         .templates
         .clone()
@@ -501,6 +527,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
+        memories: recount.feed(),
     };
     phases.end("write manifest, dataset and plan");
     let outcome = runtime.block_on(async {
@@ -529,22 +556,39 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         slurm.finish();
     }
     phases.end("execute jobs");
-    plan_writer.join().unwrap_or_else(|_| {
-        Err(Error::Io {
-            path: folder.join("plan.json"),
-            message: "the plan writer stopped unexpectedly".into(),
-        })
-    })?;
-    write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
-    write_json_lines(
-        &folder.join("memory_texts.jsonl"),
-        &crate::ledger::memory_texts(&outcome.ledger),
-    )?;
-    write_json_lines(&folder.join("results.jsonl"), &outcome.results)?;
-    phases.end("write ledger and results");
-    let mut report = report::build(&inputs, &outcome);
+    // The rows are written on threads of their own while the report is built.
+    let stopped = |path: PathBuf| Error::Io {
+        path,
+        message: "the writer stopped unexpectedly".into(),
+    };
+    let (written, mut report) = std::thread::scope(|scope| {
+        let results = scope.spawn(|| write_json_lines(&folder.join("results.jsonl"), &outcome.results));
+        let ledger = scope.spawn(|| {
+            write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
+            write_json_lines(
+                &folder.join("memory_texts.jsonl"),
+                &crate::ledger::memory_texts(&outcome.ledger),
+            )
+        });
+        let report = report::build(&inputs, &outcome, recount);
+        let written = [
+            plan_writer
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("plan.json")))),
+            ledger
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("memories.jsonl")))),
+            results
+                .join()
+                .unwrap_or_else(|_| Err(stopped(folder.join("results.jsonl")))),
+        ];
+        (written, report)
+    });
+    for result in written {
+        result?;
+    }
     report.holdout = holdout;
-    phases.end("build report (with the recount)");
+    phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
     report_text.push('\n');
@@ -936,6 +980,16 @@ pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let [year, month, day, hour, minute, second] = civil(seconds);
+    if readable {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
+    }
+}
+
+/// Year, month, day, hour, minute and second (UTC) of a Unix time in seconds.
+pub(crate) fn civil(seconds: u64) -> [i64; 6] {
     let (days, rest) = (seconds / 86_400, seconds % 86_400);
     let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
     // Howard Hinnant's civil_from_days.
@@ -948,11 +1002,7 @@ pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    if readable {
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-    } else {
-        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
-    }
+    [year, month, day, hour as i64, minute as i64, second as i64]
 }
 
 #[cfg(test)]
