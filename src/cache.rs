@@ -272,8 +272,17 @@ impl Cache {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let folder = self.inner.root.join(SEGMENTS);
-        let path = folder.join(format!("{millis:015}-{:010}.log", std::process::id()));
-        let file = OpenOptions::new().create_new(true).append(true).open(&path)?;
+        // Two caches of one process may start segments in the same millisecond: a number
+        // of this process's own tells them apart.
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let (path, file) = loop {
+            let number = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = folder.join(format!("{millis:015}-{:010}-{number:06}.log", std::process::id()));
+            match OpenOptions::new().create_new(true).append(true).open(&path) {
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                opened => break (path, opened?),
+            }
+        };
         // The new name is durable once the folder is synced.
         File::open(&folder)?.sync_all()?;
         let reader = File::open(&path)?;
@@ -419,6 +428,20 @@ mod tests {
         let stats = Cache::stats(dir.path()).unwrap();
         assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
+    }
+
+    #[test]
+    fn two_caches_of_one_process_write_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let caches: Vec<Cache> = (0..4).map(|_| Cache::open(dir.path()).unwrap()).collect();
+        for (n, cache) in caches.iter().enumerate() {
+            let k = key(&json!(n));
+            cache.put("reader", &k, &json!(n), &json!({"answer": n})).unwrap();
+        }
+        let again = Cache::open(dir.path()).unwrap();
+        for n in 0..4 {
+            assert_eq!(again.get("reader", &key(&json!(n))), Some(json!({"answer": n})));
+        }
     }
 
     #[test]
