@@ -76,6 +76,10 @@ pub enum Packing {
 /// Writes `report.html` into `folder` from the rows stored there; returns its path.
 pub fn write(folder: &Path, packing: Packing) -> Result<PathBuf, Error> {
     let page = render(folder, packing)?;
+    write_page(folder, &page)
+}
+
+fn write_page(folder: &Path, page: &str) -> Result<PathBuf, Error> {
     let path = folder.join("report.html");
     let temp = folder.join(format!("report.html.tmp-{}", std::process::id()));
     std::fs::write(&temp, page.as_bytes())
@@ -87,15 +91,62 @@ pub fn write(folder: &Path, packing: Packing) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
-/// The page for the run in `folder`.
+/// The page for the run in `folder`, from the rows stored there.
 pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
     let report: Value = read_json(&folder.join("report.json"))?;
-    let sources: Vec<Source> = read_rows(&folder.join("dataset.jsonl"))?;
-    let ledger: Vec<LedgerRow> = read_rows(&folder.join("memories.jsonl"))?;
-    let texts: Vec<MemoryText> = read_rows(&folder.join("memory_texts.jsonl"))?;
-    let results: Vec<ResultRow> = read_rows(&folder.join("results.jsonl"))?;
-    let (index, chunks) = columns(folder, &report, &sources, &ledger, &texts, &results)?;
-    let data = embed(&report, &index, &chunks, packing);
+    // The two largest files are read side by side.
+    let (rows, results) = std::thread::scope(|scope| {
+        let results = scope.spawn(|| read_rows::<ResultRow>(&folder.join("results.jsonl")));
+        let rows = (|| {
+            let sources: Vec<Source> = read_rows(&folder.join("dataset.jsonl"))?;
+            let ledger: Vec<LedgerRow> = read_rows(&folder.join("memories.jsonl"))?;
+            let texts: Vec<MemoryText> = read_rows(&folder.join("memory_texts.jsonl"))?;
+            Ok::<_, Error>((sources, ledger, texts))
+        })();
+        let results = results.join().unwrap_or_else(|_| {
+            Err(Error::Read {
+                path: folder.join("results.jsonl"),
+                message: "the reader stopped unexpectedly".into(),
+            })
+        });
+        (rows, results)
+    });
+    let (sources, ledger, texts) = rows?;
+    let rows = Rows {
+        sources: &sources,
+        ledger: &ledger,
+        texts: &texts,
+        results: &results?,
+    };
+    render_rows(folder, &report, rows, packing)
+}
+
+/// The rows a page is made of.
+#[derive(Clone, Copy)]
+pub struct Rows<'a> {
+    pub sources: &'a [Source],
+    pub ledger: &'a [LedgerRow],
+    pub texts: &'a [MemoryText],
+    pub results: &'a [ResultRow],
+}
+
+/// Writes `report.html` into `folder` from rows in memory: the page `write` makes from the
+/// same rows once stored (a run writes it without reading its rows back).
+pub fn write_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<PathBuf, Error> {
+    let page = render_rows(folder, report, rows, packing)?;
+    write_page(folder, &page)
+}
+
+fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<String, Error> {
+    let (index, chunks) = columns(
+        folder,
+        report,
+        rows.sources,
+        rows.ledger,
+        rows.texts,
+        rows.results,
+    )?;
+    let data = embed(report, &index, &chunks, packing);
     let title = format!(
         "{}: gacc report",
         report["experiment"]["name"].as_str().unwrap_or("run")
@@ -450,18 +501,51 @@ fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing
             text.to_owned()
         }
     };
-    out.push_str(&pack(&index));
+    // The index first, then the chunks, each packed on whichever core is free.
+    let parts: Vec<&str> = std::iter::once(index.as_str())
+        .chain(chunks.iter().map(String::as_str))
+        .collect();
+    let packed = parallel_map(&parts, |text| pack(text));
+    out.push_str(&packed[0]);
     out.push_str(",\"texts\":[");
-    for (number, chunk) in chunks.iter().enumerate() {
+    for (number, chunk) in packed[1..].iter().enumerate() {
         if number > 0 {
             out.push(',');
         }
-        out.push_str(&pack(chunk));
+        out.push_str(chunk);
     }
     out.push_str("]}");
     // `<` occurs in JSON only inside strings, where `\u003c` means the same: no `</script>` or
     // `<!--` in any memory, answer or id can end the element early.
     out.replace('<', "\\u003c")
+}
+
+/// `f` of every item, in order, on every core.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len().max(1));
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(at) else { break mine };
+                        mine.push((at, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    });
+    done.sort_by_key(|(at, _)| *at);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 fn gzipped(bytes: &[u8]) -> Vec<u8> {

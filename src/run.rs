@@ -561,14 +561,12 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         path,
         message: "the writer stopped unexpectedly".into(),
     };
+    let texts = crate::ledger::memory_texts(&outcome.ledger);
     let (written, mut report) = std::thread::scope(|scope| {
         let results = scope.spawn(|| write_json_lines(&folder.join("results.jsonl"), &outcome.results));
         let ledger = scope.spawn(|| {
             write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
-            write_json_lines(
-                &folder.join("memory_texts.jsonl"),
-                &crate::ledger::memory_texts(&outcome.ledger),
-            )
+            write_json_lines(&folder.join("memory_texts.jsonl"), &texts)
         });
         let report = report::build(&inputs, &outcome, recount);
         let written = [
@@ -589,6 +587,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     }
     report.holdout = holdout;
     phases.end("write ledger and results, build report (with the recount)");
+    runtime.shutdown_background();
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
     report_text.push('\n');
@@ -597,10 +596,26 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     if let Err(error) = crate::plots::write(&folder, &report_json) {
         tracing::warn!(%error, "could not draw the charts");
     }
-    // So is report.html, built from the rows just written, as `gacc report` builds it.
-    if let Err(error) = crate::html::write(&folder, crate::html::Packing::Auto) {
+    // So is report.html: the page `gacc report` makes from the rows just written, made from
+    // the same rows still in memory.
+    let rows = crate::html::Rows {
+        sources: &prepared.dataset.sources,
+        ledger: &outcome.ledger,
+        texts: &texts,
+        results: &outcome.results,
+    };
+    if let Err(error) = crate::html::write_rows(&folder, &report_json, rows, crate::html::Packing::Auto) {
         tracing::warn!(%error, "could not write report.html");
     }
+    // The run's rows are no longer needed: they are freed on a thread of their own.
+    let (this_run, paid, failures, cancelled) = (
+        outcome.this_run.clone(),
+        outcome.paid.clone(),
+        outcome.failures.len(),
+        outcome.cancelled,
+    );
+    // Not waited for: a process that ends frees them faster.
+    std::thread::spawn(move || drop((outcome, texts)));
     phases.end("draw charts and write report.html");
     let run_record = json!({
         "started": utc_timestamp(started_at, true),
@@ -609,9 +624,9 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         "gacc_version": env!("CARGO_PKG_VERSION"),
         "manifest": options.manifest.display().to_string(),
         "cache": prepared.loaded.manifest.run.cache.as_ref().map(|p| p.display().to_string()).unwrap_or(".gacc/cache".into()),
-        "calls": outcome.this_run,
-        "paid": outcome.paid,
-        "failures": outcome.failures.len(),
+        "calls": this_run,
+        "paid": paid,
+        "failures": failures,
         "phases": phases.seconds,
         "landlock_abi": abi,
     });
@@ -620,12 +635,12 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         .map_err(|message| Invalid::one("report template", message))?;
     write(&folder.join("report.md"), markdown.as_bytes())?;
     point_latest(&runs, &folder);
-    tracing::info!(folder = %folder.display(), failures = outcome.failures.len(), "run finished");
+    tracing::info!(folder = %folder.display(), failures, "run finished");
     crate::trace::close();
     Ok(Finished {
-        summary: summary(&report, &outcome.this_run, started.elapsed()),
-        failures: outcome.failures.len(),
-        cancelled: outcome.cancelled,
+        summary: summary(&report, &this_run, started.elapsed()),
+        failures,
+        cancelled,
         folder,
     })
 }
