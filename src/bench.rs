@@ -112,8 +112,15 @@ pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurem
         .map_err(io(folder))?;
     let concurrency = shape.concurrency;
     let bare = runtime.block_on(spawn_true(spawns, concurrency));
+    let piped = runtime.block_on(spawn_piped(spawns, concurrency));
     let oneshot = runtime.block_on(call_many(
         echo_callback(concurrency, Mode::Oneshot),
+        spawns,
+        concurrency,
+    ));
+    // The same program as the bare spawn, through the protocol (its call fails: no answer).
+    let oneshot_true = runtime.block_on(call_many(
+        callback(vec!["/bin/true".into()], concurrency, Mode::Oneshot),
         spawns,
         concurrency,
     ));
@@ -123,10 +130,22 @@ pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurem
         detail: json!({"per_second": spawns as f64 / bare.as_secs_f64()}),
     });
     out.push(Measurement {
+        name: format!("bare spawn of /bin/echo with three pipes, {spawns} at concurrency {concurrency}"),
+        seconds: piped.as_secs_f64(),
+        detail: json!({"per_second": spawns as f64 / piped.as_secs_f64()}),
+    });
+    out.push(Measurement {
+        name: format!("oneshot calls of /bin/true, {spawns} at concurrency {concurrency}"),
+        seconds: oneshot_true.as_secs_f64(),
+        detail: json!({"per_second": spawns as f64 / oneshot_true.as_secs_f64(),
+            "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot_true.as_secs_f64()}),
+    });
+    out.push(Measurement {
         name: format!("oneshot callback calls, {spawns} at concurrency {concurrency}"),
         seconds: oneshot.as_secs_f64(),
         detail: json!({"per_second": spawns as f64 / oneshot.as_secs_f64(),
-            "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64()}),
+            "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64(),
+            "share_of_piped_spawn_rate": piped.as_secs_f64() / oneshot.as_secs_f64()}),
     });
     if let Some(callback) = sandboxed(echo_callback(concurrency, Mode::Oneshot)) {
         let confined = runtime.block_on(call_many(callback, spawns, concurrency));
@@ -340,6 +359,29 @@ async fn call_many(callback: Callback, calls: usize, concurrency: usize) -> Dura
         tasks.spawn(async move {
             let request = || json!({"protocol": "gacc/1", "role": "reader", "memory": "m", "question": format!("q{i}"), "seed": 0, "params": {}});
             let _ = callback.call(request, &limit).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    started.elapsed()
+}
+
+/// The floor of any protocol over pipes: a spawn with stdin, stdout and stderr piped, its
+/// output read to the end.
+async fn spawn_piped(calls: usize, concurrency: usize) -> Duration {
+    let limit = Arc::new(Semaphore::new(concurrency));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let limit = limit.clone();
+        tasks.spawn(async move {
+            let _permit = limit.acquire().await;
+            let _ = tokio::process::Command::new("/bin/echo")
+                .arg("{\"answer\": \"x\"}")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .output()
+                .await;
         });
     }
     while tasks.join_next().await.is_some() {}
