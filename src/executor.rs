@@ -910,6 +910,17 @@ impl Measured {
     }
 }
 
+/// The cache key of a memory as measured: its generation cut to its budget, counted.
+pub fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: TruncationMode) -> String {
+    crate::cache::key(&json!({
+        "kind": "memory",
+        "compressor_key": job.cache_key,
+        "tokenizer": tokenizer_identity,
+        "budget": job.budget,
+        "truncation": truncation,
+    }))
+}
+
 /// Makes a memory: from the cache of truncated memories, or by obtaining the generation
 /// (cache or call) and cutting it to its budget, which is then stored for next time.
 async fn make_memory<'a>(
@@ -919,13 +930,7 @@ async fn make_memory<'a>(
     skeleton: Value,
 ) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
     let run = &shared.run;
-    let memory_key = crate::cache::key(&json!({
-        "kind": "memory",
-        "compressor_key": job.cache_key,
-        "tokenizer": run.plan.tokenizer_identity,
-        "budget": job.budget,
-        "truncation": run.truncation,
-    }));
+    let memory_key = memory_key(job, &run.plan.tokenizer_identity, run.truncation);
     if let Some((measured, usage)) = run
         .cache
         .get("memory", &memory_key)

@@ -381,11 +381,17 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
         if job.budget > 0 {
             status.entry("compress").or_default().cached += 1;
         }
-        let Ok(memory) = truncate_to_budget(tokenizer, &generation, job.budget, truncation).map(|t| t.memory)
-        else {
-            continue;
+        // The memory as a run measured it, else the generation cut here.
+        let measured = cache
+            .get("memory", &executor::memory_key(job, &plan.tokenizer_identity, truncation))
+            .and_then(|entry| entry.get("memory_sha256").and_then(Value::as_str).map(str::to_owned));
+        let memory_sha256 = match measured {
+            Some(sha256) => sha256,
+            None => match truncate_to_budget(tokenizer, &generation, job.budget, truncation) {
+                Ok(cut) => sha256(&cut.memory),
+                Err(_) => continue,
+            },
         };
-        let memory_sha256 = sha256(&memory);
         for question_job in &job.questions {
             let question = &source.goals[question_job.goal].questions[question_job.question];
             let key = plan::reader_key(
