@@ -368,35 +368,39 @@ async fn call_many(callback: Callback, calls: usize, concurrency: usize) -> Dura
 /// The floor of any protocol over pipes: a spawn with stdin, stdout and stderr piped, its
 /// output read to the end.
 async fn spawn_piped(calls: usize, concurrency: usize) -> Duration {
-    let limit = Arc::new(Semaphore::new(concurrency));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..calls {
-        let limit = limit.clone();
-        tasks.spawn(async move {
-            let _permit = limit.acquire().await;
-            let _ = tokio::process::Command::new("/bin/echo")
-                .arg("{\"answer\": \"x\"}")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .output()
-                .await;
-        });
-    }
-    while tasks.join_next().await.is_some() {}
-    started.elapsed()
+    spawn_many(calls, concurrency, || async {
+        let _ = tokio::process::Command::new("/bin/echo")
+            .arg("{\"answer\": \"x\"}")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .await;
+    })
+    .await
 }
 
 async fn spawn_true(calls: usize, concurrency: usize) -> Duration {
+    spawn_many(calls, concurrency, || async {
+        let _ = tokio::process::Command::new("/bin/true").status().await;
+    })
+    .await
+}
+
+/// How long `calls` spawns take, `concurrency` at a time.
+async fn spawn_many<F: std::future::Future<Output = ()> + Send + 'static>(
+    calls: usize,
+    concurrency: usize,
+    spawn: impl Fn() -> F,
+) -> Duration {
     let limit = Arc::new(Semaphore::new(concurrency));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..calls {
-        let limit = limit.clone();
+        let (limit, spawned) = (limit.clone(), spawn());
         tasks.spawn(async move {
             let _permit = limit.acquire().await;
-            let _ = tokio::process::Command::new("/bin/true").status().await;
+            spawned.await;
         });
     }
     while tasks.join_next().await.is_some() {}

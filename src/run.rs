@@ -383,8 +383,16 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
         }
         // The memory as a run measured it, else the generation cut here.
         let measured = cache
-            .get("memory", &executor::memory_key(job, &plan.tokenizer_identity, truncation))
-            .and_then(|entry| entry.get("memory_sha256").and_then(Value::as_str).map(str::to_owned));
+            .get(
+                "memory",
+                &executor::memory_key(job, &plan.tokenizer_identity, truncation),
+            )
+            .and_then(|entry| {
+                entry
+                    .get("memory_sha256")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
         let memory_sha256 = match measured {
             Some(sha256) => sha256,
             None => match truncate_to_budget(tokenizer, &generation, job.budget, truncation) {

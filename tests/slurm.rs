@@ -191,6 +191,24 @@ fn tasks_in(state: &str, gacc: u32) -> Vec<String> {
         .collect()
 }
 
+/// `gacc run` on Slurm in the background, one call per task; its process and pid.
+fn start_on_slurm(
+    scratch: &Scratch,
+    manifest: &str,
+    stdout: std::process::Stdio,
+) -> (std::process::Child, u32) {
+    let gacc = scratch
+        .gacc_process()
+        .args(["run", manifest, "-q", "--set", "run.slurm.calls_per_task=1"])
+        .args(ON_SLURM)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = gacc.id();
+    (gacc, pid)
+}
+
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
@@ -204,15 +222,7 @@ fn a_cancelled_task_is_a_failure_and_only_its_calls_are_submitted_again() {
     let Some(()) = cluster() else { return };
     let scratch = Scratch::new();
     let manifest = scripted_fixture(&scratch, Some(600));
-    let gacc = scratch
-        .gacc_process()
-        .args(["run", manifest, "-q", "--set", "run.slurm.calls_per_task=1"])
-        .args(ON_SLURM)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = gacc.id();
+    let (gacc, pid) = start_on_slurm(&scratch, manifest, std::process::Stdio::piped());
     // Every quick call is done when only the slow ones still run.
     wait_for("the slow calls alone to run", Duration::from_secs(120), || {
         let running = tasks_in("RUNNING", pid);
@@ -292,15 +302,7 @@ fn a_killed_gacc_adopts_its_running_tasks_and_repeats_no_call() {
 
     let scratch = Scratch::new();
     scripted_fixture(&scratch, Some(4));
-    let mut gacc = scratch
-        .gacc_process()
-        .args(["run", manifest, "-q", "--set", "run.slurm.calls_per_task=1"])
-        .args(ON_SLURM)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = gacc.id();
+    let (mut gacc, pid) = start_on_slurm(&scratch, manifest, std::process::Stdio::null());
     wait_for("a slow call to start", Duration::from_secs(120), || {
         scratch.count_lines("calls-compressor.log") >= 1 && !tasks_in("RUNNING", pid).is_empty()
     });
@@ -352,15 +354,7 @@ fn ctrl_c_cancels_every_array_gacc_submitted() {
     let Some(()) = cluster() else { return };
     let scratch = Scratch::new();
     let manifest = scripted_fixture(&scratch, Some(600));
-    let gacc = scratch
-        .gacc_process()
-        .args(["run", manifest, "-q", "--set", "run.slurm.calls_per_task=1"])
-        .args(ON_SLURM)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = gacc.id();
+    let (gacc, pid) = start_on_slurm(&scratch, manifest, std::process::Stdio::null());
     wait_for("the slow calls to run", Duration::from_secs(120), || {
         !tasks_in("RUNNING", pid).is_empty()
     });
