@@ -377,3 +377,20 @@ fn ctrl_c_cancels_every_array_gacc_submitted() {
         "the running tasks were cancelled"
     );
 }
+
+#[test]
+fn an_array_sbatch_refuses_fails_its_calls_with_sbatch_s_reason() {
+    let Some(()) = cluster() else { return };
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run(
+        "experiments/fixture.toml",
+        &with(ON_SLURM, &["--set", "run.slurm.partition=no-such-partition"]),
+    );
+    assert_eq!(status, 1, "{stderr}");
+    let failures = read_json(&folder.join("report.json"))["failures"].clone();
+    let failures = failures.as_array().unwrap();
+    assert_eq!(failures.len(), 12, "every compressor call: {failures:?}");
+    let text = failures[0].to_string();
+    assert!(text.contains("sbatch failed"), "{text}");
+    assert!(text.to_lowercase().contains("partition"), "{text}");
+}
