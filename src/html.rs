@@ -505,7 +505,7 @@ fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing
     let parts: Vec<&str> = std::iter::once(index.as_str())
         .chain(chunks.iter().map(String::as_str))
         .collect();
-    let packed = parallel_map(&parts, |text| pack(text));
+    let packed = crate::parallel::map_in_parallel(&parts, |text| pack(text));
     out.push_str(&packed[0]);
     out.push_str(",\"texts\":[");
     for (number, chunk) in packed[1..].iter().enumerate() {
@@ -518,34 +518,6 @@ fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing
     // `<` occurs in JSON only inside strings, where `\u003c` means the same: no `</script>` or
     // `<!--` in any memory, answer or id can end the element early.
     out.replace('<', "\\u003c")
-}
-
-/// `f` of every item, in order, on every core.
-fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len().max(1));
-    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(at) else { break mine };
-                        mine.push((at, f(item)));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| worker.join().unwrap_or_default())
-            .collect()
-    });
-    done.sort_by_key(|(at, _)| *at);
-    done.into_iter().map(|(_, r)| r).collect()
 }
 
 fn gzipped(bytes: &[u8]) -> Vec<u8> {

@@ -15,6 +15,7 @@ pub mod html;
 pub mod ledger;
 pub mod manifest;
 pub mod metrics;
+pub mod parallel;
 pub mod plan;
 pub mod plots;
 pub mod report;

@@ -9,6 +9,7 @@ use crate::cache;
 use crate::dataset::Dataset;
 use crate::hash::sha256;
 use crate::manifest::{CallbackSpec, Condition, Invalid, Loaded};
+use crate::parallel::map_in_parallel;
 use crate::tokenizer::Tokenizer;
 
 pub const SCHEMA: &str = "gacc.plan/1";
@@ -390,33 +391,6 @@ impl Plan {
         }
         writeln!(out, "\n]}}")
     }
-}
-
-/// `f` of every item, on every core, in the items' order.
-fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -> Vec<T> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads.min(items.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        done.push((i, f(item)));
-                    }
-                    done
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
-    });
-    done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, t)| t).collect()
 }
 
 /// A compress job as `plan.json` lists it: the memory job's fields, its stage and (no)

@@ -421,26 +421,9 @@ type Counted = (Arc<str>, Option<usize>, String);
 
 /// Re-encodes and hashes texts on every core.
 fn count_in_parallel(tokenizer: &dyn Tokenizer, texts: &[Arc<str>]) -> Vec<Counted> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads.min(texts.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut counted = Vec::new();
-                    while let Some(text) = texts.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                    {
-                        let tokens = tokenizer.encode(text).ok().map(|t| t.len());
-                        counted.push((text.clone(), tokens, sha256(&**text)));
-                    }
-                    counted
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
+    crate::parallel::map_in_parallel(texts, |text| {
+        let tokens = tokenizer.encode(text).ok().map(|t| t.len());
+        (text.clone(), tokens, sha256(&**text))
     })
 }
 
