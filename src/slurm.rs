@@ -75,6 +75,10 @@ struct State {
     answered: Vec<String>,
     /// Batches this gacc submitted or adopted.
     batches: BTreeSet<String>,
+    /// Each callback's description for the workers, made once.
+    described: HashMap<String, Arc<Value>>,
+    /// Job ids of earlier batches found by name (None: that batch never reached Slurm).
+    found: HashMap<String, Option<String>>,
 }
 
 struct Queue {
@@ -306,6 +310,11 @@ impl Slurm {
         .unwrap_or_default()
     }
 
+    /// The most calls one array makes.
+    fn capacity(&self) -> usize {
+        self.spec.array_limit * self.spec.calls_per_task
+    }
+
     fn time_limit(&self, role: Role) -> Option<Duration> {
         self.resources(role).time.or(self.spec.time).map(|t| t.0)
     }
@@ -322,7 +331,11 @@ impl Slurm {
             return attempt;
         }
         let (reply, answer) = oneshot::channel();
-        let description = Arc::new(describe(callback));
+        let description = lock(&self.state)
+            .described
+            .entry(callback.name.clone())
+            .or_insert_with(|| Arc::new(describe(callback)))
+            .clone();
         match self.adopt(&files).await {
             Some(task) => {
                 tracing::info!(task = %task.id(), key, "waiting for a task submitted by an earlier run");
@@ -397,52 +410,45 @@ impl Slurm {
         Some(attempt)
     }
 
-    /// The task an earlier gacc submitted this call to, if Slurm has not finished it.
+    /// The task an earlier gacc submitted this call to. Whether Slurm still runs it is for
+    /// the next poll to tell: one that ended without answering is submitted again.
     async fn adopt(&self, files: &CallFiles) -> Option<Task> {
         let recorded = std::fs::read_to_string(&files.task).ok()?;
         let (batch, index) = recorded.trim().split_once(' ')?;
         let index: usize = index.parse().ok()?;
-        let folder = self.batch_folder(batch);
-        let job = match std::fs::read_to_string(folder.join("job")) {
+        let job = match std::fs::read_to_string(self.batch_folder(batch).join("job")) {
             Ok(job) => job.trim().to_owned(),
             // sbatch may have accepted the array just before that gacc stopped: ask by name.
-            Err(_) => {
-                let output = command_output(
-                    "squeue",
-                    &[
-                        "-h".into(),
-                        "-t".into(),
-                        "all".into(),
-                        "-n".into(),
-                        job_name(batch),
-                        "-o".into(),
-                        "%F".into(),
-                    ],
-                )
-                .await
-                .ok()?;
-                let job = String::from_utf8_lossy(&output.stdout)
-                    .lines()
-                    .next()?
-                    .trim()
-                    .to_owned();
-                if job.is_empty() {
-                    return None;
-                }
-                let _ = write_atomically(&folder.join("job"), job.as_bytes());
-                job
-            }
+            Err(_) => self.find_job(batch).await?,
         };
-        let task = Task {
+        Some(Task {
             batch: batch.to_owned(),
             job,
             index,
-        };
-        let states = self.states().await.ok()?;
-        match states.get(&task.id()) {
-            Some(state) if !ENDED.contains(&state.as_str()) => Some(task),
-            _ => None,
+        })
+    }
+
+    /// The job id of a batch whose `job` file was never written, asked of Slurm once.
+    async fn find_job(&self, batch: &str) -> Option<String> {
+        if let Some(found) = lock(&self.state).found.get(batch) {
+            return found.clone();
         }
+        let args = ["-h", "-t", "all", "-o", "%F", "-n"].map(String::from);
+        // A squeue that fails says nothing: ask again for the next call.
+        let output = command_output("squeue", &[&args[..], &[job_name(batch)]].concat())
+            .await
+            .ok()
+            .filter(|output| output.status.success())?;
+        let found = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .next()
+            .map(|job| job.trim().to_owned())
+            .filter(|job| !job.is_empty());
+        if let Some(job) = &found {
+            let _ = write_atomically(&self.batch_folder(batch).join("job"), job.as_bytes());
+        }
+        lock(&self.state).found.insert(batch.to_owned(), found.clone());
+        found
     }
 
     /// Submits gathered calls and polls Slurm, for as long as the run lasts.
@@ -450,7 +456,7 @@ impl Slurm {
         let mut last_poll = Instant::now();
         loop {
             let now = Instant::now();
-            let capacity = self.spec.array_limit * self.spec.calls_per_task;
+            let capacity = self.capacity();
             let ready: Vec<Queue> = {
                 let mut state = lock(&self.state);
                 let names: Vec<String> = state
@@ -501,7 +507,7 @@ impl Slurm {
             calls,
             ..
         } = queue;
-        let capacity = self.spec.array_limit * self.spec.calls_per_task;
+        let capacity = self.capacity();
         let mut calls = calls;
         while !calls.is_empty() {
             let rest = calls.split_off(calls.len().min(capacity));
