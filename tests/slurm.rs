@@ -163,16 +163,38 @@ fn a_failing_callback_fails_as_it_does_locally_and_only_it_is_submitted_again() 
         "the same failures, cells and counts as the local run"
     );
     let failed = failures.as_array().unwrap().len();
-    let before = remote.count_lines("calls-reader.log");
-    remote.write("reader-fixed", "");
-    let (status, fixed, stderr) = remote.run(manifest, ON_SLURM);
+    let fixed = rerun_after_fix(
+        &remote,
+        manifest,
+        ON_SLURM,
+        ("reader-fixed", "calls-reader.log"),
+        failed,
+    );
+    assert_eq!(read_json(&fixed.join("report.json"))["complete"], true);
+}
+
+/// The file that makes the scripted compressor quick, and its call log.
+const SLOW_OFF: (&str, &str) = ("slow-off", "calls-compressor.log");
+
+/// Writes the file `fix.0` that cures a callback, runs again, and checks that exactly
+/// `failed` calls were made (counted in the callback's log `fix.1`); the new run folder.
+fn rerun_after_fix(
+    scratch: &Scratch,
+    manifest: &str,
+    args: &[&str],
+    (fix, log): (&str, &str),
+    failed: usize,
+) -> std::path::PathBuf {
+    let before = scratch.count_lines(log);
+    scratch.write(fix, "");
+    let (status, folder, stderr) = scratch.run(manifest, args);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(
-        remote.count_lines("calls-reader.log") - before,
+        scratch.count_lines(log) - before,
         failed,
         "only the failed calls are made again"
     );
-    assert_eq!(read_json(&fixed.join("report.json"))["complete"], true);
+    folder
 }
 
 /// Array tasks in `state` submitted by the gacc with process id `gacc`, as `JOB_INDEX` (its
@@ -248,15 +270,7 @@ fn a_cancelled_task_is_a_failure_and_only_its_calls_are_submitted_again() {
         let text = failure.to_string();
         assert!(text.contains("CANCELLED without answering"), "{text}");
     }
-    let before = scratch.count_lines("calls-compressor.log");
-    scratch.write("slow-off", "");
-    let (status, _, stderr) = scratch.run(manifest, ON_SLURM);
-    assert_eq!(status, 0, "{stderr}");
-    assert_eq!(
-        scratch.count_lines("calls-compressor.log") - before,
-        slow.len(),
-        "only the cancelled calls are made again"
-    );
+    rerun_after_fix(&scratch, manifest, ON_SLURM, SLOW_OFF, slow.len());
 }
 
 #[test]
@@ -281,14 +295,12 @@ fn a_task_past_its_time_limit_is_a_timeout_and_only_it_is_submitted_again() {
     for failure in failures {
         assert!(failure.to_string().contains("timed out after 60s"), "{failure}");
     }
-    let before = scratch.count_lines("calls-compressor.log");
-    scratch.write("slow-off", "");
-    let (status, _, stderr) = scratch.run(manifest, &with(ON_SLURM, &limits));
-    assert_eq!(status, 0, "{stderr}");
-    assert_eq!(
-        scratch.count_lines("calls-compressor.log") - before,
+    rerun_after_fix(
+        &scratch,
+        manifest,
+        &with(ON_SLURM, &limits),
+        SLOW_OFF,
         failures.len(),
-        "only the timed-out calls are made again"
     );
 }
 
