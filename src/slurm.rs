@@ -457,22 +457,15 @@ impl Slurm {
         loop {
             let now = Instant::now();
             let capacity = self.capacity();
-            let ready: Vec<Queue> = {
+            let ready: BTreeMap<String, Queue> = {
                 let mut state = lock(&self.state);
-                let names: Vec<String> = state
-                    .queued
-                    .iter()
-                    .filter(|(_, q)| {
-                        q.calls.len() >= capacity || now.duration_since(q.since) >= self.spec.gather.0
-                    })
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                names
-                    .iter()
-                    .filter_map(|name| state.queued.remove(name))
-                    .collect()
+                let (ready, waiting) = std::mem::take(&mut state.queued).into_iter().partition(|(_, q)| {
+                    q.calls.len() >= capacity || now.duration_since(q.since) >= self.spec.gather.0
+                });
+                state.queued = waiting;
+                ready
             };
-            for queue in ready {
+            for queue in ready.into_values() {
                 self.submit(queue).await;
             }
             let busy = !lock(&self.state).outstanding.is_empty();
