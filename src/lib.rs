@@ -1,27 +1,42 @@
 //! gacc runs goal-conditioned compression experiments (the GACC-Bench protocol) from TOML
-//! manifests. The stages follow the contract in SPEC.md:
-//! manifest → dataset → plan → executor → cache and ledger → report.
+//! manifests. The folders follow the data flow of SPEC.md:
+//! manifest → dataset → plan → runner → store → report → review.
+//!
+//! # Floors
+//!
+//! A module imports only from its own floor or a lower one; on one floor, a unit imports only
+//! the units listed before it. `tests/layers.rs` reads `src/` and fails on any import that
+//! breaks this table or closes a circle, and on each `never` line.
+//!
+//! ```text
+//! floor 8  app
+//! floor 7  review
+//! floor 6  report
+//! floor 5  runner
+//! floor 4  store exec
+//! floor 3  plan
+//! floor 2  builtin inputs
+//! floor 1  protocol trace
+//! floor 0  error clock rng hash parallel files
+//! never    runner -> exec::slurm
+//! never    exec::callback -> exec::slurm
+//! ```
 
-pub mod bench;
-pub mod budget;
+pub mod app;
 pub mod builtin;
-pub mod cache;
-pub mod callback;
-pub mod dataset;
-pub mod diff;
-pub mod executor;
+pub mod error;
+pub mod inputs;
+pub mod report;
+
+pub mod clock;
+pub mod exec;
+pub mod files;
 pub mod hash;
-pub mod html;
-pub mod ledger;
-pub mod manifest;
-pub mod metrics;
 pub mod parallel;
 pub mod plan;
-pub mod plots;
-pub mod report;
-pub mod run;
-pub mod sandbox;
-pub mod slurm;
-pub mod tokenizer;
+pub mod protocol;
+pub mod review;
+pub mod rng;
+pub mod runner;
+pub mod store;
 pub mod trace;
-pub mod trace_review;

@@ -9,7 +9,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use gacc::run::{self, Error, RunOptions};
+use gacc::app::run::{self, RunOptions};
+use gacc::error::Error;
 
 // A million small allocations across worker threads fragment glibc's arenas (measured: a
 // cached paper-scale re-run peaked at 2.9 GB with it, and far less with mimalloc).
@@ -198,8 +199,11 @@ enum DatasetCommand {
 fn main() -> ExitCode {
     // A sandboxed callback's first step, before anything else (no parsing, no tracing).
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == gacc::sandbox::SANDBOX_EXEC) {
-        return ExitCode::from(gacc::sandbox::exec(&args[2..]));
+    if args
+        .get(1)
+        .is_some_and(|a| a == gacc::exec::sandbox::SANDBOX_EXEC)
+    {
+        return ExitCode::from(gacc::exec::sandbox::exec(&args[2..]));
     }
     let cli = Cli::parse();
     if let Command::Callback { name } = &cli.command {
@@ -219,7 +223,7 @@ fn main() -> ExitCode {
         return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
     }
     if let Command::Worker { batch, task } = &cli.command {
-        return match gacc::slurm::work(batch, *task) {
+        return match gacc::exec::slurm::work(batch, *task) {
             Ok(made) => {
                 eprintln!("gacc worker: {made} call(s) made");
                 ExitCode::SUCCESS
@@ -296,7 +300,7 @@ fn main() -> ExitCode {
             if json {
                 println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
             } else {
-                let line = |name: &str, s: &gacc::dataset::Summary| {
+                let line = |name: &str, s: &gacc::inputs::dataset::Summary| {
                     println!("{name:<20} min {:>6}  median {:>8}  max {:>6}  total {:>8}", s.min, s.median, s.max, s.total)
                 };
                 println!("{shown}: {} sources, {} goals, {} questions", stats.sources, stats.goals, stats.questions);
@@ -308,7 +312,7 @@ fn main() -> ExitCode {
         }),
         Command::Cache {
             command: CacheCommand::Stats { path, json },
-        } => gacc::cache::Cache::stats(&path)
+        } => gacc::store::cache::Cache::stats(&path)
             .map_err(|error| Error::Io {
                 path: path.clone(),
                 message: error.to_string(),
@@ -337,7 +341,7 @@ fn main() -> ExitCode {
             concurrency,
             spawns,
         } => {
-            let shape = gacc::bench::Shape {
+            let shape = gacc::app::bench::Shape {
                 sources,
                 goals,
                 questions,
@@ -346,7 +350,7 @@ fn main() -> ExitCode {
                 concurrency,
                 ..Default::default()
             };
-            gacc::bench::bench(&folder, &shape, spawns).map(|measurements| {
+            gacc::app::bench::bench(&folder, &shape, spawns).map(|measurements| {
                 for m in &measurements {
                     println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
                 }
@@ -360,11 +364,11 @@ fn main() -> ExitCode {
             run_b,
             format,
             fail_on_regression,
-        } => gacc::diff::diff(&run_a, &run_b).map(|diff| {
+        } => gacc::review::diff::diff(&run_a, &run_b).map(|diff| {
             match format {
                 DiffFormat::Json => emit(&(serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n")),
                 DiffFormat::Markdown => {
-                    emit(&gacc::diff::render(&diff, std::io::IsTerminal::is_terminal(&std::io::stdout())))
+                    emit(&gacc::review::diff::render(&diff, std::io::IsTerminal::is_terminal(&std::io::stdout())))
                 }
             }
             if fail_on_regression && diff.regressions > 0 {
@@ -381,11 +385,11 @@ fn main() -> ExitCode {
             job,
             format,
         } => {
-            let filter = gacc::trace_review::Filter { stage, callback, job };
-            gacc::trace_review::review(&run_dir, &filter).map(|review| {
+            let filter = gacc::review::trace::Filter { stage, callback, job };
+            gacc::review::trace::review(&run_dir, &filter).map(|review| {
                 match format {
                     TraceFormat::Json => emit(&(serde_json::to_string_pretty(&review).unwrap_or_default() + "\n")),
-                    TraceFormat::Text => emit(&gacc::trace_review::render(&review, &filter)),
+                    TraceFormat::Text => emit(&gacc::review::trace::render(&review, &filter)),
                 }
                 ExitCode::SUCCESS
             })

@@ -84,7 +84,7 @@ pub struct JobFinished<'a> {
 pub fn job_finished(event: &JobFinished) {
     let mut line = Vec::with_capacity(384);
     line.extend_from_slice(b"{\"timestamp\":\"");
-    line.extend_from_slice(timestamp(std::time::SystemTime::now()).as_bytes());
+    line.extend_from_slice(crate::clock::utc_timestamp_micros(std::time::SystemTime::now()).as_bytes());
     line.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"job finished\"");
     let name = |line: &mut Vec<u8>, name: &str| {
         line.extend_from_slice(b",\"");
@@ -113,14 +113,4 @@ pub fn job_finished(event: &JobFinished) {
     if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
         let _ = file.write_all(&line);
     }
-}
-
-/// `2026-11-30T08:19:43.084854Z`: UTC with microseconds, as the JSON layer stamps events.
-fn timestamp(at: std::time::SystemTime) -> String {
-    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let [year, month, day, hour, minute, second] = crate::run::civil(since.as_secs());
-    format!(
-        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{:06}Z",
-        since.subsec_micros()
-    )
 }

@@ -5,7 +5,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Scratch, made, read_json, read_lines};
-use gacc::tokenizer::{Cl100k, Tokenizer};
+use gacc::inputs::tokenizer::{Cl100k, Tokenizer};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -201,7 +201,7 @@ proptest! {
             let request = json!({"context": context, "goal": goal, "token_budget": budget, "seed": 1});
             let memory = gacc::builtin::respond("goal-bm25", &request).unwrap()["memory"].as_str().unwrap().to_owned();
             prop_assert!(tokenizer.count(&memory).unwrap() <= budget, "{} > {budget}", tokenizer.count(&memory).unwrap());
-            let cut = gacc::budget::truncate_to_budget(&tokenizer, &memory, budget, Default::default()).unwrap();
+            let cut = gacc::inputs::budget::truncate_to_budget(&tokenizer, &memory, budget, Default::default()).unwrap();
             prop_assert!(!cut.truncated, "the selection fits without truncation");
         }
     }

@@ -81,7 +81,7 @@ fn the_fixture_page_is_self_contained_and_holds_every_question_once() {
     }
 
     let data = blob(&html);
-    assert_eq!(data["format"], gacc::html::FORMAT);
+    assert_eq!(data["format"], gacc::report::html::FORMAT);
     assert_eq!(data["packing"], "json", "a small run's data stays plain JSON");
     let report = read_json(&folder.join("report.json"));
     assert_eq!(data["report"]["cells"], report["cells"]);
@@ -190,8 +190,11 @@ fn a_script_end_in_a_memory_answer_or_reference_cannot_break_out() {
         3,
         "only the page's own script elements end"
     );
-    for packing in [gacc::html::Packing::Json, gacc::html::Packing::Gzip] {
-        let html = gacc::html::render(&folder, packing).unwrap();
+    for packing in [
+        gacc::report::html::Packing::Json,
+        gacc::report::html::Packing::Gzip,
+    ] {
+        let html = gacc::report::html::render(&folder, packing).unwrap();
         let data = blob(&html);
         let index = unpack(&data, &data["index"]);
         assert!(index["answers"].as_array().unwrap().iter().any(|a| a == BREAKOUT));
@@ -355,7 +358,7 @@ fn the_page_works_in_chromium() {
     let gzip_page = folder.join("report-gzip.html");
     std::fs::write(
         &gzip_page,
-        gacc::html::render(&folder, gacc::html::Packing::Gzip).unwrap(),
+        gacc::report::html::render(&folder, gacc::report::html::Packing::Gzip).unwrap(),
     )
     .unwrap();
     for page in [folder.join("report.html"), gzip_page] {

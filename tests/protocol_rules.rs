@@ -1,7 +1,10 @@
 //! Every rule of SPEC §1 and the test vectors of SPEC §7, against the library.
 
-use gacc::budget::{Ratio, TruncationMode, truncate_to_budget};
-use gacc::tokenizer::{CL100K_VOCAB_SHA256, Cl100k, Tokenizer, TokenizerError, first_mismatch, test_vectors};
+use gacc::inputs::budget::truncate_to_budget;
+use gacc::inputs::tokenizer::{
+    CL100K_VOCAB_SHA256, Cl100k, Tokenizer, TokenizerError, first_mismatch, test_vectors,
+};
+use gacc::protocol::{Ratio, TruncationMode};
 use proptest::prelude::*;
 use std::sync::LazyLock;
 
@@ -46,7 +49,7 @@ impl Tokenizer for OffByOne {
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>, TokenizerError> {
         CL100K.decode_bytes(tokens)
     }
-    fn identity(&self) -> &gacc::tokenizer::TokenizerIdentity {
+    fn identity(&self) -> &gacc::inputs::tokenizer::TokenizerIdentity {
         CL100K.identity()
     }
 }

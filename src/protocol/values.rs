@@ -1,11 +1,11 @@
-//! Budget arithmetic and truncation, exactly as SPEC §1 states them.
+//! The values the SPEC's manifest and rows are made of: a retention ratio, a truncation mode,
+//! a condition, a callback mode and a duration. Each reads and writes itself as the user wrote it.
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// A retention fraction held as the exact decimal the user wrote: `numerator / 10^scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,78 +137,97 @@ pub enum TruncationMode {
     Utf8Safe,
 }
 
-/// The memory a reader receives, and the counts the ledger records about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Truncation {
-    pub memory: String,
-    pub generated_tokens: usize,
-    pub retained_tokens: usize,
-    pub truncated: bool,
-    /// The cut fell inside a multi-byte character.
-    pub utf8_split: bool,
+/// Which goal the compressor sees (SPEC §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Condition {
+    OwnGoal,
+    NoGoal,
+    CrossGoal,
 }
 
-/// `M = decode(encode(G)[:L])`: keeps only the prefix, never pads, never regenerates.
-pub fn truncate_to_budget(
-    tokenizer: &dyn Tokenizer,
-    generation: &str,
-    budget: usize,
-    mode: TruncationMode,
-) -> Result<Truncation, TokenizerError> {
-    let tokens = tokenizer.encode(generation)?;
-    let generated_tokens = tokens.len();
-    if generated_tokens <= budget {
-        return Ok(Truncation {
-            memory: generation.to_owned(),
-            generated_tokens,
-            retained_tokens: generated_tokens,
-            truncated: false,
-            utf8_split: false,
-        });
-    }
-    let bytes = tokenizer.decode_bytes(&tokens[..budget])?;
-    let (memory, utf8_split) = match String::from_utf8(bytes) {
-        Ok(memory) if generation.starts_with(&memory) => (memory, false),
-        // An external decoder that replaced a broken tail itself.
-        Ok(memory) => match mode {
-            TruncationMode::Replace => (memory, true),
-            TruncationMode::Utf8Safe => (common_prefix(&memory, generation).to_owned(), true),
-        },
-        Err(error) => {
-            let bytes = error.into_bytes();
-            let memory = match mode {
-                TruncationMode::Replace => String::from_utf8_lossy(&bytes).into_owned(),
-                TruncationMode::Utf8Safe => utf8_safe_prefix(&bytes),
-            };
-            (memory, true)
+impl Condition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::OwnGoal => "own-goal",
+            Condition::NoGoal => "no-goal",
+            Condition::CrossGoal => "cross-goal",
         }
-    };
-    Ok(Truncation {
-        memory,
-        generated_tokens,
-        retained_tokens: budget,
-        truncated: true,
-        utf8_split,
-    })
-}
-
-/// The longest common prefix of two texts, ending on a character boundary.
-fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
-    let end = a
-        .char_indices()
-        .zip(b.chars())
-        .find(|((_, x), y)| x != y)
-        .map_or_else(|| a.len().min(b.len()), |((i, _), _)| i);
-    &a[..end]
-}
-
-/// The longest valid UTF-8 text made of whole characters of `bytes`, dropping broken ones.
-fn utf8_safe_prefix(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
     }
-    out
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// How a callback process serves its calls (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Oneshot,
+    Persistent,
+}
+
+/// A duration written as `500ms`, `60s`, `2m` or `1h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout(pub Duration);
+
+impl FromStr for Timeout {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let expected = || format!("`{text}` is not a duration: expected e.g. `500ms`, `60s`, `2m`, `1h`");
+        let number: u64 = number.parse().map_err(|_| expected())?;
+        let millis = match unit.trim() {
+            "ms" => Some(number),
+            "s" | "" => number.checked_mul(1_000),
+            "m" => number.checked_mul(60_000),
+            "h" => number.checked_mul(3_600_000),
+            _ => return Err(expected()),
+        };
+        match millis {
+            Some(millis) if millis > 0 => Ok(Timeout(Duration::from_millis(millis))),
+            _ => Err(format!("`{text}`: a timeout must be positive and finite")),
+        }
+    }
+}
+
+impl fmt::Display for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis.is_multiple_of(1000) {
+            write!(f, "{}s", millis / 1000)
+        } else {
+            write!(f, "{millis}ms")
+        }
+    }
+}
+
+impl Serialize for Timeout {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Seconds(u64),
+            Text(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Seconds(seconds) => format!("{seconds}s").parse(),
+            Written::Text(text) => text.parse(),
+        }
+        .map_err(serde::de::Error::custom)
+    }
 }
 
 #[cfg(test)]

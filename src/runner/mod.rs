@@ -13,15 +13,17 @@ use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::budget::{TruncationMode, truncate_to_budget};
-use crate::builtin::Role;
-use crate::cache::Cache;
-use crate::callback::{Callback, Failure, FailureKind, PROTOCOL};
-use crate::dataset::Dataset;
+use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
-use crate::ledger::{FailureRow, LedgerRow, ResultRow};
+use crate::inputs::budget::truncate_to_budget;
+use crate::inputs::dataset::Dataset;
+use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{self, JudgeInputs, MemoryJob, Plan, QuestionJob};
-use crate::tokenizer::Tokenizer;
+use crate::protocol::PROTOCOL;
+use crate::protocol::Role;
+use crate::protocol::TruncationMode;
+use crate::store::cache::Cache;
+use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 
 /// The callbacks of one run, ready to call.
 #[derive(Debug)]
@@ -829,7 +831,7 @@ fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
 
 fn result_row(
     job: &MemoryJob,
-    source: &crate::dataset::Source,
+    source: &crate::inputs::records::Source,
     question: &QuestionJob,
     answer: Option<String>,
     correct: Option<bool>,
@@ -912,7 +914,7 @@ impl Measured {
 
 /// The cache key of a memory as measured: its generation cut to its budget, counted.
 pub fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: TruncationMode) -> String {
-    crate::cache::key(&json!({
+    crate::store::cache::key(&json!({
         "kind": "memory",
         "compressor_key": job.cache_key,
         "tokenizer": tokenizer_identity,
@@ -999,7 +1001,7 @@ async fn measure(shared: &Shared, response: &Value, budget: usize) -> Result<Arc
     let measured = tokio::task::spawn_blocking(move || {
         let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
         let memory_tokens = tokenizer.count(&truncation.memory)?;
-        Ok::<_, crate::tokenizer::TokenizerError>(Measured {
+        Ok::<_, crate::inputs::tokenizer::TokenizerError>(Measured {
             memory_sha256: sha256(&truncation.memory),
             memory: Arc::from(truncation.memory),
             generated_tokens: truncation.generated_tokens,

@@ -5,52 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hash::sha256;
-use crate::manifest::{Loaded, Problem};
-
-/// One source as written: inline text or a path to it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceRecord {
-    pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathBuf>,
-    #[serde(default)]
-    pub goals: Vec<Goal>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Goal {
-    pub id: String,
-    pub text: String,
-    #[serde(default)]
-    pub questions: Vec<Question>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Question {
-    pub id: String,
-    pub question: String,
-    pub reference: String,
-}
-
-/// A source with its text loaded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Source {
-    pub id: String,
-    pub text: String,
-    pub goals: Vec<Goal>,
-}
-
-impl Source {
-    pub fn sha256(&self) -> String {
-        sha256(&self.text)
-    }
-}
+use crate::error::Problem;
+use crate::inputs::manifest::Loaded;
+use crate::inputs::records::Goal;
+use crate::inputs::records::{Source, SourceRecord};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Dataset {
@@ -133,7 +91,7 @@ fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     if files.is_empty() {
         return Err(format!(
             "no dataset files match `{}`",
-            crate::manifest::shown(Path::new(&pattern))
+            crate::inputs::manifest::shown(Path::new(&pattern))
         ));
     }
     Ok(files)
@@ -144,7 +102,7 @@ fn read_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
         Ok(files) => files.iter().flat_map(|file| read_jsonl(file, problems)).collect(),
         Err(message) => {
             problems.push(Problem {
-                place: crate::manifest::shown(path),
+                place: crate::inputs::manifest::shown(path),
                 message,
             });
             Vec::new()
@@ -153,7 +111,7 @@ fn read_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
 }
 
 fn read_jsonl(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
-    let file = crate::manifest::shown(path);
+    let file = crate::inputs::manifest::shown(path);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -228,7 +186,7 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
                         place: place.clone(),
                         message: format!(
                             "cannot read source file {}: {error}",
-                            crate::manifest::shown(&path)
+                            crate::inputs::manifest::shown(&path)
                         ),
                     });
                     String::new()
@@ -335,7 +293,10 @@ impl Summary {
 }
 
 /// Counts a dataset's sources, goals, questions and tokens.
-pub fn stats(dataset: &Dataset, tokenizer: &dyn crate::tokenizer::Tokenizer) -> Result<Stats, String> {
+pub fn stats(
+    dataset: &Dataset,
+    tokenizer: &dyn crate::inputs::tokenizer::Tokenizer,
+) -> Result<Stats, String> {
     let tokens = dataset
         .sources
         .iter()

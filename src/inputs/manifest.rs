@@ -9,9 +9,11 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::budget::{Ratio, TruncationMode};
 use crate::builtin;
-use crate::dataset::SourceRecord;
+use crate::error::{Invalid, Problem};
+use crate::inputs::records::SourceRecord;
+use crate::protocol::{Condition, Mode, Role, Timeout};
+use crate::protocol::{Ratio, TruncationMode};
 
 /// Names a manifest's `name` may take: `[a-z0-9][a-z0-9_-]*`.
 fn valid_name(name: &str) -> bool {
@@ -56,31 +58,6 @@ fn default_seeds() -> Vec<u64> {
 
 fn default_conditions() -> Vec<Condition> {
     vec![Condition::OwnGoal]
-}
-
-/// Which goal the compressor sees (SPEC §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Condition {
-    OwnGoal,
-    NoGoal,
-    CrossGoal,
-}
-
-impl Condition {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Condition::OwnGoal => "own-goal",
-            Condition::NoGoal => "no-goal",
-            Condition::CrossGoal => "cross-goal",
-        }
-    }
-}
-
-impl fmt::Display for Condition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -254,14 +231,6 @@ fn empty_params() -> serde_json::Value {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    #[default]
-    Oneshot,
-    Persistent,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum ExecutorKind {
     #[default]
     Local,
@@ -415,103 +384,6 @@ fn string_or_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
         Written::Integer(number) => number.to_string(),
         Written::Float(number) => number.to_string(),
     })
-}
-
-/// A duration written as `500ms`, `60s`, `2m` or `1h`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeout(pub Duration);
-
-impl std::str::FromStr for Timeout {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        let expected = || format!("`{text}` is not a duration: expected e.g. `500ms`, `60s`, `2m`, `1h`");
-        let number: u64 = number.parse().map_err(|_| expected())?;
-        let millis = match unit.trim() {
-            "ms" => Some(number),
-            "s" | "" => number.checked_mul(1_000),
-            "m" => number.checked_mul(60_000),
-            "h" => number.checked_mul(3_600_000),
-            _ => return Err(expected()),
-        };
-        match millis {
-            Some(millis) if millis > 0 => Ok(Timeout(Duration::from_millis(millis))),
-            _ => Err(format!("`{text}`: a timeout must be positive and finite")),
-        }
-    }
-}
-
-impl fmt::Display for Timeout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let millis = self.0.as_millis();
-        if millis.is_multiple_of(1000) {
-            write!(f, "{}s", millis / 1000)
-        } else {
-            write!(f, "{millis}ms")
-        }
-    }
-}
-
-impl Serialize for Timeout {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Timeout {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Written {
-            Seconds(u64),
-            Text(String),
-        }
-        match Written::deserialize(deserializer)? {
-            Written::Seconds(seconds) => format!("{seconds}s").parse(),
-            Written::Text(text) => text.parse(),
-        }
-        .map_err(serde::de::Error::custom)
-    }
-}
-
-/// One thing wrong with a manifest or dataset, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// File, key, line and column, as precisely as known.
-    pub place: String,
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.place, self.message)
-    }
-}
-
-/// Every problem found in a manifest and its dataset.
-#[derive(Debug, thiserror::Error)]
-pub struct Invalid(pub Vec<Problem>);
-
-impl fmt::Display for Invalid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.0.len();
-        writeln!(f, "{count} problem{} found:", if count == 1 { "" } else { "s" })?;
-        for problem in &self.0 {
-            writeln!(f, "  {problem}")?;
-        }
-        Ok(())
-    }
-}
-
-impl Invalid {
-    pub fn one(place: impl Into<String>, message: impl Into<String>) -> Self {
-        Invalid(vec![Problem {
-            place: place.into(),
-            message: message.into(),
-        }])
-    }
 }
 
 /// A manifest as loaded: its values, where it lives, and its exact text.
@@ -738,10 +610,10 @@ fn check(loaded: &Loaded) -> Vec<Problem> {
     let callbacks = manifest
         .compressors
         .iter()
-        .map(|(name, spec)| (format!("compressors.{name}"), spec, builtin::Role::Compressor))
+        .map(|(name, spec)| (format!("compressors.{name}"), spec, Role::Compressor))
         .chain([
-            ("reader".to_owned(), &manifest.reader, builtin::Role::Reader),
-            ("judge".to_owned(), &manifest.judge, builtin::Role::Judge),
+            ("reader".to_owned(), &manifest.reader, Role::Reader),
+            ("judge".to_owned(), &manifest.judge, Role::Judge),
         ]);
     for (key, spec, role) in callbacks {
         for message in check_callback(spec, role, &loaded.folder) {
@@ -783,7 +655,7 @@ fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
     values.iter().enumerate().any(|(i, v)| values[..i].contains(v))
 }
 
-fn check_callback(spec: &CallbackSpec, role: builtin::Role, folder: &Path) -> Vec<String> {
+fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     match (&spec.command, &spec.builtin) {
         (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),

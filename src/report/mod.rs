@@ -1,5 +1,9 @@
 //! `report.json` (schema `gacc.report/1`) and the reports rendered from it (SPEC §5).
 
+pub mod charts;
+pub mod html;
+pub mod metrics;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
@@ -7,19 +11,19 @@ use std::sync::{Arc, Mutex, mpsc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::budget::Ratio;
-use crate::builtin::Role;
-use crate::dataset::Dataset;
-use crate::executor::{Outcome, Usage};
 use crate::hash::sha256;
-use crate::ledger::{FailureRow, LedgerRow, ResultRow};
-use crate::manifest::Condition;
-use crate::metrics::{self, Score, Spread};
-use crate::tokenizer::{Tokenizer, TokenizerIdentity};
+use crate::inputs::dataset::Dataset;
+use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
+use crate::protocol::Condition;
+use crate::protocol::Ratio;
+use crate::protocol::Role;
+use crate::runner::{Outcome, Usage};
+use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
+use metrics::{Score, Spread};
 
 pub const SCHEMA: &str = "gacc.report/1";
 /// The default `report.md` template, compiled in.
-pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/report.md.j2");
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/report.md.j2");
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -34,7 +38,7 @@ pub struct Report {
     pub by_condition: Vec<ConditionRow>,
     pub integrity: Integrity,
     /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
-    pub holdout: BTreeMap<Role, crate::sandbox::Holdout>,
+    pub holdout: BTreeMap<Role, crate::exec::sandbox::Holdout>,
     pub calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
     pub usage: BTreeMap<Role, Usage>,
@@ -587,11 +591,11 @@ pub fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
 /// `gacc report RUN_DIR`: rewrites `report.md` from the stored `report.json` and
 /// `run.json`, the charts, and `report.html` from the stored rows (an error names the file
 /// that is missing or wrong); or renders `template` and returns the text.
-pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, crate::run::Error> {
-    use crate::manifest::Invalid;
-    let read = |name: &str| -> Result<Value, crate::run::Error> {
+pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, crate::error::Error> {
+    use crate::error::Invalid;
+    let read = |name: &str| -> Result<Value, crate::error::Error> {
         let path = folder.join(name);
-        let text = std::fs::read_to_string(&path).map_err(|error| crate::run::Error::Io {
+        let text = std::fs::read_to_string(&path).map_err(|error| crate::error::Error::Io {
             path: path.clone(),
             message: format!("cannot read: {error} (is this a finished gacc run folder?)"),
         })?;
@@ -607,13 +611,13 @@ pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>
     if custom {
         Ok(Some(rendered))
     } else {
-        if let Err(error) = crate::plots::write(folder, &report) {
+        if let Err(error) = crate::report::charts::write(folder, &report) {
             tracing::warn!(%error, "could not draw the charts");
         }
-        crate::run::write(&folder.join("report.md"), rendered.as_bytes())?;
-        crate::html::write(folder, crate::html::Packing::Auto).map_err(|error| {
+        crate::files::write(&folder.join("report.md"), rendered.as_bytes())?;
+        crate::report::html::write(folder, crate::report::html::Packing::Auto).map_err(|error| {
             let (path, message) = error.into_parts();
-            crate::run::Error::Io { path, message }
+            crate::error::Error::Io { path, message }
         })?;
         Ok(None)
     }

@@ -29,10 +29,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore, oneshot};
 
-use crate::builtin::Role;
-use crate::callback::{Attempt, Callback, FailureKind, STDERR_TAIL_BYTES};
-use crate::manifest::{Mode, SlurmResources, SlurmSpec};
-use crate::sandbox::Policy;
+use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
+use crate::exec::process::Process;
+use crate::exec::sandbox::Policy;
+use crate::inputs::manifest::{SlurmResources, SlurmSpec};
+use crate::protocol::Mode;
+use crate::protocol::Role;
+use crate::protocol::STDERR_TAIL_BYTES;
 
 /// The environment variable Slurm sets to an array task's index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
@@ -250,6 +253,20 @@ async fn command_output(program: &str, args: &[String]) -> Result<std::process::
         Err(_) => Err(format!("`{program}` did not answer within {COMMAND_TIMEOUT:?}")),
         Ok(Err(error)) => Err(format!("could not run `{program}`: {error}")),
         Ok(Ok(output)) => Ok(output),
+    }
+}
+
+/// The launcher of a callback whose calls run as tasks of Slurm job arrays.
+#[derive(Debug, Clone)]
+pub struct SlurmLauncher(pub Arc<Slurm>);
+
+impl Launcher for SlurmLauncher {
+    fn attempt<'a>(
+        &'a self,
+        callback: &'a Callback,
+        request: &'a [u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Attempt> + Send + 'a>> {
+        Box::pin(self.0.attempt(callback, request))
     }
 }
 
@@ -517,7 +534,7 @@ impl Slurm {
     ) {
         let batch = format!(
             "{}-{}-{}",
-            crate::run::utc_timestamp(std::time::SystemTime::now(), false),
+            crate::clock::utc_timestamp(std::time::SystemTime::now(), false),
             std::process::id(),
             self.batches.fetch_add(1, Ordering::Relaxed)
         );
@@ -814,7 +831,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
     }
     let started = Instant::now();
     let attempt = match std::fs::read(&files.request) {
-        Ok(request) => callback.attempt_here(&request).await,
+        Ok(request) => callback.launcher.attempt(callback, &request).await,
         Err(error) => Attempt {
             result: Err(FailureKind::Spawn {
                 program: "gacc worker".into(),
@@ -871,9 +888,8 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
         identity: Value::Null,
         limit: Arc::new(Semaphore::new(usize::MAX >> 4)),
         mode,
-        workers: Default::default(),
         sandbox,
-        remote: None,
+        launcher: Arc::new(Process::default()),
     })
 }
 

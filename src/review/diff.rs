@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::plan::SplitMix64;
-use crate::run::Error;
+use crate::error::Error;
+use crate::rng::SplitMix64;
 
 pub const SCHEMA: &str = "gacc.diff/1";
 /// Resamples for the paired bootstrap over goals.

@@ -10,12 +10,14 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::builtin::Role;
-use crate::callback::Callback;
-use crate::manifest::Mode;
-use crate::plan::SplitMix64;
-use crate::run::{self, Error, RunOptions};
-use crate::tokenizer::{Cl100k, Tokenizer};
+use crate::app::run::{self, RunOptions};
+use crate::error::Error;
+use crate::exec::callback::Callback;
+use crate::exec::process::Process;
+use crate::inputs::tokenizer::{Cl100k, Tokenizer};
+use crate::protocol::Mode;
+use crate::protocol::Role;
+use crate::rng::SplitMix64;
 
 /// The shape of the synthetic experiment (the paper's design by default).
 #[derive(Debug, Clone)]
@@ -298,15 +300,15 @@ fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
         identity: json!({}),
         limit: Arc::new(Semaphore::new(concurrency)),
         mode,
-        workers: Default::default(),
+
         sandbox: None,
-        remote: None,
+        launcher: Arc::new(Process::default()),
     }
 }
 
 /// The callback in a sandbox that grants its program, where the kernel has Landlock.
 fn sandboxed(mut callback: Callback) -> Option<Callback> {
-    use crate::sandbox::{Protected, Sandboxing, kernel_abi};
+    use crate::exec::sandbox::{Protected, Sandboxing, kernel_abi};
     let sandboxing = Sandboxing::new(kernel_abi(), Protected::default()).ok()?;
     let grants = sandboxing
         .protected()
@@ -443,10 +445,12 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
         detail: json!({"mb_per_second": bytes as f64 / seconds / 1e6}),
     });
     let cache_folder = folder.join("cache-bench");
-    if let Ok(cache) = crate::cache::Cache::open(&cache_folder) {
+    if let Ok(cache) = crate::store::cache::Cache::open(&cache_folder) {
         let entries = 20_000;
         let response = json!({"answer": "x".repeat(200)});
-        let keys: Vec<String> = (0..entries).map(|i| crate::cache::key(&json!(i))).collect();
+        let keys: Vec<String> = (0..entries)
+            .map(|i| crate::store::cache::key(&json!(i)))
+            .collect();
         let started = Instant::now();
         for key in &keys {
             let _ = cache.put("reader", key, &json!({}), &response);

@@ -4,13 +4,16 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::budget::Ratio;
-use crate::cache;
-use crate::dataset::Dataset;
+use crate::error::Invalid;
 use crate::hash::sha256;
-use crate::manifest::{CallbackSpec, Condition, Invalid, Loaded};
+use crate::inputs::dataset::Dataset;
+use crate::inputs::manifest::{CallbackSpec, Loaded};
+use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
-use crate::tokenizer::Tokenizer;
+use crate::protocol::Condition;
+use crate::protocol::Ratio;
+use crate::rng::SplitMix64;
+use crate::store::cache;
 
 pub const SCHEMA: &str = "gacc.plan/1";
 
@@ -451,28 +454,6 @@ fn write_entry(
 ) -> std::io::Result<()> {
     out.write_all(if std::mem::take(first) { b"\n" } else { b",\n" })?;
     serde_json::to_writer(out, entry).map_err(std::io::Error::from)
-}
-
-/// A deterministic, seeded generator (SplitMix64) for choices that must repeat exactly.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound` (bound > 0).
-    pub fn below(&mut self, bound: usize) -> usize {
-        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
-    }
 }
 
 /// How many seeded shuffles to try for a true derangement before choosing per goal.

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Ratio, TruncationMode};
-use crate::manifest::Condition;
+use crate::protocol::Condition;
+use crate::protocol::{Ratio, TruncationMode};
 
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

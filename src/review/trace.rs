@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::run::Error;
+use crate::error::Error;
 
 /// How many of the slowest calls a review lists.
 pub const SLOWEST: usize = 10;

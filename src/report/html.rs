@@ -17,12 +17,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::budget::Ratio;
-use crate::dataset::Source;
-use crate::ledger::{LedgerRow, MemoryText, ResultRow};
+use crate::inputs::records::Source;
+use crate::protocol::Ratio;
+use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
 
 /// The page, with `{{title}}`, `{{charts}}` and `{{data}}` to fill in.
-const PAGE: &str = include_str!("../templates/report.html");
+const PAGE: &str = include_str!("../../templates/report.html");
 /// Names the layout of the embedded data, for the page's script and outside readers.
 pub const FORMAT: &str = "gacc.html/1";
 /// Data larger than this travels gzip-compressed: a paper-scale run's rows and texts shrink
@@ -530,7 +530,7 @@ fn gzipped(bytes: &[u8]) -> Vec<u8> {
 /// The charts of the folder inlined as `<figure>`s; a missing one is left out.
 fn charts(folder: &Path) -> String {
     let mut out = String::new();
-    for (file, title) in crate::plots::CHARTS {
+    for (file, title) in crate::report::charts::CHARTS {
         let Ok(svg) = std::fs::read_to_string(folder.join(file)) else {
             continue;
         };

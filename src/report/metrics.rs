@@ -105,7 +105,7 @@ pub fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (I
         let zero = Interval { low: 0.0, high: 0.0 };
         return (zero, zero);
     }
-    let mut rng = crate::plan::SplitMix64::new(seed);
+    let mut rng = crate::rng::SplitMix64::new(seed);
     let (mut micro, mut macro_) = (Vec::with_capacity(resamples), Vec::with_capacity(resamples));
     for _ in 0..resamples {
         let (mut correct, mut questions, mut whole) = (0, 0, 0);

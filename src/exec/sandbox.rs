@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::builtin::Role;
-use crate::manifest::{Loaded, SandboxSpec};
+use crate::inputs::manifest::{Loaded, SandboxSpec};
+use crate::protocol::Role;
 
 /// Set (to anything) to behave as on a kernel without Landlock: callbacks run unsandboxed and
 /// the report says so. It exists to see and test that path.

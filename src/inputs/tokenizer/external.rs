@@ -3,9 +3,8 @@
 //! `{"text": …}`), called once per request (`oneshot`) or kept running (`persistent`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
@@ -13,8 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Tokenizer, TokenizerError, TokenizerIdentity};
-use crate::callback::{KEPT_VARIABLES, MAX_RESPONSE_BYTES, PROTOCOL};
-use crate::manifest::Mode;
+use crate::protocol::{MAX_RESPONSE_BYTES, Mode, PROTOCOL};
 
 /// An external tokenizer, ready to call.
 pub struct External {
@@ -122,23 +120,8 @@ impl External {
     }
 
     fn start(&self) -> Result<Process, TokenizerError> {
-        let mut command = Command::new(&self.argv[0]);
-        command
-            .args(&self.argv[1..])
-            .current_dir(&self.cwd)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        for name in KEPT_VARIABLES {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        command
-            .env("GACC_PROTOCOL", PROTOCOL)
-            .env("GACC_ROLE", "tokenizer");
+        let line: Vec<std::ffi::OsString> = self.argv.iter().map(Into::into).collect();
+        let mut command = crate::protocol::callback_command(&line, &self.cwd, "tokenizer", []);
         let mut child = command
             .spawn()
             .map_err(|error| TokenizerError(format!("could not start `{}`: {error}", self.argv[0])))?;
@@ -152,7 +135,7 @@ impl External {
                 while let Ok(n @ 1..) = stderr.read(&mut buffer) {
                     let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
                     tail.extend_from_slice(&buffer[..n]);
-                    let excess = tail.len().saturating_sub(crate::callback::STDERR_TAIL_BYTES);
+                    let excess = tail.len().saturating_sub(crate::protocol::STDERR_TAIL_BYTES);
                     tail.drain(..excess);
                 }
             })

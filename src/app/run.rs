@@ -11,40 +11,24 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::budget::truncate_to_budget;
-use crate::builtin::Role;
-use crate::cache::Cache;
-use crate::callback::Callback;
-use crate::dataset::{self, Dataset};
-use crate::executor::{self, Callbacks, Progress};
+use crate::clock::utc_timestamp;
+use crate::error::{Error, io};
+use crate::error::{Invalid, Problem};
+use crate::exec::callback::Callback;
+use crate::exec::process::Process;
+use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
+use crate::exec::slurm::{Slurm, SlurmLauncher};
+use crate::files::{pretty, write, write_json_lines, write_with};
 use crate::hash::sha256;
-use crate::manifest::{self, CallbackSpec, Invalid, Loaded, Problem};
+use crate::inputs::budget::truncate_to_budget;
+use crate::inputs::dataset::{self, Dataset};
+use crate::inputs::manifest::{self, CallbackSpec, Loaded};
+use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{self, Plan};
+use crate::protocol::Role;
 use crate::report;
-use crate::sandbox::{self, Confinement, Protected, Sandboxing};
-use crate::slurm::Slurm;
-use crate::tokenizer::Tokenizer;
-
-/// Why a command could not do its work.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A bad manifest, dataset or command line: exit status 2.
-    #[error("{0}")]
-    Invalid(#[from] Invalid),
-    /// The file system refused: names the path.
-    #[error("{path}: {message}")]
-    Io { path: PathBuf, message: String },
-    /// Ctrl-C: in-flight calls were killed; finished calls are in the cache.
-    #[error("interrupted: every finished call is cached; run `{resume}` again to resume")]
-    Interrupted { resume: String },
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |error| Error::Io {
-        path: path.to_path_buf(),
-        message: error.to_string(),
-    }
-}
+use crate::runner::{self, Callbacks, Progress};
+use crate::store::cache::Cache;
 
 /// A manifest and dataset that passed every check, with the tokenizer and plan.
 pub struct Prepared {
@@ -85,7 +69,7 @@ pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     let (Some(dataset), true) = (dataset, problems.is_empty()) else {
         return Err(Invalid(problems).into());
     };
-    let tokenizer = crate::tokenizer::open(&loaded.manifest.tokenizer, &loaded.folder)
+    let tokenizer = crate::inputs::tokenizer::open(&loaded.manifest.tokenizer, &loaded.folder)
         .map_err(|message| Invalid::one(format!("{}: key `tokenizer`", loaded.path.display()), message))?;
     let plan = plan::plan(&loaded, &dataset, tokenizer.as_ref())?;
     let resolved = toml::to_string(&loaded.manifest).map_err(|error| {
@@ -246,9 +230,11 @@ fn callbacks(
             identity: plan::callback_identity(spec),
             limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
             mode: spec.mode,
-            workers: Default::default(),
             sandbox,
-            remote: remote.cloned(),
+            launcher: match remote {
+                Some(slurm) => Arc::new(SlurmLauncher(slurm.clone())),
+                None => Arc::new(Process::default()),
+            },
         }
     };
     let manifest = &loaded.manifest;
@@ -339,7 +325,7 @@ pub fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
     } else {
         dataset::load_path(path).map_err(Invalid)?
     };
-    let stats = dataset::stats(&dataset, &crate::tokenizer::Cl100k::new())
+    let stats = dataset::stats(&dataset, &crate::inputs::tokenizer::Cl100k::new())
         .map_err(|message| Invalid::one(manifest::shown(path), message))?;
     Ok((manifest::shown(path), stats))
 }
@@ -385,7 +371,7 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
         let measured = cache
             .get(
                 "memory",
-                &executor::memory_key(job, &plan.tokenizer_identity, truncation),
+                &runner::memory_key(job, &plan.tokenizer_identity, truncation),
             )
             .and_then(|entry| {
                 entry
@@ -531,7 +517,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         dataset: &prepared.dataset,
         tokenizer: prepared.tokenizer.as_ref(),
     };
-    let run = executor::Run {
+    let run = runner::Run {
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
         callbacks,
@@ -547,15 +533,14 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
         let outcome = tokio::select! {
-            outcome = executor::execute(run) => Some(outcome),
+            outcome = runner::execute(run) => Some(outcome),
             _ = tokio::signal::ctrl_c() => None,
         };
         display.abort();
         outcome
     });
     let Some(outcome) = outcome else {
-        crate::callback::kill_all();
-        crate::slurm::cancel_all();
+        crate::exec::shutdown();
         tracing::warn!(folder = %folder.display(), "run interrupted");
         crate::trace::close();
         return Err(Error::Interrupted {
@@ -575,7 +560,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         path,
         message: "the writer stopped unexpectedly".into(),
     };
-    let texts = crate::ledger::memory_texts(&outcome.ledger);
+    let texts = crate::store::ledger::memory_texts(&outcome.ledger);
     let (written, mut report) = std::thread::scope(|scope| {
         let results = scope.spawn(|| write_json_lines(&folder.join("results.jsonl"), &outcome.results));
         let ledger = scope.spawn(|| {
@@ -607,18 +592,20 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     report_text.push('\n');
     write(&folder.join("report.json"), report_text.as_bytes())?;
     // Charts are a view of the report: one that cannot be drawn is a warning, not a failure.
-    if let Err(error) = crate::plots::write(&folder, &report_json) {
+    if let Err(error) = crate::report::charts::write(&folder, &report_json) {
         tracing::warn!(%error, "could not draw the charts");
     }
     // So is report.html: the page `gacc report` makes from the rows just written, made from
     // the same rows still in memory.
-    let rows = crate::html::Rows {
+    let rows = crate::report::html::Rows {
         sources: &prepared.dataset.sources,
         ledger: &outcome.ledger,
         texts: &texts,
         results: &outcome.results,
     };
-    if let Err(error) = crate::html::write_rows(&folder, &report_json, rows, crate::html::Packing::Auto) {
+    if let Err(error) =
+        crate::report::html::write_rows(&folder, &report_json, rows, crate::report::html::Packing::Auto)
+    {
         tracing::warn!(%error, "could not write report.html");
     }
     // The run's rows are no longer needed: they are freed on a thread of their own.
@@ -772,7 +759,7 @@ const LISTED_FAILURES: usize = 10;
 
 fn summary(
     report: &report::Report,
-    this_run: &BTreeMap<Role, executor::CallCounts>,
+    this_run: &BTreeMap<Role, runner::CallCounts>,
     elapsed: Duration,
 ) -> String {
     let mut out = String::new();
@@ -958,94 +945,8 @@ fn point_latest(runs: &Path, folder: &Path) {
     }
 }
 
-/// Writes a file whole: a temporary file renamed into place.
-pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&temp, bytes)
-        .and_then(|_| std::fs::rename(&temp, path))
-        .map_err(io(path))
-}
-
-/// Writes a file whole, streamed through a buffer: a temporary file renamed into place.
-fn write_with(
-    path: &Path,
-    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
-) -> Result<(), Error> {
-    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
-    (|| {
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&temp)?);
-        body(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?;
-        std::fs::rename(&temp, path)
-    })()
-    .map_err(io(path))
-}
-
-fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
-    write_with(path, |out| {
-        for row in rows {
-            serde_json::to_writer(&mut *out, row)?;
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    })
-}
-
-pub fn pretty(value: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
-    text.push('\n');
-    text
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default()
-}
-
-/// `20261130T054041Z` (or `2026-11-30T05:40:41Z` when `readable`), in UTC.
-pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
-    let seconds = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let [year, month, day, hour, minute, second] = civil(seconds);
-    if readable {
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-    } else {
-        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
-    }
-}
-
-/// Year, month, day, hour, minute and second (UTC) of a Unix time in seconds.
-pub(crate) fn civil(seconds: u64) -> [i64; 6] {
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    [year, month, day, hour as i64, minute as i64, second as i64]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps() {
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_017_241);
-        assert_eq!(utc_timestamp(at, true), "2026-11-30T05:40:41Z");
-        assert_eq!(utc_timestamp(at, false), "20261130T054041Z");
-        assert_eq!(
-            utc_timestamp(SystemTime::UNIX_EPOCH, true),
-            "1970-01-01T00:00:00Z"
-        );
-    }
 }

@@ -1,34 +1,10 @@
 //! Built-in callbacks, served over the same protocol as any other (`gacc callback NAME`).
 
-use std::fmt;
 use std::io::Write;
 
 use serde_json::{Value, json};
 
-/// The roles a callback can play (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    Compressor,
-    Reader,
-    Judge,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Compressor => "compressor",
-            Role::Reader => "reader",
-            Role::Judge => "judge",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::protocol::Role;
 
 /// A built-in callback: its name, role, and behaviour version (part of its cache identity).
 struct Builtin {
@@ -434,7 +410,7 @@ fn random_sentences(request: &Value) -> Result<Value, String> {
     let seed = request.get("seed").and_then(Value::as_u64).unwrap_or(0);
     let pieces = sentences(context);
     let mut order: Vec<usize> = (0..pieces.len()).collect();
-    let mut rng = crate::plan::SplitMix64::new(seed);
+    let mut rng = crate::rng::SplitMix64::new(seed);
     for i in (1..order.len()).rev() {
         order.swap(i, rng.below(i + 1));
     }

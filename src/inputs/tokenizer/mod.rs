@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::manifest::TokenizerSpec;
+use crate::inputs::manifest::TokenizerSpec;
 
 /// SHA-256 of the official `cl100k_base.tiktoken` vocabulary file (SPEC §5).
 pub const CL100K_VOCAB_SHA256: &str = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7";
@@ -29,7 +29,7 @@ pub fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokenizer>, S
     let mut argv = command.clone();
     if let Some(program) = argv
         .first()
-        .and_then(|p| crate::manifest::find_program(p, folder))
+        .and_then(|p| crate::inputs::manifest::find_program(p, folder))
     {
         argv[0] = program.display().to_string();
     }

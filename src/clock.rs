@@ -1,0 +1,68 @@
+//! UTC timestamps without a calendar crate: run folder names, `run.json`, the trace.
+
+use std::time::SystemTime;
+
+/// `20261130T054041Z` (or `2026-11-30T05:40:41Z` when `readable`), in UTC.
+pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
+    let seconds = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let [year, month, day, hour, minute, second] = civil(seconds);
+    if readable {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
+    }
+}
+
+/// `2026-11-30T08:19:43.084854Z`: UTC with microseconds, as the JSON layer stamps events.
+pub fn utc_timestamp_micros(at: SystemTime) -> String {
+    let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let [year, month, day, hour, minute, second] = civil(since.as_secs());
+    format!(
+        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{:06}Z",
+        since.subsec_micros()
+    )
+}
+
+/// Year, month, day, hour, minute and second (UTC) of a Unix time in seconds.
+fn civil(seconds: u64) -> [i64; 6] {
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    [year, month, day, hour as i64, minute as i64, second as i64]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_017_241);
+        assert_eq!(utc_timestamp(at, true), "2026-11-30T05:40:41Z");
+        assert_eq!(utc_timestamp(at, false), "20261130T054041Z");
+        assert_eq!(
+            utc_timestamp(SystemTime::UNIX_EPOCH, true),
+            "1970-01-01T00:00:00Z"
+        );
+        let micros = SystemTime::UNIX_EPOCH + Duration::from_micros(1_796_017_241_084_854);
+        assert_eq!(utc_timestamp_micros(micros), "2026-11-30T05:40:41.084854Z");
+        // 2000-02-29 and 2100-03-01: leap-year rules of the Gregorian calendar.
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc_timestamp(leap, true), "2000-02-29T00:00:00Z");
+        let century = SystemTime::UNIX_EPOCH + Duration::from_secs(4_107_542_400);
+        assert_eq!(utc_timestamp(century, true), "2100-03-01T00:00:00Z");
+    }
+}

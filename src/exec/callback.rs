@@ -1,0 +1,413 @@
+//! A callback as the runner calls it (SPEC §3): its settings and identity, retries with
+//! backoff, redaction of passed-through secrets, and the check of each response against its
+//! role. How an attempt is made is its `Launcher`'s business.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::exec::sandbox::Policy;
+use crate::protocol::EXIT_TEMPFAIL;
+use crate::protocol::Mode;
+use crate::protocol::Role;
+
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// A callback ready to be called: the program, its settings and its cache identity.
+#[derive(Debug)]
+pub struct Callback {
+    /// The manifest key that declared it: `compressors.NAME`, `reader` or `judge`.
+    pub name: String,
+    pub role: Role,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// Passed-through variables; their values are never written anywhere.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub params: Value,
+    /// What determines its answers: command or built-in name, revision, params.
+    pub identity: Value,
+    pub limit: Arc<Semaphore>,
+    pub mode: Mode,
+    /// The sandbox each of its processes starts in; None runs it unrestricted.
+    pub sandbox: Option<Policy>,
+    /// Where and how each attempt is made: a process here, or a Slurm task.
+    pub launcher: Arc<dyn Launcher>,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    #[error("could not start `{program}`: {error}")]
+    Spawn { program: String, error: String },
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("exited with status {0}")]
+    Exit(i32),
+    #[error("was killed by signal {0}")]
+    Signal(i32),
+    #[error("exited 0 but wrote nothing to stdout")]
+    NoOutput,
+    #[error("wrote stdout that is not valid UTF-8")]
+    NotUtf8,
+    #[error("wrote stdout that is not one JSON object: {0}")]
+    InvalidJson(String),
+    #[error("answered without {0}")]
+    MissingField(String),
+    #[error("wrote more than {0} bytes to stdout")]
+    TooLarge(usize),
+    #[error("reported an error: {message}")]
+    Reported { message: String, retryable: bool },
+    #[error("persistent worker ended before answering ({0})")]
+    WorkerDied(String),
+    /// The tokenizer could not cut or count a memory.
+    #[error("{0}")]
+    Tokenizer(String),
+    /// Not run: `--fail-fast` stopped the run after another job failed.
+    #[error("not run: --fail-fast stopped the run after a failure")]
+    Cancelled,
+    /// The Slurm task that was to make the call ended without answering it.
+    #[error("Slurm task {task} ended {state} without answering")]
+    Cluster { task: String, state: String },
+    /// `sbatch` refused the array that was to make the call.
+    #[error("sbatch failed: {0}")]
+    Submit(String),
+}
+
+impl FailureKind {
+    /// Timeouts, exit status 75 and `"retryable": true` are worth another try (SPEC §3).
+    pub fn retryable(&self) -> bool {
+        match self {
+            FailureKind::Timeout(_) => true,
+            FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
+            FailureKind::Reported { retryable, .. } => *retryable,
+            FailureKind::WorkerDied(_) => true,
+            // The node, not the call, failed.
+            FailureKind::Cluster { state, .. } => {
+                matches!(state.as_str(), "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A failed call, after its retries.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub stderr_tail: String,
+    pub attempts: u32,
+}
+
+/// A successful call.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub response: Value,
+    pub attempts: u32,
+    pub stderr_tail: String,
+}
+
+/// How one attempt of a call is made: in a process of this machine, as a Slurm array task, or
+/// (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
+pub trait Launcher: Send + Sync + std::fmt::Debug {
+    fn attempt<'a>(
+        &'a self,
+        callback: &'a Callback,
+        request: &'a [u8],
+    ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
+}
+
+/// What one attempt produced.
+#[derive(Debug)]
+pub struct Attempt {
+    pub result: Result<Value, FailureKind>,
+    pub stderr_tail: String,
+}
+
+impl Callback {
+    /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
+    /// of both this callback's and the run's concurrency for each attempt. The request is
+    /// written out only once a slot is free, so waiting calls hold no payload.
+    pub async fn call(&self, request: impl Fn() -> Value, run_limit: &Semaphore) -> Result<Answer, Failure> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = {
+                let _mine = self.limit.acquire().await;
+                // A closed run limit means the run is stopping (--fail-fast): start nothing.
+                let Ok(_run) = run_limit.acquire().await else {
+                    return Err(Failure {
+                        kind: FailureKind::Cancelled,
+                        stderr_tail: String::new(),
+                        attempts: attempt - 1,
+                    });
+                };
+                let bytes = request().to_string();
+                let started = Instant::now();
+                let mut outcome = self.launcher.attempt(self, bytes.as_bytes()).await;
+                // Whatever the launcher kept, nothing a callback says is stored unredacted.
+                self.redact_attempt(&mut outcome);
+                tracing::debug!(
+                    callback = %self.name,
+                    attempt,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    request_bytes = bytes.len(),
+                    ok = outcome.result.is_ok(),
+                    stderr = %outcome.stderr_tail,
+                    "callback attempt"
+                );
+                outcome
+            };
+            match outcome.result {
+                Ok(response) => {
+                    return Ok(Answer {
+                        response,
+                        attempts: attempt,
+                        stderr_tail: outcome.stderr_tail,
+                    });
+                }
+                // A persistent worker that dies is replaced and its request tried again.
+                Err(kind)
+                    if kind.retryable()
+                        && (attempt <= self.retries
+                            || (attempt == 1 && matches!(kind, FailureKind::WorkerDied(_)))) =>
+                {
+                    tracing::warn!(callback = %self.name, attempt, reason = %kind, "retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(kind) => {
+                    return Err(Failure {
+                        kind,
+                        stderr_tail: outcome.stderr_tail,
+                        attempts: attempt,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Replaces the value of every variable passed through `env` with `[redacted:NAME]`,
+    /// including a piece of one cut off at either end of a tail.
+    pub fn redact(&self, text: &str) -> String {
+        redact(text, &self.env)
+    }
+
+    pub(crate) fn redact_attempt(&self, attempt: &mut Attempt) {
+        if self.env.is_empty() {
+            return;
+        }
+        attempt.stderr_tail = self.redact(&attempt.stderr_tail);
+        if let Err(FailureKind::Reported { message, .. }) = &mut attempt.result {
+            *message = self.redact(message);
+        }
+    }
+}
+
+/// The shortest piece of a secret at either end of a text that is still redacted.
+const SECRET_PIECE: usize = 4;
+
+/// `text` with every secret's value replaced by `[redacted:NAME]`; a text that starts with the
+/// end of a secret, or ends with its start (a tail cut through it), has that piece redacted too.
+pub fn redact(text: &str, secrets: &[(String, String)]) -> String {
+    let mut secrets: Vec<&(String, String)> = secrets.iter().filter(|(_, v)| !v.is_empty()).collect();
+    // Longest first, so a secret containing another is replaced whole.
+    secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+    let mut text = text.to_owned();
+    for (name, value) in &secrets {
+        if text.contains(value.as_str()) {
+            text = text.replace(value.as_str(), &format!("[redacted:{name}]"));
+        }
+    }
+    for (name, value) in &secrets {
+        let marker = format!("[redacted:{name}]");
+        let cuts = || (1..value.len()).filter(|cut| value.is_char_boundary(*cut));
+        if let Some(cut) =
+            cuts().find(|cut| value.len() - cut >= SECRET_PIECE && text.starts_with(&value[*cut..]))
+        {
+            text.replace_range(..value.len() - cut, &marker);
+        }
+        if let Some(cut) = cuts()
+            .rev()
+            .find(|cut| *cut >= SECRET_PIECE && text.ends_with(&value[..*cut]))
+        {
+            let start = text.len() - cut;
+            text.replace_range(start.., &marker);
+        }
+    }
+    text
+}
+
+/// Exponential backoff with jitter: about BASE * 2^(attempt-1), capped.
+fn backoff(attempt: u32) -> Duration {
+    let exponential = BACKOFF_BASE.saturating_mul(1 << attempt.min(16).saturating_sub(1));
+    let capped = exponential.min(BACKOFF_MAX);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Between half and the whole of the capped delay.
+    capped / 2 + capped.mul_f64(f64::from(nanos % 1000) / 2000.0)
+}
+
+pub(crate) fn parse_response(bytes: &[u8]) -> Result<Value, FailureKind> {
+    let text = std::str::from_utf8(bytes).map_err(|_| FailureKind::NotUtf8)?;
+    if text.trim().is_empty() {
+        return Err(FailureKind::NoOutput);
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|error| FailureKind::InvalidJson(error.to_string()))?;
+    if !value.is_object() {
+        return Err(FailureKind::InvalidJson(format!(
+            "expected an object, got {}",
+            kind_of(&value)
+        )));
+    }
+    Ok(value)
+}
+
+pub(crate) fn reported_error(response: &Value, code: i32) -> Option<FailureKind> {
+    let error = response.get("error")?;
+    let message = match error {
+        Value::String(message) => message.clone(),
+        other => other.to_string(),
+    };
+    let retryable = response
+        .get("retryable")
+        .and_then(Value::as_bool)
+        .unwrap_or(code == EXIT_TEMPFAIL);
+    Some(FailureKind::Reported { message, retryable })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks a response against its role's fields (SPEC §3).
+pub fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
+    let require = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
+        None => Err(FailureKind::MissingField(format!("the field `{name}`"))),
+        Some(value) if is(value) => Ok(()),
+        Some(value) => Err(FailureKind::MissingField(format!(
+            "`{name}` as {what} (got {})",
+            kind_of(value)
+        ))),
+    };
+    let optional = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => require(name, is, what),
+    };
+    match role {
+        Role::Compressor => require("memory", Value::is_string, "a string")?,
+        Role::Reader => require("answer", Value::is_string, "a string")?,
+        Role::Judge => {
+            require("correct", Value::is_boolean, "a boolean")?;
+            optional("score", Value::is_number, "a number")?;
+            optional("rationale", Value::is_string, "a string")?;
+        }
+    }
+    optional("meta", Value::is_object, "an object")?;
+    if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
+        let Some(usage) = usage.as_object() else {
+            return Err(FailureKind::MissingField("`usage` as an object".into()));
+        };
+        for (name, is_valid) in [
+            ("input_tokens", Value::is_u64 as fn(&Value) -> bool),
+            ("output_tokens", Value::is_u64),
+            ("cost_usd", Value::is_number),
+        ] {
+            if usage.get(name).is_some_and(|v| !is_valid(v)) {
+                return Err(FailureKind::MissingField(format!("`usage.{name}` as a number")));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn responses_are_checked_per_role() {
+        assert!(check_response(Role::Compressor, &json!({"memory": "m"})).is_ok());
+        assert!(check_response(Role::Compressor, &json!({"answer": "m"})).is_err());
+        assert!(check_response(Role::Reader, &json!({"answer": 3})).is_err());
+        assert!(
+            check_response(
+                Role::Judge,
+                &json!({"correct": true, "score": 0.5, "rationale": null})
+            )
+            .is_ok()
+        );
+        assert!(check_response(Role::Judge, &json!({"correct": "yes"})).is_err());
+        assert!(
+            check_response(
+                Role::Reader,
+                &json!({"answer": "a", "usage": {"input_tokens": -1}})
+            )
+            .is_err()
+        );
+        assert!(
+            check_response(
+                Role::Reader,
+                &json!({"answer": "a", "usage": {"input_tokens": 3, "cost_usd": 0.1}})
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn retryable_failures() {
+        assert!(FailureKind::Timeout(Duration::from_secs(1)).retryable());
+        assert!(FailureKind::Exit(75).retryable());
+        assert!(!FailureKind::Exit(1).retryable());
+        assert!(!FailureKind::InvalidJson("x".into()).retryable());
+    }
+
+    #[test]
+    fn secrets_are_redacted_whole_and_in_pieces_at_either_end() {
+        let secrets = vec![
+            ("KEY".to_owned(), "sk-0123456789".to_owned()),
+            ("LONGER".to_owned(), "sk-0123456789-extra".to_owned()),
+            ("EMPTY".to_owned(), String::new()),
+        ];
+        assert_eq!(
+            redact("using sk-0123456789 and sk-0123456789-extra", &secrets),
+            "using [redacted:KEY] and [redacted:LONGER]"
+        );
+        // A tail cut through a secret at its start, or a stream that ended inside one.
+        assert_eq!(
+            redact("456789-extra failed", &secrets),
+            "[redacted:LONGER] failed"
+        );
+        assert_eq!(redact("23456789 failed", &secrets), "[redacted:KEY] failed");
+        // Ambiguous pieces are named after the longest secret they may belong to.
+        assert_eq!(redact("key was sk-01234", &secrets), "key was [redacted:LONGER]");
+        // Pieces shorter than SECRET_PIECE are left alone.
+        assert_eq!(redact("789 apples", &secrets), "789 apples");
+        assert_eq!(redact("nothing to hide", &secrets), "nothing to hide");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert!(backoff(1) <= BACKOFF_BASE);
+        assert!(backoff(3) >= BACKOFF_BASE * 2);
+        assert!(backoff(40) <= BACKOFF_MAX);
+    }
+}

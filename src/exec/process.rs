@@ -1,0 +1,441 @@
+//! Attempts in processes of this machine (SPEC §3): a process per call (`oneshot`) or a pool
+//! of long-lived ones (`persistent`), each with a cleared environment, in its own process
+//! group, in its sandbox when it has one. Whatever happens, nothing a call started outlives it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::exec::callback::{
+    Attempt, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
+};
+use crate::exec::sandbox::Scratch;
+use crate::protocol::{MAX_RESPONSE_BYTES, Mode, Role, STDERR_TAIL_BYTES};
+
+/// How long to wait for output pipes after the process has exited.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// The launcher of a callback whose calls run here: it keeps the callback's idle persistent
+/// processes, ready for their next request.
+#[derive(Debug, Default)]
+pub struct Process {
+    idle: Mutex<Vec<PersistentProcess>>,
+}
+
+impl Launcher for Process {
+    fn attempt<'a>(
+        &'a self,
+        callback: &'a Callback,
+        request: &'a [u8],
+    ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+        Box::pin(self.attempt_here(callback, request))
+    }
+}
+
+impl Process {
+    /// One attempt in a process of this machine. Nothing a callback says is stored (trace,
+    /// failures, report, a Slurm response file) before it is redacted here.
+    pub async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
+        let mut outcome = match callback.mode {
+            Mode::Oneshot => oneshot(callback, request).await,
+            Mode::Persistent => self.persistent(callback, request).await,
+        };
+        callback.redact_attempt(&mut outcome);
+        outcome
+    }
+
+    /// One request to a persistent worker: a line out, a line back, within the timeout.
+    async fn persistent(&self, callback: &Callback, request: &[u8]) -> Attempt {
+        loop {
+            let (worker, reused) = match self.idle() {
+                Some(worker) => (worker, true),
+                None => match PersistentProcess::start(callback) {
+                    Ok(worker) => (worker, false),
+                    Err(kind) => {
+                        return Attempt {
+                            result: Err(kind),
+                            stderr_tail: String::new(),
+                        };
+                    }
+                },
+            };
+            let attempt = self.exchange(callback, worker, request).await;
+            // An idle worker that died since its last answer is replaced without using up an
+            // attempt: only a fresh worker's death counts against the request.
+            if reused && matches!(attempt.result, Err(FailureKind::WorkerDied(_))) {
+                continue;
+            }
+            return attempt;
+        }
+    }
+
+    /// An idle worker that is still running, if there is one; exited ones are dropped.
+    fn idle(&self) -> Option<PersistentProcess> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(mut worker) = idle.pop() {
+            if matches!(worker.child.try_wait(), Ok(None)) {
+                return Some(worker);
+            }
+        }
+        None
+    }
+
+    async fn exchange(&self, callback: &Callback, mut worker: PersistentProcess, request: &[u8]) -> Attempt {
+        let exchange = async {
+            let mut line = request.to_vec();
+            line.push(b'\n');
+            if let Err(error) = worker
+                .stdin
+                .write_all(&line)
+                .await
+                .and(worker.stdin.flush().await)
+            {
+                return Err(FailureKind::WorkerDied(format!(
+                    "could not write the request: {error}"
+                )));
+            }
+            read_line_limited(&mut worker.stdout, MAX_RESPONSE_BYTES).await
+        };
+        let result = match tokio::time::timeout(callback.timeout, exchange).await {
+            Err(_) => Err(FailureKind::Timeout(callback.timeout)),
+            Ok(Err(kind)) => Err(kind),
+            Ok(Ok(line)) => parse_response(&line).and_then(|response| {
+                if let Some(error) = reported_error(&response, 0) {
+                    return Err(error);
+                }
+                check_response(callback.role, &response).map(|()| response)
+            }),
+        };
+        // A worker that answered in protocol (even with an error) serves on; any other is replaced.
+        let healthy = matches!(&result, Ok(_) | Err(FailureKind::Reported { .. }));
+        let stderr_tail = if healthy {
+            String::new()
+        } else {
+            worker.stderr_tail()
+        };
+        if healthy {
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(worker);
+        }
+        Attempt { result, stderr_tail }
+    }
+}
+
+/// The process to start, and the scratch folder it lives in when it is sandboxed: then
+/// gacc starts it through `gacc sandbox-exec`, which enters the sandbox and becomes it.
+fn command(callback: &Callback) -> Result<(tokio::process::Command, Option<Scratch>), FailureKind> {
+    let (line, scratch) = match &callback.sandbox {
+        None => (callback.argv.iter().map(Into::into).collect(), None),
+        Some(policy) => {
+            let (scratch, line) = policy.jail(&callback.argv).map_err(|error| FailureKind::Spawn {
+                program: callback.argv[0].clone(),
+                error: format!("could not prepare its sandbox: {error}"),
+            })?;
+            (line, Some(scratch))
+        }
+    };
+    let line: Vec<std::ffi::OsString> = line;
+    let passed = callback.env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let mut command = tokio::process::Command::from(crate::protocol::callback_command(
+        &line,
+        &callback.cwd,
+        callback.role.as_str(),
+        passed,
+    ));
+    command.kill_on_drop(true);
+    if let Some(scratch) = &scratch {
+        command.env("TMPDIR", &scratch.path);
+    }
+    Ok((command, scratch))
+}
+
+fn spawn_failure(callback: &Callback, error: std::io::Error) -> FailureKind {
+    FailureKind::Spawn {
+        program: callback.argv[0].clone(),
+        error: error.to_string(),
+    }
+}
+
+async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
+    let failed = |kind| Attempt {
+        result: Err(kind),
+        stderr_tail: String::new(),
+    };
+    // The scratch folder goes when the call ends, after its process group.
+    let (mut command, _scratch) = match command(callback) {
+        Ok(command) => command,
+        Err(kind) => return failed(kind),
+    };
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => return failed(spawn_failure(callback, error)),
+    };
+    let group = child.id().map(|pid| pid as i32);
+    live_groups().extend(group);
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        kill_group(group);
+        return Attempt {
+            result: Err(FailureKind::Spawn {
+                program: callback.argv[0].clone(),
+                error: "no pipes to the child".into(),
+            }),
+            stderr_tail: String::new(),
+        };
+    };
+    // All pipes are driven from this task (no task per pipe: a call is cheap to make).
+    // A callback may answer before reading, or never read: a broken pipe is not our failure.
+    let write = async {
+        let _ = stdin.write_all(request).await;
+        let _ = stdin.shutdown().await;
+        drop(stdin);
+    };
+    let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let pipes = async {
+        let ((), too_large, tail) = tokio::join!(
+            write,
+            read_limited(stdout, MAX_RESPONSE_BYTES, group, received.clone()),
+            read_tail(stderr, STDERR_TAIL_BYTES)
+        );
+        (too_large, tail)
+    };
+    tokio::pin!(pipes);
+    let mut drained = None;
+    let deadline = tokio::time::sleep(callback.timeout);
+    tokio::pin!(deadline);
+    let status = loop {
+        tokio::select! {
+            biased;
+            done = &mut pipes, if drained.is_none() => drained = Some(done),
+            status = child.wait() => break status.ok(),
+            _ = &mut deadline => break None,
+        }
+    };
+    // Whatever happened, nothing the callback started outlives its call.
+    kill_group(group);
+    live_groups().retain(|g| Some(*g) != group);
+    if status.is_none() {
+        let _ = child.kill().await;
+    }
+    // A grandchild that left the group may hold the pipes open: give them a little while,
+    // then take what arrived.
+    let (too_large, stderr_tail) = match drained {
+        Some(done) => done,
+        None => tokio::time::timeout(PIPE_GRACE, &mut pipes)
+            .await
+            .unwrap_or((false, String::new())),
+    };
+    let output = if too_large {
+        Output::TooLarge
+    } else {
+        Output::Complete(std::mem::take(
+            &mut *received.lock().unwrap_or_else(|e| e.into_inner()),
+        ))
+    };
+    let result = match status {
+        None => Err(FailureKind::Timeout(callback.timeout)),
+        Some(status) => classify(callback.role, status, output),
+    };
+    Attempt { result, stderr_tail }
+}
+
+/// A long-lived persistent callback process: one request per line in, one response per line out.
+#[derive(Debug)]
+pub struct PersistentProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    group: Option<i32>,
+    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Removed after the worker's process group is killed (fields drop after `drop`).
+    _scratch: Option<Scratch>,
+}
+
+impl PersistentProcess {
+    fn start(callback: &Callback) -> Result<PersistentProcess, FailureKind> {
+        let (mut command, scratch) = command(callback)?;
+        let mut child = command.spawn().map_err(|error| spawn_failure(callback, error))?;
+        let group = child.id().map(|pid| pid as i32);
+        live_groups().extend(group);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            kill_group(group);
+            return Err(FailureKind::Spawn {
+                program: callback.argv[0].clone(),
+                error: "no pipes to the child".into(),
+            });
+        };
+        let tail = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = tail.clone();
+        tokio::spawn(async move {
+            let mut stderr = stderr;
+            let mut buffer = vec![0u8; 8 << 10];
+            while let Ok(n @ 1..) = stderr.read(&mut buffer).await {
+                let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                tail.extend_from_slice(&buffer[..n]);
+                if tail.len() > 2 * STDERR_TAIL_BYTES {
+                    let excess = tail.len() - STDERR_TAIL_BYTES;
+                    tail.drain(..excess);
+                }
+            }
+        });
+        Ok(PersistentProcess {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            group,
+            stderr: tail,
+            _scratch: scratch,
+        })
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        String::from_utf8_lossy(&tail[start..]).into_owned()
+    }
+}
+
+impl Drop for PersistentProcess {
+    fn drop(&mut self) {
+        kill_group(self.group);
+        let _ = self.child.start_kill();
+        live_groups().retain(|g| Some(*g) != self.group);
+    }
+}
+
+/// Reads one line (without its newline), failing on EOF or when it grows past `limit`.
+async fn read_line_limited(
+    reader: &mut BufReader<ChildStdout>,
+    limit: usize,
+) -> Result<Vec<u8>, FailureKind> {
+    let mut line = Vec::new();
+    loop {
+        let buffer = reader
+            .fill_buf()
+            .await
+            .map_err(|error| FailureKind::WorkerDied(error.to_string()))?;
+        if buffer.is_empty() {
+            return Err(FailureKind::WorkerDied("its stdout closed".into()));
+        }
+        let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(end) => (&buffer[..end], Some(end + 1)),
+            None => (buffer, None),
+        };
+        if line.len() + chunk.len() > limit {
+            return Err(FailureKind::TooLarge(limit));
+        }
+        line.extend_from_slice(chunk);
+        let consumed = done.unwrap_or(buffer.len());
+        reader.consume(consumed);
+        if done.is_some() {
+            return Ok(line);
+        }
+    }
+}
+
+/// The process groups of calls in flight, so an interrupted run can end them all.
+static LIVE_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Kills every callback process group still running (on Ctrl-C).
+pub fn kill_all() {
+    for group in live_groups().drain(..) {
+        kill_group(Some(group));
+    }
+}
+
+/// Sends SIGKILL to a whole process group; a group that is already gone is fine.
+fn kill_group(group: Option<i32>) {
+    if let Some(group) = group.filter(|g| *g > 0) {
+        // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+enum Output {
+    Complete(Vec<u8>),
+    TooLarge,
+}
+
+/// Reads a pipe into `into` until it closes; true when it grew past `limit` (the process
+/// group is then killed, so a flood stops at once).
+async fn read_limited(
+    mut pipe: impl AsyncRead + Unpin,
+    limit: usize,
+    group: Option<i32>,
+    into: Arc<std::sync::Mutex<Vec<u8>>>,
+) -> bool {
+    let mut buffer = [0u8; 8 << 10];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                let mut received = into.lock().unwrap_or_else(|e| e.into_inner());
+                if received.len() + n > limit {
+                    kill_group(group);
+                    received.clear();
+                    return true;
+                }
+                received.extend_from_slice(&buffer[..n]);
+            }
+        }
+    }
+}
+
+async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize) -> String {
+    let mut tail = Vec::new();
+    let mut buffer = [0u8; 4 << 10];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.extend_from_slice(&buffer[..n]);
+                if tail.len() > 2 * keep {
+                    tail.drain(..tail.len() - keep);
+                }
+            }
+        }
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+fn classify(role: Role, status: std::process::ExitStatus, output: Output) -> Result<Value, FailureKind> {
+    use std::os::unix::process::ExitStatusExt;
+    let bytes = match output {
+        Output::TooLarge => return Err(FailureKind::TooLarge(MAX_RESPONSE_BYTES)),
+        Output::Complete(bytes) => bytes,
+    };
+    let parsed = parse_response(&bytes);
+    match status.code() {
+        None => Err(FailureKind::Signal(status.signal().unwrap_or(0))),
+        Some(code) => {
+            // A callback that explains itself is believed, whatever its status.
+            if let Ok(response) = &parsed
+                && let Some(error) = reported_error(response, code)
+            {
+                return Err(error);
+            }
+            if code != 0 {
+                return Err(FailureKind::Exit(code));
+            }
+            let response = parsed?;
+            check_response(role, &response)?;
+            Ok(response)
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Files written whole or not at all: a temporary file beside the target, renamed into place,
+//! so a reader (another gacc, a node of the cluster, a user's script) sees nothing or everything.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, io};
+
+/// The temporary file a write goes through: hidden beside its target, named by this process.
+fn temporary(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Writes a file whole.
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_with(path, |out| out.write_all(bytes))
+}
+
+/// Writes a file whole, streamed through a buffer.
+pub fn write_with(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<(), Error> {
+    let temp = temporary(path);
+    let written = (|| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&temp)?);
+        body(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map_err(io(path))
+}
+
+/// Writes a file whole and on disk before it appears (its folder made first): for files
+/// another machine reads, where a crash must leave nothing half written.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let temp = temporary(path);
+    let mut file = std::fs::File::create(&temp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path)
+}
+
+/// Writes rows as JSON Lines, one object a line.
+pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
+    write_with(path, |out| {
+        for row in rows {
+            serde_json::to_writer(&mut *out, row)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+}
+
+/// Pretty JSON with a final newline, as every JSON file of a run folder is written.
+pub fn pretty(value: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_replaces_the_file_whole_and_leaves_no_temporary() {
+        let folder = std::env::temp_dir().join(format!("gacc-files-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let path = folder.join("report.json");
+        write(&path, b"old").unwrap();
+        write_json_lines(&path, &[1, 2]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n2\n");
+        write_durably(&folder.join("calls/ab/x.json"), b"{}").unwrap();
+        let failed = write_with(&path, |_| Err(std::io::Error::other("disk full")));
+        assert!(failed.unwrap_err().to_string().contains("report.json: disk full"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "1\n2\n",
+            "a failed write keeps the old file"
+        );
+        let names: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains("tmp")), "{names:?}");
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
+}

@@ -1,0 +1,49 @@
+//! The SPEC's nouns and constants (§1, §3): what every stage speaks of. Imports only leaves.
+
+pub mod role;
+pub mod values;
+
+pub use role::{Role, Stage};
+pub use values::{Condition, Mode, Ratio, Timeout, TruncationMode};
+
+/// The protocol every request names, and `GACC_PROTOCOL` in every callback's environment.
+pub const PROTOCOL: &str = "gacc/1";
+/// The largest response a callback may write to stdout.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// How much of a callback's stderr is kept for messages and the trace.
+pub const STDERR_TAIL_BYTES: usize = 8 << 10;
+/// The exit status a callback uses to ask for a retry (BSD `EX_TEMPFAIL`).
+pub const EXIT_TEMPFAIL: i32 = 75;
+/// The variables a callback inherits, besides those its manifest lists (SPEC §3).
+pub const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"];
+
+/// The process of a callback of `role` (SPEC §3): `line` run in `cwd`, its environment cleared
+/// but for `KEPT_VARIABLES`, `passed` (the manifest's `env`), `GACC_PROTOCOL` and `GACC_ROLE`;
+/// its three pipes to gacc; its own process group, so a timeout can end all it started.
+/// Callback processes and external tokenizers both start this way.
+pub fn callback_command<'a>(
+    line: &[std::ffi::OsString],
+    cwd: &std::path::Path,
+    role: &str,
+    passed: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut command = std::process::Command::new(&line[0]);
+    command
+        .args(&line[1..])
+        .current_dir(cwd)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for name in KEPT_VARIABLES {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command.envs(passed);
+    command.env("GACC_PROTOCOL", PROTOCOL).env("GACC_ROLE", role);
+    command
+}

@@ -1,0 +1,83 @@
+//! The roles a callback plays and the stages of a job (SPEC §3, §5).
+
+use std::fmt;
+
+/// The roles a callback can play (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Compressor,
+    Reader,
+    Judge,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Compressor => "compressor",
+            Role::Reader => "reader",
+            Role::Judge => "judge",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The stages of the job graph, one per role: a memory is compressed, then each of its
+/// questions is read and judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    Compress,
+    Read,
+    Judge,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 3] = [Stage::Compress, Stage::Read, Stage::Judge];
+
+    /// The name the plan, the trace and the failure rows use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Compress => "compress",
+            Stage::Read => "read",
+            Stage::Judge => "judge",
+        }
+    }
+
+    /// The role whose callback makes this stage's calls.
+    pub fn role(self) -> Role {
+        match self {
+            Stage::Compress => Role::Compressor,
+            Stage::Read => Role::Reader,
+            Stage::Judge => Role::Judge,
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|stage| stage.as_str() == name)
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_and_roles_correspond() {
+        for stage in Stage::ALL {
+            assert_eq!(Stage::parse(stage.as_str()), Some(stage));
+        }
+        assert_eq!(Stage::Read.role(), Role::Reader);
+        assert_eq!(Stage::parse("reader"), None);
+    }
+}
