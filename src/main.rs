@@ -1,15 +1,12 @@
-//! The `gacc` command line: parses arguments, calls the library, maps errors to exit statuses
-//! (0 success, 1 a run with failed jobs, 2 bad input).
+//! The `gacc` command line: parses arguments, calls one command of `gacc::app`, and maps how it
+//! ended to an exit status (0 success, 1 failed jobs, 2 bad input, 130 interrupted).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
 
-use gacc::app::run::{self, RunOptions};
+use gacc::app::{self, Ended, Format, RunOptions};
 use gacc::error::Error;
 
 // A million small allocations across worker threads fragment glibc's arenas (measured: a
@@ -171,6 +168,11 @@ enum DiffFormat {
     Json,
 }
 
+/// `--json` or not.
+fn format(json: bool) -> Format {
+    if json { Format::Json } else { Format::Text }
+}
+
 #[derive(Subcommand)]
 enum CacheCommand {
     /// Entries per kind, segments and bytes.
@@ -199,43 +201,22 @@ enum DatasetCommand {
 fn main() -> ExitCode {
     // A sandboxed callback's first step, before anything else (no parsing, no tracing).
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args
-        .get(1)
-        .is_some_and(|a| a == gacc::exec::sandbox::SANDBOX_EXEC)
-    {
-        return ExitCode::from(gacc::exec::sandbox::exec(&args[2..]));
+    if args.get(1).is_some_and(|a| a == app::SANDBOX_EXEC) {
+        return ExitCode::from(app::sandbox_exec(&args[2..]));
     }
     let cli = Cli::parse();
-    if let Command::Callback { name } = &cli.command {
-        let Some(name) = name else {
-            let mut list = String::new();
-            for (name, role, summary) in gacc::builtin::catalogue() {
-                list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
-            }
-            list.push_str(&format!(
-                "{:<18} {:<11} the embedded tokenizer\n",
-                gacc::builtin::TOKENIZER,
-                "tokenizer"
-            ));
-            emit(&list);
-            return ExitCode::SUCCESS;
-        };
-        return ExitCode::from(gacc::builtin::serve(name).clamp(0, 255) as u8);
+    match cli.command {
+        Command::Callback { name } => ExitCode::from(app::callback(name.as_deref())),
+        Command::Worker { batch, task } => ExitCode::from(app::worker(&batch, task)),
+        command => {
+            app::init_tracing(cli.verbose, cli.quiet);
+            exit_status(dispatch(command, cli.quiet))
+        }
     }
-    if let Command::Worker { batch, task } = &cli.command {
-        return match gacc::exec::slurm::work(batch, *task) {
-            Ok(made) => {
-                eprintln!("gacc worker: {made} call(s) made");
-                ExitCode::SUCCESS
-            }
-            Err(message) => {
-                eprintln!("gacc worker: {}: {message}", batch.display());
-                ExitCode::FAILURE
-            }
-        };
-    }
-    init_tracing(cli.verbose, cli.quiet);
-    let result = match cli.command {
+}
+
+fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
+    match command {
         Command::Run {
             manifest,
             sets,
@@ -245,7 +226,7 @@ fn main() -> ExitCode {
             keep_going: _,
             require_sandbox,
             executor,
-        } => run::run(&RunOptions {
+        } => app::run(&RunOptions {
             manifest,
             sets: sets
                 .into_iter()
@@ -253,84 +234,19 @@ fn main() -> ExitCode {
                 .collect(),
             out,
             templates,
-            quiet: cli.quiet,
+            quiet,
             fail_fast,
             require_sandbox,
-        })
-        .map(|finished| {
-            if !cli.quiet {
-                eprintln!("{}", finished.summary);
-            }
-            println!("{}", finished.folder.display());
-            if finished.failures + finished.cancelled > 0 {
-                eprintln!(
-                    "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",
-                    finished.failures
-                );
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
         }),
-        Command::Plan { manifest, sets, json } => run::plan_status(&manifest, &sets).map(|status| {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&status).unwrap_or_default());
-            } else {
-                println!("{:<10} {:>8} {:>8} {:>8}", "stage", "jobs", "cached", "to run");
-                for stage in ["compress", "read", "judge"] {
-                    let s = status.get(stage).cloned().unwrap_or_default();
-                    println!("{:<10} {:>8} {:>8} {:>8}", stage, s.jobs, s.cached + s.skipped, s.jobs - s.cached - s.skipped);
-                }
-            }
-            ExitCode::SUCCESS
-        }),
-        Command::Validate { manifest, sets } => run::validate(&manifest, &sets).map(|summary| {
-            println!("{summary}");
-            ExitCode::SUCCESS
-        }),
-        Command::Report { run_dir, template } => gacc::report::rerender(&run_dir, template.as_deref()).map(|rendered| {
-            if let Some(text) = rendered {
-                emit(&text);
-            }
-            ExitCode::SUCCESS
-        }),
+        Command::Plan { manifest, sets, json } => app::plan(&manifest, &sets, format(json)),
+        Command::Validate { manifest, sets } => app::validate(&manifest, &sets),
+        Command::Report { run_dir, template } => app::report(&run_dir, template.as_deref()),
         Command::Dataset {
             command: DatasetCommand::Stats { path, json },
-        } => run::dataset_stats(&path).map(|(shown, stats)| {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
-            } else {
-                let line = |name: &str, s: &gacc::inputs::dataset::Summary| {
-                    println!("{name:<20} min {:>6}  median {:>8}  max {:>6}  total {:>8}", s.min, s.median, s.max, s.total)
-                };
-                println!("{shown}: {} sources, {} goals, {} questions", stats.sources, stats.goals, stats.questions);
-                line("tokens per source", &stats.tokens);
-                line("goals per source", &stats.goals_per_source);
-                line("questions per goal", &stats.questions_per_goal);
-            }
-            ExitCode::SUCCESS
-        }),
+        } => app::dataset_stats(&path, format(json)),
         Command::Cache {
             command: CacheCommand::Stats { path, json },
-        } => gacc::store::cache::Cache::stats(&path)
-            .map_err(|error| Error::Io {
-                path: path.clone(),
-                message: error.to_string(),
-            })
-            .map(|stats| {
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
-                } else {
-                    println!("{}: {} segments, {} bytes", path.display(), stats.segments, stats.bytes);
-                    for (kind, count) in &stats.entries {
-                        println!("  {kind:<12} {count:>10} entries");
-                    }
-                    if stats.torn_lines > 0 {
-                        println!("  {} torn lines (from interrupted writes; ignored)", stats.torn_lines);
-                    }
-                }
-                ExitCode::SUCCESS
-            }),
+        } => app::cache_stats(&path, format(json)),
         Command::Bench {
             folder,
             sources,
@@ -341,7 +257,7 @@ fn main() -> ExitCode {
             concurrency,
             spawns,
         } => {
-            let shape = gacc::app::bench::Shape {
+            let shape = app::bench::Shape {
                 sources,
                 goals,
                 questions,
@@ -350,34 +266,20 @@ fn main() -> ExitCode {
                 concurrency,
                 ..Default::default()
             };
-            gacc::app::bench::bench(&folder, &shape, spawns).map(|measurements| {
-                for m in &measurements {
-                    println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
-                }
-                let json = serde_json::to_string_pretty(&measurements).unwrap_or_default();
-                let _ = std::fs::write(folder.join("bench.json"), json + "\n");
-                ExitCode::SUCCESS
-            })
+            app::bench(&folder, &shape, spawns)
         }
         Command::Diff {
             run_a,
             run_b,
             format,
             fail_on_regression,
-        } => gacc::review::diff::diff(&run_a, &run_b).map(|diff| {
-            match format {
-                DiffFormat::Json => emit(&(serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n")),
-                DiffFormat::Markdown => {
-                    emit(&gacc::review::diff::render(&diff, std::io::IsTerminal::is_terminal(&std::io::stdout())))
-                }
-            }
-            if fail_on_regression && diff.regressions > 0 {
-                eprintln!("{} cell(s) regressed", diff.regressions);
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }),
+        } => {
+            let format = match format {
+                DiffFormat::Markdown => Format::Text,
+                DiffFormat::Json => Format::Json,
+            };
+            app::diff(&run_a, &run_b, format, fail_on_regression)
+        }
         Command::Trace {
             run_dir,
             stage,
@@ -385,65 +287,32 @@ fn main() -> ExitCode {
             job,
             format,
         } => {
-            let filter = gacc::review::trace::Filter { stage, callback, job };
-            gacc::review::trace::review(&run_dir, &filter).map(|review| {
-                match format {
-                    TraceFormat::Json => emit(&(serde_json::to_string_pretty(&review).unwrap_or_default() + "\n")),
-                    TraceFormat::Text => emit(&gacc::review::trace::render(&review, &filter)),
-                }
-                ExitCode::SUCCESS
-            })
+            let format = match format {
+                TraceFormat::Text => Format::Text,
+                TraceFormat::Json => Format::Json,
+            };
+            app::trace(&run_dir, &app::trace_filter(stage, callback, job), format)
         }
-        Command::Callback { .. } | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
-    };
-    result.unwrap_or_else(|error| match &error {
-        Error::Invalid(invalid) => {
+        Command::Callback { .. } | Command::Worker { .. } => Ok(Ended::Success),
+    }
+}
+
+/// The exit status of how a command ended, with the error's message on stderr.
+fn exit_status(result: Result<Ended, Error>) -> ExitCode {
+    match result {
+        Ok(Ended::Success) => ExitCode::SUCCESS,
+        Ok(Ended::Failed) => ExitCode::from(1),
+        Err(Error::Invalid(invalid)) => {
             eprint!("error: {invalid}");
             ExitCode::from(2)
         }
-        Error::Io { .. } => {
+        Err(error @ Error::Io { .. }) => {
             eprintln!("error: {error}");
             ExitCode::from(2)
         }
-        Error::Interrupted { .. } => {
+        Err(error @ Error::Interrupted { .. }) => {
             eprintln!("\n{error}");
             ExitCode::from(130)
         }
-    })
-}
-
-/// Writes to stdout; a reader that went away (`| head`) is not an error.
-fn emit(text: &str) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush());
-}
-
-fn init_tracing(verbose: u8, quiet: bool) {
-    let level = match (quiet, verbose) {
-        (true, _) => "error",
-        (false, 0) => "error",
-        (false, 1) => "gacc=warn,error",
-        (false, 2) => "gacc=info,warn",
-        (false, _) => "gacc=debug,info",
-    };
-    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let trace = tracing_subscriber::fmt::layer()
-        .json()
-        .flatten_event(true)
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_target(false)
-        .with_writer(gacc::trace::TraceSink)
-        // Finished jobs reach the trace file directly (gacc::trace::job_finished).
-        .with_filter(EnvFilter::new(format!(
-            "gacc=debug,{}=off",
-            gacc::trace::JOB_TARGET
-        )));
-    let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .with_filter(terminal);
-    let _ = tracing_subscriber::registry().with(trace).with(stderr).try_init();
+    }
 }

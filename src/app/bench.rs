@@ -73,7 +73,7 @@ pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurem
     ));
 
     let started = Instant::now();
-    let prepared = run::prepare(&manifest, &[])?;
+    let prepared = crate::app::prepare::prepare(&manifest, &[])?;
     let stages = json!({"compress": prepared.plan.memories.len(), "read": prepared.plan.question_jobs(),
         "judge": prepared.plan.question_jobs()});
     drop(prepared);

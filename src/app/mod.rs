@@ -1,4 +1,161 @@
-//! The commands, each over the stages below: what `main` calls.
+//! The commands, one function each over the stages below: what `main` calls. Each prints what
+//! its command prints and says how it ended; errors are `Error`, which `main` turns into a
+//! message and an exit status.
 
 pub mod bench;
+pub(crate) mod prepare;
+mod report;
 pub mod run;
+mod status;
+mod terminal;
+
+use std::path::Path;
+
+use crate::error::{Error, io};
+pub use crate::exec::sandbox::SANDBOX_EXEC;
+use crate::review::trace::Filter;
+pub use run::RunOptions;
+pub use terminal::init_tracing;
+
+/// How a command that did its work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Exit status 0.
+    Success,
+    /// Exit status 1: a run finished with failed jobs, or `diff --fail-on-regression` found one.
+    Failed,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// `gacc run`: prints the summary on stderr (unless quiet) and the run folder on stdout.
+pub fn run(options: &RunOptions) -> Result<Ended, Error> {
+    let finished = run::run(options)?;
+    if !options.quiet {
+        eprintln!("{}", finished.summary);
+    }
+    println!("{}", finished.folder.display());
+    if finished.failures + finished.cancelled > 0 {
+        eprintln!(
+            "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",
+            finished.failures
+        );
+        return Ok(Ended::Failed);
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc plan`: jobs per stage and how many the cache answers.
+pub fn plan(manifest: &Path, sets: &[String], format: Format) -> Result<Ended, Error> {
+    let status = status::plan_status(manifest, sets)?;
+    terminal::print_plan(&status, format);
+    Ok(Ended::Success)
+}
+
+/// `gacc validate`.
+pub fn validate(manifest: &Path, sets: &[String]) -> Result<Ended, Error> {
+    println!("{}", status::validate(manifest, sets)?);
+    Ok(Ended::Success)
+}
+
+/// `gacc report RUN_DIR`: rewrites a run's views, or renders `template` to stdout.
+pub fn report(folder: &Path, template: Option<&Path>) -> Result<Ended, Error> {
+    if let Some(text) = report::rerender(folder, template)? {
+        terminal::emit(&text);
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc dataset stats`.
+pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
+    let (shown, stats) = status::dataset_stats(path)?;
+    terminal::print_dataset_stats(&shown, &stats, format);
+    Ok(Ended::Success)
+}
+
+/// `gacc cache stats`.
+pub fn cache_stats(path: &Path, format: Format) -> Result<Ended, Error> {
+    let stats = crate::store::cache::Cache::stats(path).map_err(io(path))?;
+    terminal::print_cache_stats(path, &stats, format);
+    Ok(Ended::Success)
+}
+
+/// `gacc bench`: prints each measurement and writes them to `bench.json` in `folder`.
+pub fn bench(folder: &Path, shape: &bench::Shape, spawns: usize) -> Result<Ended, Error> {
+    let measurements = bench::bench(folder, shape, spawns)?;
+    for m in &measurements {
+        println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
+    }
+    crate::files::write(
+        &folder.join("bench.json"),
+        crate::files::pretty(&measurements).as_bytes(),
+    )?;
+    Ok(Ended::Success)
+}
+
+/// `gacc diff A B`.
+pub fn diff(a: &Path, b: &Path, format: Format, fail_on_regression: bool) -> Result<Ended, Error> {
+    let diff = crate::review::diff::diff(a, b)?;
+    match format {
+        Format::Json => terminal::emit(&crate::files::pretty(&diff)),
+        Format::Text => terminal::emit(&crate::review::diff::render(
+            &diff,
+            std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        )),
+    }
+    if fail_on_regression && diff.regressions > 0 {
+        eprintln!("{} cell(s) regressed", diff.regressions);
+        return Ok(Ended::Failed);
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc trace RUN_DIR`.
+pub fn trace(folder: &Path, filter: &Filter, format: Format) -> Result<Ended, Error> {
+    let review = crate::review::trace::review(folder, filter)?;
+    match format {
+        Format::Json => terminal::emit(&crate::files::pretty(&review)),
+        Format::Text => terminal::emit(&crate::review::trace::render(&review, filter)),
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc callback [NAME]`: serves a built-in over stdin/stdout, or lists them; the exit status.
+pub fn callback(name: Option<&str>) -> u8 {
+    match name {
+        Some(name) => crate::builtin::serve(name).clamp(0, 255) as u8,
+        None => {
+            terminal::print_builtins();
+            0
+        }
+    }
+}
+
+/// `gacc worker BATCH`: the calls of one Slurm array task; the exit status.
+pub fn worker(batch: &Path, task: Option<usize>) -> u8 {
+    match crate::exec::slurm::task::work(batch, task) {
+        Ok(made) => {
+            eprintln!("gacc worker: {made} call(s) made");
+            0
+        }
+        Err(message) => {
+            eprintln!("gacc worker: {}: {message}", batch.display());
+            1
+        }
+    }
+}
+
+/// `gacc sandbox-exec …`: a sandboxed callback's first step; the exit status if it returns.
+pub fn sandbox_exec(args: &[std::ffi::OsString]) -> u8 {
+    crate::exec::sandbox::exec(args)
+}
+
+/// The trace review's filter, built from the command line.
+pub fn trace_filter(stage: Option<String>, callback: Option<String>, job: Option<String>) -> Filter {
+    Filter { stage, callback, job }
+}

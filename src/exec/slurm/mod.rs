@@ -20,25 +20,24 @@
 //! Slurm still runs is waited for instead of being submitted again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, oneshot};
 
 use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
-use crate::exec::process::Process;
 use crate::exec::sandbox::Policy;
+use crate::files::write_durably;
+
+pub mod task;
 use crate::inputs::manifest::{SlurmResources, SlurmSpec};
-use crate::protocol::Mode;
 use crate::protocol::Role;
 use crate::protocol::STDERR_TAIL_BYTES;
 
 /// The environment variable Slurm sets to an array task's index.
-const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 /// How many polls a submitted task may be missing from `squeue` before it counts as gone.
 const MISSES_BEFORE_GONE: u32 = 3;
 /// How long one `sbatch`, `squeue` or `scancel` may take.
@@ -150,31 +149,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The files of one call in the work folder.
-struct CallFiles {
-    request: PathBuf,
-    response: PathBuf,
-    task: PathBuf,
+pub(super) struct CallFiles {
+    pub(super) request: PathBuf,
+    pub(super) response: PathBuf,
+    pub(super) task: PathBuf,
 }
 
-fn call_files(calls: &Path, key: &str) -> CallFiles {
+pub(super) fn call_files(calls: &Path, key: &str) -> CallFiles {
     let folder = calls.join(&key[..2]);
     CallFiles {
         request: folder.join(format!("{key}.request.json")),
         response: folder.join(format!("{key}.response.json")),
         task: folder.join(format!("{key}.task")),
     }
-}
-
-/// Writes a file whole or not at all: a reader on any node sees nothing or everything.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
 }
 
 /// The last `STDERR_TAIL_BYTES` of a file, or nothing.
@@ -185,7 +172,7 @@ fn tail_of(path: &Path) -> String {
 }
 
 /// What a task writes for one call: the answer, or why there is none.
-fn response_file(attempt: &Attempt) -> Value {
+pub(super) fn response_file(attempt: &Attempt) -> Value {
     match &attempt.result {
         Ok(response) => json!({"ok": response, "stderr_tail": attempt.stderr_tail}),
         Err(kind) => json!({"error": kind, "stderr_tail": attempt.stderr_tail}),
@@ -360,7 +347,7 @@ impl Slurm {
                 self.expect(key, task, reply, true, description, callback.role);
             }
             None => {
-                if let Err(error) = write_atomically(&files.request, request) {
+                if let Err(error) = write_durably(&files.request, request) {
                     return Attempt {
                         result: Err(FailureKind::Submit(format!(
                             "cannot write {}: {error}",
@@ -462,7 +449,7 @@ impl Slurm {
             .map(|job| job.trim().to_owned())
             .filter(|job| !job.is_empty());
         if let Some(job) = &found {
-            let _ = write_atomically(&self.batch_folder(batch).join("job"), job.as_bytes());
+            let _ = write_durably(&self.batch_folder(batch).join("job"), job.as_bytes());
         }
         lock(&self.state).found.insert(batch.to_owned(), found.clone());
         found
@@ -546,13 +533,13 @@ impl Slurm {
             std::fs::create_dir_all(folder.join("logs"))?;
             let parallel = self.resources(role).parallel.unwrap_or(1);
             let description = json!({"callback": **callback, "calls": self.calls(), "parallel": parallel});
-            write_atomically(&folder.join("batch.json"), description.to_string().as_bytes())?;
+            write_durably(&folder.join("batch.json"), description.to_string().as_bytes())?;
             for (index, task) in tasks.iter().enumerate() {
                 let keys: String = task.iter().map(|(key, _)| format!("{key}\n")).collect();
-                write_atomically(&folder.join("tasks").join(index.to_string()), keys.as_bytes())?;
+                write_durably(&folder.join("tasks").join(index.to_string()), keys.as_bytes())?;
                 for (key, _) in task.iter() {
                     let files = call_files(&self.calls(), key);
-                    write_atomically(&files.task, format!("{batch} {index}\n").as_bytes())?;
+                    write_durably(&files.task, format!("{batch} {index}\n").as_bytes())?;
                 }
             }
             let script = format!(
@@ -560,7 +547,7 @@ impl Slurm {
                 shell_quote(&self.gacc.to_string_lossy()),
                 shell_quote(&folder.to_string_lossy())
             );
-            write_atomically(&folder.join("job.sh"), script.as_bytes())
+            write_durably(&folder.join("job.sh"), script.as_bytes())
         })();
         let submitted = match prepared {
             Err(error) => Err(format!("cannot prepare {}: {error}", folder.display())),
@@ -581,7 +568,7 @@ impl Slurm {
             }
         };
         tracing::info!(callback = %callback["name"], job, tasks = tasks.len(), calls = calls.len(), "array submitted");
-        let _ = write_atomically(&folder.join("job"), job.as_bytes());
+        let _ = write_durably(&folder.join("job"), job.as_bytes());
         lock(&LIVE_JOBS).insert(job.clone());
         lock(&self.state).batches.insert(batch.clone());
         let per_task = self.spec.calls_per_task;
@@ -763,134 +750,6 @@ fn job_name(batch: &str) -> String {
 
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
-}
-
-/// `gacc worker BATCH_DIR`: makes the calls of one array task (its index from `--task` or
-/// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
-pub fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
-    let index = match task {
-        Some(index) => index,
-        None => std::env::var(TASK_VARIABLE)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("no --task and no {TASK_VARIABLE} in the environment"))?,
-    };
-    let path = batch.join("batch.json");
-    let description: Value = std::fs::read(&path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))
-        .and_then(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|error| format!("{} is not JSON: {error}", path.display()))
-        })?;
-    let calls = PathBuf::from(description["calls"].as_str().unwrap_or_default());
-    let callback = rebuild(&description["callback"])?;
-    let list = batch.join("tasks").join(index.to_string());
-    let keys =
-        std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
-    let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(parallel.min(8))
-        .enable_all()
-        .build()
-        .map_err(|error| format!("cannot start: {error}"))?;
-    let callback = Arc::new(callback);
-    let keys: Vec<String> = keys
-        .lines()
-        .map(str::trim)
-        .filter(|k| k.len() == 64)
-        .map(str::to_owned)
-        .collect();
-    runtime.block_on(async {
-        let slots = Arc::new(Semaphore::new(parallel));
-        let mut running = tokio::task::JoinSet::new();
-        for key in keys {
-            let (callback, calls_dir, slots) = (callback.clone(), calls.clone(), slots.clone());
-            running.spawn(async move {
-                let _slot = slots.acquire_owned().await;
-                make_call(&callback, &calls_dir, &key).await
-            });
-        }
-        let mut made = 0;
-        while let Some(done) = running.join_next().await {
-            match done {
-                Ok(Ok(true)) => made += 1,
-                Ok(Ok(false)) => {}
-                Ok(Err(message)) => return Err(message),
-                Err(error) => return Err(format!("a call stopped: {error}")),
-            }
-        }
-        Ok(made)
-    })
-}
-
-/// Makes one call of a task unless it was answered already (Slurm may run a task again);
-/// true when it was made.
-async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool, String> {
-    let files = call_files(calls, key);
-    if files.response.exists() {
-        return Ok(false);
-    }
-    let started = Instant::now();
-    let attempt = match std::fs::read(&files.request) {
-        Ok(request) => callback.launcher.attempt(callback, &request).await,
-        Err(error) => Attempt {
-            result: Err(FailureKind::Spawn {
-                program: "gacc worker".into(),
-                error: format!("cannot read {}: {error}", files.request.display()),
-            }),
-            stderr_tail: String::new(),
-        },
-    };
-    let outcome = match &attempt.result {
-        Ok(_) => "answered".to_owned(),
-        Err(kind) => format!("failed: {kind}"),
-    };
-    eprintln!(
-        "gacc worker: {} {key}: {outcome} in {:.2?}",
-        callback.name,
-        started.elapsed()
-    );
-    write_atomically(&files.response, response_file(&attempt).to_string().as_bytes())
-        .map_err(|error| format!("cannot write {}: {error}", files.response.display()))?;
-    Ok(true)
-}
-
-/// The callback a batch describes, with this machine's environment.
-fn rebuild(description: &Value) -> Result<Callback, String> {
-    let parse = |key: &str| -> Result<Value, String> {
-        description
-            .get(key)
-            .cloned()
-            .ok_or_else(|| format!("the batch has no callback `{key}`"))
-    };
-    let role: Role = serde_json::from_value(parse("role")?).map_err(|error| error.to_string())?;
-    let mode: Mode = serde_json::from_value(parse("mode")?).map_err(|error| error.to_string())?;
-    let argv: Vec<String> = serde_json::from_value(parse("argv")?).map_err(|error| error.to_string())?;
-    let names: Vec<String> = serde_json::from_value(parse("env")?).map_err(|error| error.to_string())?;
-    if argv.is_empty() {
-        return Err("the batch's callback has no command".into());
-    }
-    let sandbox = match description.get("sandbox") {
-        Some(Value::Null) | None => None,
-        Some(policy) => Some(Policy::rebuild(policy)?),
-    };
-    Ok(Callback {
-        name: description["name"].as_str().unwrap_or_default().to_owned(),
-        role,
-        argv,
-        cwd: PathBuf::from(description["cwd"].as_str().unwrap_or(".")),
-        env: names
-            .into_iter()
-            .filter_map(|name| std::env::var(&name).ok().map(|value| (name, value)))
-            .collect(),
-        timeout: Duration::from_millis(description["timeout_ms"].as_u64().unwrap_or(60_000)),
-        retries: 0,
-        params: Value::Null,
-        identity: Value::Null,
-        limit: Arc::new(Semaphore::new(usize::MAX >> 4)),
-        mode,
-        sandbox,
-        launcher: Arc::new(Process::default()),
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,294 @@
+//! Everything a command needs before it calls anything: the manifest and dataset checked
+//! (every problem at once), the tokenizer verified, the plan made, and the callbacks built,
+//! each in its sandbox and with its launcher.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::app::run::RunOptions;
+use crate::error::{Error, Invalid, Problem, io};
+use crate::exec::callback::Callback;
+use crate::exec::process::Process;
+use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
+use crate::exec::slurm::{Slurm, SlurmLauncher};
+use crate::hash::sha256;
+use crate::inputs::dataset::{self, Dataset};
+use crate::inputs::manifest::{self, CallbackSpec, Loaded};
+use crate::inputs::tokenizer::Tokenizer;
+use crate::plan::{self, Plan};
+use crate::protocol::Role;
+use crate::runner::Callbacks;
+use crate::store::cache::Cache;
+
+/// A manifest and dataset that passed every check, with the tokenizer and plan.
+pub struct Prepared {
+    pub loaded: Loaded,
+    pub dataset: Arc<Dataset>,
+    pub tokenizer: Arc<dyn Tokenizer>,
+    pub plan: Arc<Plan>,
+    /// The resolved manifest as TOML, and its SHA-256.
+    pub resolved: String,
+    pub resolved_sha256: String,
+    /// SHA-256 of the resolved manifest without its `[run]` table (report.json's `manifest_sha256`).
+    pub experiment_sha256: String,
+}
+
+/// Loads and checks everything a run needs, reporting every problem at once.
+pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
+    let (loaded, mut problems) = manifest::load(path, sets)?;
+    let dataset = match dataset::load(&loaded) {
+        Ok(dataset) => Some(dataset),
+        Err(found) => {
+            problems.extend(found);
+            None
+        }
+    };
+    for (key, spec) in callback_specs(&loaded) {
+        for name in &spec.env {
+            if std::env::var_os(name).is_none() {
+                problems.push(Problem {
+                    place: format!("{}: key `{key}.env`", loaded.path.display()),
+                    message: format!("variable `{name}` is listed but not set in the environment"),
+                });
+            }
+        }
+    }
+    // The run folders' place is known only to `run`, which checks them too.
+    let protected = Protected::of(&loaded, &cache_root(&loaded), None);
+    problems.extend(sandbox_problems(&loaded, &protected));
+    let (Some(dataset), true) = (dataset, problems.is_empty()) else {
+        return Err(Invalid(problems).into());
+    };
+    let tokenizer = crate::inputs::tokenizer::open(&loaded.manifest.tokenizer, &loaded.folder)
+        .map_err(|message| Invalid::one(format!("{}: key `tokenizer`", loaded.path.display()), message))?;
+    let plan = plan::plan(&loaded, &dataset, tokenizer.as_ref())?;
+    let resolved = toml::to_string(&loaded.manifest).map_err(|error| {
+        Invalid::one(
+            loaded.path.display().to_string(),
+            format!("cannot write the resolved manifest: {error}"),
+        )
+    })?;
+    let resolved_sha256 = sha256(&resolved);
+    // What was run, not how: the same experiment run locally or on Slurm, with any
+    // concurrency or cache place, has one identity and one report.json.
+    let experiment = manifest::Manifest {
+        run: manifest::RunSpec::default(),
+        ..loaded.manifest.clone()
+    };
+    let experiment_sha256 = sha256(toml::to_string(&experiment).unwrap_or_default());
+    Ok(Prepared {
+        loaded,
+        dataset: Arc::new(dataset),
+        tokenizer,
+        plan: Arc::new(plan),
+        resolved,
+        resolved_sha256,
+        experiment_sha256,
+    })
+}
+
+fn callback_specs(loaded: &Loaded) -> Vec<(String, &CallbackSpec)> {
+    let manifest = &loaded.manifest;
+    manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (format!("compressors.{name}"), spec))
+        .chain([
+            ("reader".to_owned(), &manifest.reader),
+            ("judge".to_owned(), &manifest.judge),
+        ])
+        .collect()
+}
+
+/// Every callback of a manifest: its key, role and settings.
+fn callbacks_with_roles(loaded: &Loaded) -> Vec<(String, Role, &CallbackSpec)> {
+    let manifest = &loaded.manifest;
+    manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (format!("compressors.{name}"), Role::Compressor, spec))
+        .chain([
+            ("reader".to_owned(), Role::Reader, &manifest.reader),
+            ("judge".to_owned(), Role::Judge, &manifest.judge),
+        ])
+        .collect()
+}
+
+/// The command line a callback runs: a built-in through this executable, or its command
+/// with the program found.
+fn argv(loaded: &Loaded, spec: &CallbackSpec, exe: &Path) -> Vec<String> {
+    match (&spec.builtin, &spec.command) {
+        (Some(builtin), _) => vec![exe.display().to_string(), "callback".into(), builtin.clone()],
+        (None, Some(command)) if !command.is_empty() => {
+            let mut argv = command.clone();
+            if let Some(program) = manifest::find_program(&command[0], &loaded.folder) {
+                argv[0] = program.display().to_string();
+            }
+            argv
+        }
+        (None, _) => Vec::new(),
+    }
+}
+
+fn current_exe() -> Result<PathBuf, Error> {
+    std::env::current_exe().map_err(io(Path::new("gacc")))
+}
+
+/// What each sandboxed callback's settings would expose of the experiment's files.
+fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
+    let Ok(exe) = current_exe() else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for (key, role, spec) in callbacks_with_roles(loaded) {
+        if !sandbox::wanted(role, spec.sandbox.as_ref()) {
+            continue;
+        }
+        let argv = argv(loaded, spec, &exe);
+        if let Err(found) = protected.grants(
+            spec.sandbox.as_ref(),
+            &argv,
+            spec.builtin.is_some(),
+            &loaded.folder,
+        ) {
+            problems.extend(found.into_iter().map(|message| Problem {
+                place: format!("{}: key `{key}.sandbox`", loaded.path.display()),
+                message,
+            }));
+        }
+    }
+    problems
+}
+
+/// How each callback runs, by role and key.
+pub(super) type Confinements = Vec<(Role, String, Confinement)>;
+
+/// Turns the manifest's callback settings into callables, each in its sandbox, with how
+/// each one runs.
+pub(super) fn callbacks(
+    loaded: &Loaded,
+    sandboxing: &Sandboxing,
+    remote: Option<&Arc<Slurm>>,
+) -> Result<(Callbacks, Confinements), Error> {
+    let exe = current_exe()?;
+    let run_concurrency = loaded.manifest.run.concurrency;
+    let mut problems = Vec::new();
+    let mut confinements = Vec::new();
+    let mut build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
+        let argv = argv(loaded, spec, &exe);
+        let place = || format!("{}: key `{name}.sandbox`", loaded.path.display());
+        let settings = spec.sandbox.as_ref();
+        let mut grants = sandbox::Grants::default();
+        if sandbox::wanted(role, settings) {
+            match sandboxing
+                .protected()
+                .grants(settings, &argv, spec.builtin.is_some(), &loaded.folder)
+            {
+                Ok(found) => grants = found,
+                Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                    place: place(),
+                    message,
+                })),
+            }
+        }
+        let sandbox = match sandboxing.confine(role, settings, &grants, spec.builtin.as_deref()) {
+            Ok((policy, confinement)) => {
+                confinements.push((role, name.clone(), confinement));
+                policy
+            }
+            Err(message) => {
+                problems.push(Problem {
+                    place: place(),
+                    message,
+                });
+                None
+            }
+        };
+        Callback {
+            name,
+            role,
+            argv,
+            cwd: loaded.folder.clone(),
+            env: spec
+                .env
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+                .collect(),
+            timeout: spec.timeout.0,
+            retries: spec.retries,
+            params: spec.params.clone(),
+            identity: plan::callback_identity(spec),
+            limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
+            mode: spec.mode,
+            sandbox,
+            launcher: match remote {
+                Some(slurm) => Arc::new(SlurmLauncher(slurm.clone())),
+                None => Arc::new(Process::default()),
+            },
+        }
+    };
+    let manifest = &loaded.manifest;
+    let callbacks = Callbacks {
+        compressors: manifest
+            .compressors
+            .iter()
+            .map(|(name, spec)| {
+                (
+                    name.clone(),
+                    build(format!("compressors.{name}"), Role::Compressor, spec),
+                )
+            })
+            .collect(),
+        reader: build("reader".into(), Role::Reader, &manifest.reader),
+        judge: build("judge".into(), Role::Judge, &manifest.judge),
+    };
+    if problems.is_empty() {
+        Ok((callbacks, confinements))
+    } else {
+        Err(Invalid(problems).into())
+    }
+}
+
+/// The Slurm executor when the manifest asks for it, its commands checked.
+pub(super) fn slurm_executor(loaded: &Loaded) -> Result<Option<Arc<Slurm>>, Error> {
+    if loaded.manifest.run.executor != manifest::ExecutorKind::Slurm {
+        return Ok(None);
+    }
+    let spec = loaded.manifest.run.slurm.clone().unwrap_or_default();
+    let work = loaded.slurm_work_dir().unwrap_or_default();
+    let place = format!("{}: key `run.executor`", loaded.path.display());
+    Slurm::new(spec, work)
+        .map(|slurm| Some(Arc::new(slurm)))
+        .map_err(|message| Invalid::one(place, message).into())
+}
+
+pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {
+    match &loaded.manifest.run.cache {
+        Some(path) => loaded.resolve(path),
+        None => PathBuf::from(".gacc/cache"),
+    }
+}
+
+/// Starts reading an existing cache on a thread of its own (a re-run's cache is large) while
+/// the dataset is loaded and planned; nothing is opened for a manifest with problems.
+pub(super) fn open_cache_early(
+    options: &RunOptions,
+) -> Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)> {
+    let (loaded, problems) = manifest::load(&options.manifest, &options.sets).ok()?;
+    let root = cache_root(&loaded);
+    if !problems.is_empty() || !Cache::exists(&root) {
+        return None;
+    }
+    let reading = {
+        let root = root.clone();
+        std::thread::spawn(move || Cache::open(&root))
+    };
+    Some((root, reading))
+}
+
+pub(super) fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
+    let root = cache_root(loaded);
+    Cache::open(&root).map_err(io(&root))
+}

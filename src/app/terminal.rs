@@ -1,0 +1,294 @@
+//! What a person sees on the terminal: the run's progress line and summary, and the text of
+//! every command that prints one.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::app::Format;
+use crate::app::status::StageStatus;
+use crate::inputs::dataset::{Stats, Summary};
+use crate::protocol::{Role, Stage};
+use crate::report;
+use crate::runner::{self, Progress};
+
+/// How many failures the terminal summary lists; report.md lists them all.
+const LISTED_FAILURES: usize = 10;
+
+pub(super) fn summary(
+    report: &report::Report,
+    this_run: &BTreeMap<Role, runner::CallCounts>,
+    elapsed: Duration,
+) -> String {
+    let mut out = String::new();
+    for cell in &report.cells {
+        out.push_str(&format!(
+            "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
+            cell.compressor,
+            cell.condition,
+            cell.ratio.to_string(),
+            cell.micro.mean,
+            cell.micro.std,
+            cell.macro_.mean,
+            cell.macro_.std,
+            if cell.complete { "" } else { "  (incomplete)" }
+        ));
+    }
+    let calls: Vec<String> = [Role::Compressor, Role::Reader, Role::Judge]
+        .iter()
+        .map(|role| {
+            let c = this_run.get(role).cloned().unwrap_or_default();
+            format!("{role} {} made, {} cached", c.made, c.cached + c.shared)
+        })
+        .collect();
+    out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    let i = &report.integrity;
+    out.push_str(&format!(
+        "  integrity: exposure {} · budget {} · padding {} · count errors {} · tokenizer {}\n",
+        i.exposure_violations,
+        i.budget_violations,
+        i.padding_tokens,
+        i.count_errors,
+        if report.tokenizer.identity_verified {
+            "verified"
+        } else {
+            "NOT verified"
+        }
+    ));
+    for failure in report.failures.iter().take(LISTED_FAILURES) {
+        out.push_str(&format!(
+            "  FAILED {} {} ({}{}): {}\n",
+            failure.stage,
+            failure.callback,
+            failure.source_id,
+            failure
+                .question_id
+                .as_deref()
+                .map(|q| format!(", {q}"))
+                .unwrap_or_default(),
+            failure.reason
+        ));
+        if let Some(line) = failure.stderr_tail.lines().rev().find(|l| !l.trim().is_empty()) {
+            out.push_str(&format!("         stderr: {line}\n"));
+        }
+    }
+    if report.failures.len() > LISTED_FAILURES {
+        out.push_str(&format!(
+            "  … and {} more failures (all are listed in report.md and report.json)\n",
+            report.failures.len() - LISTED_FAILURES
+        ));
+    }
+    if report.cancelled > 0 {
+        out.push_str(&format!(
+            "  {} jobs not run: --fail-fast stopped the run\n",
+            report.cancelled
+        ));
+    }
+    out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
+    out
+}
+
+pub(super) fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if quiet {
+            return;
+        }
+        let terminal = std::io::stderr().is_terminal();
+        let every = if terminal {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(10)
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            print_progress(&progress, terminal, false);
+        }
+    })
+}
+
+/// Width of the progress bar on a terminal.
+const BAR_WIDTH: usize = 24;
+
+/// One progress line: per stage done/total, cache hits and failures; calls per second and the
+/// time left. On a terminal it redraws itself with a bar; elsewhere it is a plain line.
+pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
+    let (mut finished, mut total, mut made) = (0, 0, 0);
+    let stages: Vec<String> = [
+        ("compress", Role::Compressor),
+        ("read", Role::Reader),
+        ("judge", Role::Judge),
+    ]
+    .iter()
+    .map(|(name, role)| {
+        let s = progress.stage(*role);
+        let (done, failed, cached) = (
+            s.done.load(Ordering::Relaxed),
+            s.failed.load(Ordering::Relaxed),
+            s.cached.load(Ordering::Relaxed),
+        );
+        let stage_total = s.total.load(Ordering::Relaxed);
+        finished += done + failed;
+        total += stage_total;
+        made += done.saturating_sub(cached);
+        let failed = if failed > 0 {
+            format!(", {failed} failed")
+        } else {
+            String::new()
+        };
+        format!(
+            "{name} {}/{stage_total} ({cached} cached{failed})",
+            done + s.failed.load(Ordering::Relaxed)
+        )
+    })
+    .collect();
+    let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);
+    let rate = made as f64 / seconds;
+    let left = total.saturating_sub(finished);
+    let eta = if finished == 0 || left == 0 {
+        String::new()
+    } else {
+        let remaining = (left as f64 * seconds / finished as f64) as u64;
+        format!(
+            " · ETA {}:{:02}:{:02}",
+            remaining / 3600,
+            remaining / 60 % 60,
+            remaining % 60
+        )
+    };
+    let line = format!("{} · {rate:.1} calls/s{eta}", stages.join(" · "));
+    let mut stderr = std::io::stderr().lock();
+    let _ = if terminal {
+        let filled = (BAR_WIDTH * finished).checked_div(total).unwrap_or(BAR_WIDTH);
+        let bar = format!("[{}{}]", "#".repeat(filled), ".".repeat(BAR_WIDTH - filled));
+        write!(stderr, "\r\x1b[K{bar} {line}{}", if last { "\n" } else { "" })
+    } else {
+        writeln!(stderr, "{line}")
+    };
+    let _ = stderr.flush();
+}
+
+/// Writes to stdout; a reader that went away (`| head`) is not an error.
+pub(super) fn emit(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush());
+}
+
+/// `gacc plan`'s table (or JSON): jobs, cached and to run, per stage.
+pub(super) fn print_plan(status: &BTreeMap<&'static str, StageStatus>, format: Format) {
+    if format == Format::Json {
+        emit(&crate::files::pretty(status));
+        return;
+    }
+    let mut text = format!("{:<10} {:>8} {:>8} {:>8}\n", "stage", "jobs", "cached", "to run");
+    for stage in Stage::ALL {
+        let s = status.get(stage.as_str()).cloned().unwrap_or_default();
+        let answered = s.cached + s.skipped;
+        text.push_str(&format!(
+            "{:<10} {:>8} {:>8} {:>8}\n",
+            stage.as_str(),
+            s.jobs,
+            answered,
+            s.jobs - answered
+        ));
+    }
+    emit(&text);
+}
+
+/// `gacc dataset stats`.
+pub(super) fn print_dataset_stats(shown: &str, stats: &Stats, format: Format) {
+    if format == Format::Json {
+        emit(&crate::files::pretty(stats));
+        return;
+    }
+    let line = |name: &str, s: &Summary| {
+        format!(
+            "{name:<20} min {:>6}  median {:>8}  max {:>6}  total {:>8}\n",
+            s.min, s.median, s.max, s.total
+        )
+    };
+    emit(&format!(
+        "{shown}: {} sources, {} goals, {} questions\n{}{}{}",
+        stats.sources,
+        stats.goals,
+        stats.questions,
+        line("tokens per source", &stats.tokens),
+        line("goals per source", &stats.goals_per_source),
+        line("questions per goal", &stats.questions_per_goal),
+    ));
+}
+
+/// `gacc cache stats`.
+pub(super) fn print_cache_stats(path: &Path, stats: &crate::store::cache::Stats, format: Format) {
+    if format == Format::Json {
+        emit(&crate::files::pretty(stats));
+        return;
+    }
+    let mut text = format!(
+        "{}: {} segments, {} bytes\n",
+        path.display(),
+        stats.segments,
+        stats.bytes
+    );
+    for (kind, count) in &stats.entries {
+        text.push_str(&format!("  {kind:<12} {count:>10} entries\n"));
+    }
+    if stats.torn_lines > 0 {
+        text.push_str(&format!(
+            "  {} torn lines (from interrupted writes; ignored)\n",
+            stats.torn_lines
+        ));
+    }
+    emit(&text);
+}
+
+/// `gacc callback` with no name: every built-in with its role and what it does.
+pub(super) fn print_builtins() {
+    let mut list = String::new();
+    for (name, role, summary) in crate::builtin::catalogue() {
+        list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
+    }
+    list.push_str(&format!(
+        "{:<18} {:<11} the embedded tokenizer\n",
+        crate::builtin::TOKENIZER,
+        "tokenizer"
+    ));
+    emit(&list);
+}
+
+/// Two sinks: the terminal (errors and the summary by default; `-v` retries and failed jobs,
+/// `-vv` every job, `-vvv` every attempt; `RUST_LOG` overrides) and the run's `trace.jsonl`
+/// (everything at debug, one JSON object per event).
+pub fn init_tracing(verbose: u8, quiet: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "error",
+        (false, 1) => "gacc=warn,error",
+        (false, 2) => "gacc=info,warn",
+        (false, _) => "gacc=debug,info",
+    };
+    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let trace = tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_target(false)
+        .with_writer(crate::trace::TraceSink)
+        // Finished jobs reach the trace file directly (trace::job_finished).
+        .with_filter(EnvFilter::new(format!(
+            "gacc=debug,{}=off",
+            crate::trace::JOB_TARGET
+        )));
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .with_filter(terminal);
+    let _ = tracing_subscriber::registry().with(trace).with(stderr).try_init();
+}

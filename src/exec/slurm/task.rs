@@ -1,0 +1,148 @@
+//! The other side of the Slurm launcher: `gacc worker BATCH`, run by each array task on a
+//! node. It rebuilds the batch's callback from its description (secrets come from the task's
+//! environment, never from a file), makes the task's calls, and writes each response whole.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::{call_files, response_file};
+use crate::exec::callback::{Attempt, Callback, FailureKind};
+use crate::exec::process::Process;
+use crate::exec::sandbox::Policy;
+use crate::files::write_durably;
+use crate::protocol::{Mode, Role};
+
+/// Where Slurm tells an array task its index.
+const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
+
+/// `gacc worker BATCH_DIR`: makes the calls of one array task (its index from `--task` or
+/// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
+pub fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
+    let index = match task {
+        Some(index) => index,
+        None => std::env::var(TASK_VARIABLE)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no --task and no {TASK_VARIABLE} in the environment"))?,
+    };
+    let path = batch.join("batch.json");
+    let description: Value = std::fs::read(&path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|error| format!("{} is not JSON: {error}", path.display()))
+        })?;
+    let calls = PathBuf::from(description["calls"].as_str().unwrap_or_default());
+    let callback = rebuild(&description["callback"])?;
+    let list = batch.join("tasks").join(index.to_string());
+    let keys =
+        std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
+    let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(parallel.min(8))
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start: {error}"))?;
+    let callback = Arc::new(callback);
+    let keys: Vec<String> = keys
+        .lines()
+        .map(str::trim)
+        .filter(|k| k.len() == 64)
+        .map(str::to_owned)
+        .collect();
+    runtime.block_on(async {
+        let slots = Arc::new(Semaphore::new(parallel));
+        let mut running = tokio::task::JoinSet::new();
+        for key in keys {
+            let (callback, calls_dir, slots) = (callback.clone(), calls.clone(), slots.clone());
+            running.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                make_call(&callback, &calls_dir, &key).await
+            });
+        }
+        let mut made = 0;
+        while let Some(done) = running.join_next().await {
+            match done {
+                Ok(Ok(true)) => made += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(message)) => return Err(message),
+                Err(error) => return Err(format!("a call stopped: {error}")),
+            }
+        }
+        Ok(made)
+    })
+}
+
+/// Makes one call of a task unless it was answered already (Slurm may run a task again);
+/// true when it was made.
+async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool, String> {
+    let files = call_files(calls, key);
+    if files.response.exists() {
+        return Ok(false);
+    }
+    let started = Instant::now();
+    let attempt = match std::fs::read(&files.request) {
+        Ok(request) => callback.launcher.attempt(callback, &request).await,
+        Err(error) => Attempt {
+            result: Err(FailureKind::Spawn {
+                program: "gacc worker".into(),
+                error: format!("cannot read {}: {error}", files.request.display()),
+            }),
+            stderr_tail: String::new(),
+        },
+    };
+    let outcome = match &attempt.result {
+        Ok(_) => "answered".to_owned(),
+        Err(kind) => format!("failed: {kind}"),
+    };
+    eprintln!(
+        "gacc worker: {} {key}: {outcome} in {:.2?}",
+        callback.name,
+        started.elapsed()
+    );
+    write_durably(&files.response, response_file(&attempt).to_string().as_bytes())
+        .map_err(|error| format!("cannot write {}: {error}", files.response.display()))?;
+    Ok(true)
+}
+
+/// The callback a batch describes, with this machine's environment.
+fn rebuild(description: &Value) -> Result<Callback, String> {
+    let parse = |key: &str| -> Result<Value, String> {
+        description
+            .get(key)
+            .cloned()
+            .ok_or_else(|| format!("the batch has no callback `{key}`"))
+    };
+    let role: Role = serde_json::from_value(parse("role")?).map_err(|error| error.to_string())?;
+    let mode: Mode = serde_json::from_value(parse("mode")?).map_err(|error| error.to_string())?;
+    let argv: Vec<String> = serde_json::from_value(parse("argv")?).map_err(|error| error.to_string())?;
+    let names: Vec<String> = serde_json::from_value(parse("env")?).map_err(|error| error.to_string())?;
+    if argv.is_empty() {
+        return Err("the batch's callback has no command".into());
+    }
+    let sandbox = match description.get("sandbox") {
+        Some(Value::Null) | None => None,
+        Some(policy) => Some(Policy::rebuild(policy)?),
+    };
+    Ok(Callback {
+        name: description["name"].as_str().unwrap_or_default().to_owned(),
+        role,
+        argv,
+        cwd: PathBuf::from(description["cwd"].as_str().unwrap_or(".")),
+        env: names
+            .into_iter()
+            .filter_map(|name| std::env::var(&name).ok().map(|value| (name, value)))
+            .collect(),
+        timeout: Duration::from_millis(description["timeout_ms"].as_u64().unwrap_or(60_000)),
+        retries: 0,
+        params: Value::Null,
+        identity: Value::Null,
+        limit: Arc::new(Semaphore::new(usize::MAX >> 4)),
+        mode,
+        sandbox,
+        launcher: Arc::new(Process::default()),
+    })
+}
