@@ -40,6 +40,7 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
         eprintln!("{}", finished.summary);
     }
     println!("{}", finished.folder.display());
+    finished.views?;
     if finished.failures + finished.cancelled > 0 {
         eprintln!(
             "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",

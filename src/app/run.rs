@@ -17,11 +17,17 @@ use crate::clock::utc_timestamp;
 use crate::error::{Error, io};
 use crate::error::{Invalid, Problem};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
-use crate::files::{pretty, write, write_json_lines, write_with};
+use crate::files::{pretty, write_json_lines, write_with};
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::report;
+use crate::report::html::{Packing, Rows};
+use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
 use crate::runner::{self, Progress};
+use crate::store::ledger::MemoryText;
+use crate::store::run_folder::{
+    DATASET, MANIFEST, MEMORIES, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
+};
 
 /// How a run is asked for on the command line.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +53,8 @@ pub struct Finished {
     /// Jobs not run because `--fail-fast` stopped the run.
     pub cancelled: usize,
     pub summary: String,
+    /// Whether every view (charts, report.html, report.md) was written.
+    pub views: Result<(), Error>,
 }
 
 /// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
@@ -58,12 +66,11 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);
-    let manifest = &prepared.loaded.manifest;
     let runs = options
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs"))
-        .join(&manifest.name);
+        .join(&prepared.loaded.manifest.name);
     sandbox::protect_self();
     let abi = sandbox::kernel_abi();
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
@@ -79,147 +86,65 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
             .map_err(io(&root))?,
         _ => cache_for(&prepared.loaded)?,
     };
-    let template_path = options
-        .templates
-        .clone()
-        .or_else(|| Some(PathBuf::from("templates")).filter(|p| p.join("report.md.j2").is_file()))
-        .map(|folder| folder.join("report.md.j2"));
-    let (template, template_name) = report::load_template(template_path.as_deref())
-        .map_err(|message| Invalid::one("--templates", message))?;
+    let markdown = markdown_view(options)?;
 
-    let folder = new_run_folder(&runs, started_at, &prepared.resolved_sha256)?;
-    let _ = crate::trace::open(&folder.join("trace.jsonl"));
-    tracing::info!(manifest = %options.manifest.display(), folder = %folder.display(), "run started");
-    write(
-        &folder.join("manifest.toml"),
-        resolved_manifest(&prepared).as_bytes(),
-    )?;
-    write_json_lines(&folder.join("dataset.jsonl"), &prepared.dataset.sources)?;
+    let folder = RunFolder::create(&runs, started_at, &prepared.resolved_sha256)?;
+    let _ = crate::trace::open(&folder.file(TRACE));
+    tracing::info!(manifest = %options.manifest.display(), folder = %folder.path().display(), "run started");
+    folder.write(MANIFEST, resolved_manifest(&prepared).as_bytes())?;
+    write_json_lines(&folder.file(DATASET), &prepared.dataset.sources)?;
     // The plan file is large at scale: write it while the jobs run.
     let plan_writer = {
-        let (plan, dataset, path) = (
-            prepared.plan.clone(),
-            prepared.dataset.clone(),
-            folder.join("plan.json"),
-        );
+        let (plan, dataset, path) = (prepared.plan.clone(), prepared.dataset.clone(), folder.file(PLAN));
         std::thread::spawn(move || write_with(&path, |out| plan.write_json(&dataset, out)))
     };
-
     let progress = Arc::new(Progress::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(io(Path::new("tokio runtime")))?;
-    let inputs = report::Inputs {
-        name: &manifest.name,
-        description: manifest.description.as_deref(),
-        manifest_sha256: &prepared.experiment_sha256,
-        seeds: &manifest.seeds,
-        ratios: &manifest.ratios,
-        conditions: &manifest.conditions,
-        callbacks: callback_identities(&prepared.plan),
-        dataset: &prepared.dataset,
-        tokenizer: prepared.tokenizer.as_ref(),
-    };
-    let run = runner::Run {
+    let setup = runner::Setup {
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
         callbacks,
         cache,
         tokenizer: prepared.tokenizer.clone(),
-        truncation: manifest.truncation,
-        concurrency: manifest.run.concurrency,
+        truncation: prepared.loaded.manifest.truncation,
+        concurrency: prepared.loaded.manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
         memories: recount.feed(),
     };
     phases.end("write manifest, dataset and plan");
-    let outcome = runtime.block_on(async {
-        let display = show_progress(progress.clone(), options.quiet);
-        let outcome = tokio::select! {
-            outcome = runner::execute(run) => Some(outcome),
-            _ = tokio::signal::ctrl_c() => None,
-        };
-        display.abort();
-        outcome
-    });
-    let Some(outcome) = outcome else {
-        crate::exec::shutdown();
-        tracing::warn!(folder = %folder.display(), "run interrupted");
-        crate::trace::close();
-        return Err(Error::Interrupted {
-            resume: resume_command(options),
-        });
-    };
-    if !options.quiet {
-        print_progress(&progress, std::io::stderr().is_terminal(), true);
-    }
-
+    let outcome = execute(setup, &progress, options, &folder)?;
     if let Some(slurm) = &slurm {
         slurm.finish();
     }
     phases.end("execute jobs");
-    // The rows are written on threads of their own while the report is built.
-    let stopped = |path: PathBuf| Error::Io {
-        path,
-        message: "the writer stopped unexpectedly".into(),
-    };
-    let texts = crate::store::ledger::memory_texts(&outcome.ledger);
-    let (written, mut report) = std::thread::scope(|scope| {
-        let results = scope.spawn(|| write_json_lines(&folder.join("results.jsonl"), &outcome.results));
-        let ledger = scope.spawn(|| {
-            write_json_lines(&folder.join("memories.jsonl"), &outcome.ledger)?;
-            write_json_lines(&folder.join("memory_texts.jsonl"), &texts)
-        });
-        let report = report::build(&inputs, &outcome, recount);
-        let written = [
-            plan_writer
-                .join()
-                .unwrap_or_else(|_| Err(stopped(folder.join("plan.json")))),
-            ledger
-                .join()
-                .unwrap_or_else(|_| Err(stopped(folder.join("memories.jsonl")))),
-            results
-                .join()
-                .unwrap_or_else(|_| Err(stopped(folder.join("results.jsonl")))),
-        ];
-        (written, report)
-    });
-    for result in written {
-        result?;
-    }
+
+    let (mut report, texts) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
     report.holdout = holdout;
     phases.end("write ledger and results, build report (with the recount)");
-    runtime.shutdown_background();
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
-    let mut report_text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    report_text.push('\n');
-    write(&folder.join("report.json"), report_text.as_bytes())?;
-    // Charts are a view of the report: one that cannot be drawn is a warning, not a failure.
-    if let Err(error) = crate::report::charts::write(&folder, &report_json) {
-        tracing::warn!(%error, "could not draw the charts");
-    }
-    // So is report.html: the page `gacc report` makes from the rows just written, made from
-    // the same rows still in memory.
-    let rows = crate::report::html::Rows {
+    folder.write(REPORT_JSON, pretty(&report).as_bytes())?;
+    // The page is made from the rows still in memory: the page `gacc report` makes from the
+    // rows just written.
+    let rows = Rows {
         sources: &prepared.dataset.sources,
         ledger: &outcome.ledger,
         texts: &texts,
         results: &outcome.results,
     };
-    if let Err(error) =
-        crate::report::html::write_rows(&folder, &report_json, rows, crate::report::html::Packing::Auto)
-    {
-        tracing::warn!(%error, "could not write report.html");
-    }
-    // The run's rows are no longer needed: they are freed on a thread of their own.
+    let pictures = RunView {
+        report: &report_json,
+        run: &Value::Null,
+        rows: Some(rows),
+    };
+    let views = write_views(&folder, &pictures, &[&Charts, &Html(Packing::Auto)]);
     let (this_run, paid, failures, cancelled) = (
         outcome.this_run.clone(),
         outcome.paid.clone(),
         outcome.failures.len(),
         outcome.cancelled,
     );
-    // Not waited for: a process that ends frees them faster.
+    // The run's rows are no longer needed: they are freed on a thread of their own, not
+    // waited for (a process that ends frees them faster).
     std::thread::spawn(move || drop((outcome, texts)));
     phases.end("draw charts and write report.html");
     let run_record = json!({
@@ -235,19 +160,122 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
         "phases": phases.seconds,
         "landlock_abi": abi,
     });
-    write(&folder.join("run.json"), pretty(&run_record).as_bytes())?;
-    let markdown = report::render(&template, &template_name, &report_json, &run_record)
-        .map_err(|message| Invalid::one("report template", message))?;
-    write(&folder.join("report.md"), markdown.as_bytes())?;
-    point_latest(&runs, &folder);
-    tracing::info!(folder = %folder.display(), failures, "run finished");
+    folder.write(RUN, pretty(&run_record).as_bytes())?;
+    let document = RunView {
+        report: &report_json,
+        run: &run_record,
+        rows: None,
+    };
+    let views = views.and(write_views(&folder, &document, &[&markdown]));
+    folder.point_latest();
+    tracing::info!(folder = %folder.path().display(), failures, "run finished");
     crate::trace::close();
     Ok(Finished {
         summary: summary(&report, &this_run, started.elapsed()),
         failures,
         cancelled,
-        folder,
+        folder: folder.path().to_path_buf(),
+        views,
     })
+}
+
+/// `report.md`'s view: the template of `--templates`, else `templates/report.md.j2` in the
+/// current folder if there is one, else the built-in one.
+fn markdown_view(options: &RunOptions) -> Result<Markdown, Error> {
+    let template_path = options
+        .templates
+        .clone()
+        .or_else(|| Some(PathBuf::from("templates")).filter(|p| p.join("report.md.j2").is_file()))
+        .map(|folder| folder.join("report.md.j2"));
+    let (template, template_name) = report::load_template(template_path.as_deref())
+        .map_err(|message| Invalid::one("--templates", message))?;
+    Ok(Markdown {
+        template,
+        template_name,
+    })
+}
+
+/// Runs the plan with the progress line on the terminal; Ctrl-C ends every call in flight
+/// (finished ones are cached) and is `Error::Interrupted`.
+fn execute(
+    setup: runner::Setup,
+    progress: &Arc<Progress>,
+    options: &RunOptions,
+    folder: &RunFolder,
+) -> Result<runner::Outcome, Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(io(Path::new("tokio runtime")))?;
+    let outcome = runtime.block_on(async {
+        let display = show_progress(progress.clone(), options.quiet);
+        let outcome = tokio::select! {
+            outcome = runner::execute(setup) => Some(outcome),
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        display.abort();
+        outcome
+    });
+    // Calls still running in the background (none once the plan is done) are not waited for.
+    runtime.shutdown_background();
+    let Some(outcome) = outcome else {
+        crate::exec::shutdown();
+        tracing::warn!(folder = %folder.path().display(), "run interrupted");
+        crate::trace::close();
+        return Err(Error::Interrupted {
+            resume: resume_command(options),
+        });
+    };
+    if !options.quiet {
+        print_progress(progress, std::io::stderr().is_terminal(), true);
+    }
+    Ok(outcome)
+}
+
+/// Writes the ledger, the memory texts and the results (on threads of their own) while the
+/// report is built, and waits for the plan file; the report and the memory texts.
+fn write_rows(
+    prepared: &Prepared,
+    folder: &RunFolder,
+    outcome: &runner::Outcome,
+    recount: report::Recount,
+    plan_writer: std::thread::JoinHandle<Result<(), Error>>,
+) -> Result<(report::Report, Vec<MemoryText>), Error> {
+    let manifest = &prepared.loaded.manifest;
+    let inputs = report::Inputs {
+        name: &manifest.name,
+        description: manifest.description.as_deref(),
+        manifest_sha256: &prepared.experiment_sha256,
+        seeds: &manifest.seeds,
+        ratios: &manifest.ratios,
+        conditions: &manifest.conditions,
+        callbacks: callback_identities(&prepared.plan),
+        dataset: &prepared.dataset,
+        tokenizer: prepared.tokenizer.as_ref(),
+    };
+    let stopped = |name: &str| Error::Io {
+        path: folder.file(name),
+        message: "the writer stopped unexpectedly".into(),
+    };
+    let texts = crate::store::ledger::memory_texts(&outcome.ledger);
+    let (written, report) = std::thread::scope(|scope| {
+        let results = scope.spawn(|| write_json_lines(&folder.file(RESULTS), &outcome.results));
+        let ledger = scope.spawn(|| {
+            write_json_lines(&folder.file(MEMORIES), &outcome.ledger)?;
+            write_json_lines(&folder.file(MEMORY_TEXTS), &texts)
+        });
+        let report = report::build(&inputs, outcome, recount);
+        let written = [
+            plan_writer.join().unwrap_or_else(|_| Err(stopped(PLAN))),
+            ledger.join().unwrap_or_else(|_| Err(stopped(MEMORIES))),
+            results.join().unwrap_or_else(|_| Err(stopped(RESULTS))),
+        ];
+        (written, report)
+    });
+    for result in written {
+        result?;
+    }
+    Ok((report, texts))
 }
 
 /// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for
@@ -356,42 +384,6 @@ fn resolved_manifest(prepared: &Prepared) -> String {
         prepared.loaded.path.display(),
         prepared.resolved
     )
-}
-
-/// `runs/<name>/<UTC time>-<hash8>`, made new (a suffix keeps two runs in one second apart).
-fn new_run_folder(runs: &Path, at: SystemTime, manifest_sha256: &str) -> Result<PathBuf, Error> {
-    std::fs::create_dir_all(runs).map_err(io(runs))?;
-    let base = format!("{}-{}", utc_timestamp(at, false), &manifest_sha256[..8]);
-    for attempt in 0..1000 {
-        let name = if attempt == 0 {
-            base.clone()
-        } else {
-            format!("{base}-{attempt}")
-        };
-        let folder = runs.join(name);
-        match std::fs::create_dir(&folder) {
-            Ok(()) => return Ok(folder),
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(error) => return Err(io(&folder)(error)),
-        }
-    }
-    Err(Error::Io {
-        path: runs.to_path_buf(),
-        message: "could not make a new run folder".into(),
-    })
-}
-
-/// Points `runs/<name>/latest` at a run folder, replacing the link in one step.
-fn point_latest(runs: &Path, folder: &Path) {
-    let Some(name) = folder.file_name() else {
-        return;
-    };
-    let temp = runs.join(format!(".latest-{}", std::process::id()));
-    let _ = std::fs::remove_file(&temp);
-    if std::os::unix::fs::symlink(name, &temp).is_ok() && std::fs::rename(&temp, runs.join("latest")).is_err()
-    {
-        let _ = std::fs::remove_file(&temp);
-    }
 }
 
 fn hostname() -> String {

@@ -9,17 +9,20 @@
 //! source, so the page decompresses a source's memories only when one of its goals is opened.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use base64::Engine;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::error::Error;
 use crate::inputs::records::Source;
 use crate::protocol::Ratio;
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
+use crate::store::run_folder::{
+    DATASET, MEMORIES, MEMORY_TEXTS, REPORT_HTML, REPORT_JSON, RESULTS, RunFolder,
+};
 
 /// The page, with `{{title}}`, `{{charts}}` and `{{data}}` to fill in.
 const PAGE: &str = include_str!("../../templates/report.html");
@@ -28,41 +31,6 @@ pub const FORMAT: &str = "gacc.html/1";
 /// Data larger than this travels gzip-compressed: a paper-scale run's rows and texts shrink
 /// several times, and a small run's page stays readable as plain JSON.
 pub const GZIP_ABOVE: usize = 4 << 20;
-/// The rows `report.html` is built from, besides `report.json`.
-pub const INPUTS: &[&str] = &[
-    "dataset.jsonl",
-    "memories.jsonl",
-    "memory_texts.jsonl",
-    "results.jsonl",
-];
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{}: cannot read: {message} (is this a finished gacc run folder?)", path.display())]
-    Read { path: PathBuf, message: String },
-    #[error("{}:{line}: {message}", path.display())]
-    Row {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{}: {message}", path.display())]
-    Inconsistent { path: PathBuf, message: String },
-    #[error("{}: cannot write: {message}", path.display())]
-    Write { path: PathBuf, message: String },
-}
-
-impl Error {
-    /// The file the error is about, and what is wrong with it.
-    pub fn into_parts(self) -> (PathBuf, String) {
-        match self {
-            Error::Read { path, message } => (path, format!("cannot read: {message}")),
-            Error::Row { path, line, message } => (path, format!("line {line}: {message}")),
-            Error::Inconsistent { path, message } => (path, message),
-            Error::Write { path, message } => (path, format!("cannot write: {message}")),
-        }
-    }
-}
 
 /// How the rows and texts are embedded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,39 +41,28 @@ pub enum Packing {
     Gzip,
 }
 
-/// Writes `report.html` into `folder` from the rows stored there; returns its path.
-pub fn write(folder: &Path, packing: Packing) -> Result<PathBuf, Error> {
-    let page = render(folder, packing)?;
-    write_page(folder, &page)
-}
-
-fn write_page(folder: &Path, page: &str) -> Result<PathBuf, Error> {
-    let path = folder.join("report.html");
-    let temp = folder.join(format!("report.html.tmp-{}", std::process::id()));
-    std::fs::write(&temp, page.as_bytes())
-        .and_then(|_| std::fs::rename(&temp, &path))
-        .map_err(|error| Error::Write {
-            path: path.clone(),
-            message: error.to_string(),
-        })?;
-    Ok(path)
+/// Writes `report.html` into `folder` from the rows stored there.
+pub fn write(folder: &RunFolder, packing: Packing) -> Result<(), Error> {
+    let page = render(folder.path(), packing)?;
+    folder.write(REPORT_HTML, page.as_bytes())
 }
 
 /// The page for the run in `folder`, from the rows stored there.
 pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
-    let report: Value = read_json(&folder.join("report.json"))?;
+    let folder = RunFolder::open(folder);
+    let report: Value = folder.read_json(REPORT_JSON)?;
     // The two largest files are read side by side.
     let (rows, results) = std::thread::scope(|scope| {
-        let results = scope.spawn(|| read_rows::<ResultRow>(&folder.join("results.jsonl")));
+        let results = scope.spawn(|| folder.read_rows::<ResultRow>(RESULTS));
         let rows = (|| {
-            let sources: Vec<Source> = read_rows(&folder.join("dataset.jsonl"))?;
-            let ledger: Vec<LedgerRow> = read_rows(&folder.join("memories.jsonl"))?;
-            let texts: Vec<MemoryText> = read_rows(&folder.join("memory_texts.jsonl"))?;
+            let sources: Vec<Source> = folder.read_rows(DATASET)?;
+            let ledger: Vec<LedgerRow> = folder.read_rows(MEMORIES)?;
+            let texts: Vec<MemoryText> = folder.read_rows(MEMORY_TEXTS)?;
             Ok::<_, Error>((sources, ledger, texts))
         })();
         let results = results.join().unwrap_or_else(|_| {
-            Err(Error::Read {
-                path: folder.join("results.jsonl"),
+            Err(Error::Io {
+                path: folder.file(RESULTS),
                 message: "the reader stopped unexpectedly".into(),
             })
         });
@@ -118,7 +75,7 @@ pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
         texts: &texts,
         results: &results?,
     };
-    render_rows(folder, &report, rows, packing)
+    render_rows(folder.path(), &report, rows, packing)
 }
 
 /// The rows a page is made of.
@@ -132,9 +89,9 @@ pub struct Rows<'a> {
 
 /// Writes `report.html` into `folder` from rows in memory: the page `write` makes from the
 /// same rows once stored (a run writes it without reading its rows back).
-pub fn write_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<PathBuf, Error> {
-    let page = render_rows(folder, report, rows, packing)?;
-    write_page(folder, &page)
+pub fn write_rows(folder: &RunFolder, report: &Value, rows: Rows, packing: Packing) -> Result<(), Error> {
+    let page = render_rows(folder.path(), report, rows, packing)?;
+    folder.write(REPORT_HTML, page.as_bytes())
 }
 
 fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<String, Error> {
@@ -180,41 +137,6 @@ fn fill<'a>(template: &str, value: impl Fn(&str) -> Option<&'a String>) -> Strin
     }
     out.push_str(rest);
     out
-}
-
-fn read_json(path: &Path) -> Result<Value, Error> {
-    let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
-        path: path.to_owned(),
-        message: error.to_string(),
-    })?;
-    serde_json::from_str(&text).map_err(|error| Error::Row {
-        path: path.to_owned(),
-        line: error.line(),
-        message: error.to_string(),
-    })
-}
-
-fn read_rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, Error> {
-    let file = std::fs::File::open(path).map_err(|error| Error::Read {
-        path: path.to_owned(),
-        message: error.to_string(),
-    })?;
-    let mut rows = Vec::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|error| Error::Read {
-            path: path.to_owned(),
-            message: error.to_string(),
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rows.push(serde_json::from_str(&line).map_err(|error| Error::Row {
-            path: path.to_owned(),
-            line: number + 1,
-            message: error.to_string(),
-        })?);
-    }
-    Ok(rows)
 }
 
 /// The rows as columns. Goals are numbered in dataset order and their questions follow one
@@ -288,7 +210,7 @@ fn columns(
     texts: &[MemoryText],
     results: &[ResultRow],
 ) -> Result<(Index, Vec<Vec<String>>), Error> {
-    let inconsistent = |file: &str, message: String| Error::Inconsistent {
+    let inconsistent = |file: &str, message: String| Error::Io {
         path: folder.join(file),
         message,
     };
@@ -300,7 +222,7 @@ fn columns(
             (cell["compressor"].as_str(), cell["condition"].as_str(), ratio)
         else {
             return Err(inconsistent(
-                "report.json",
+                REPORT_JSON,
                 format!("cells[{number}] lacks a compressor, condition or ratio"),
             ));
         };
@@ -335,22 +257,23 @@ fn columns(
     let goal_number = |id: &Option<String>, what: &str| -> Result<i64, Error> {
         match id {
             None => Ok(-1),
-            Some(id) => goal_of.get(id.as_str()).map(|&g| g as i64).ok_or_else(|| {
-                inconsistent("memories.jsonl", format!("{what} `{id}` is not in dataset.jsonl"))
-            }),
+            Some(id) => goal_of
+                .get(id.as_str())
+                .map(|&g| g as i64)
+                .ok_or_else(|| inconsistent(MEMORIES, format!("{what} `{id}` is not in dataset.jsonl"))),
         }
     };
     for (number, row) in ledger.iter().enumerate() {
         let key = cell_key(&row.compressor, row.condition.as_str(), &row.ratio);
         let cell = *cells.get(&key).ok_or_else(|| {
             inconsistent(
-                "memories.jsonl",
+                MEMORIES,
                 format!("line {}: no cell in report.json for {key}", number + 1),
             )
         })?;
         let source = *source_of.get(row.source_id.as_str()).ok_or_else(|| {
             inconsistent(
-                "memories.jsonl",
+                MEMORIES,
                 format!(
                     "line {}: source `{}` is not in dataset.jsonl",
                     number + 1,
@@ -360,7 +283,7 @@ fn columns(
         })?;
         let text = *text_of.get(row.memory_sha256.as_str()).ok_or_else(|| {
             inconsistent(
-                "memory_texts.jsonl",
+                MEMORY_TEXTS,
                 format!(
                     "no text for memory {} (memories.jsonl line {})",
                     row.memory_sha256,
@@ -399,7 +322,7 @@ fn columns(
     for (number, row) in results.iter().enumerate() {
         let place = |what: &str, id: &str| {
             inconsistent(
-                "results.jsonl",
+                RESULTS,
                 format!("line {}: {what} `{id}` is not in dataset.jsonl", number + 1),
             )
         };

@@ -3,6 +3,7 @@
 pub mod charts;
 pub mod html;
 pub mod metrics;
+pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -8,7 +8,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::inputs::records::Source;
 use crate::rng::SplitMix64;
+use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
 pub const SCHEMA: &str = "gacc.diff/1";
 /// Resamples for the paired bootstrap over goals.
@@ -155,36 +157,13 @@ pub fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> 
     }
 }
 
-fn read_json(path: &Path) -> Result<Value, Error> {
-    let text = std::fs::read_to_string(path).map_err(|error| Error::Io {
-        path: path.to_path_buf(),
-        message: format!("cannot read: {error}"),
-    })?;
-    serde_json::from_str(&text).map_err(|error| Error::Io {
-        path: path.to_path_buf(),
-        message: format!("not JSON: {error}"),
-    })
-}
-
-fn read_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// Reads a run from its folder, a `latest` link, or its `report.json`.
 fn load(path: &Path) -> Result<Run, Error> {
-    let folder = if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent().map(Path::to_path_buf).unwrap_or_default()
-    };
-    let report = read_json(&folder.join("report.json"))?;
+    let folder = RunFolder::open(path);
+    let report = folder.read_json(REPORT_JSON)?;
     if report["schema"] != crate::report::SCHEMA {
         return Err(Error::Io {
-            path: folder.join("report.json"),
+            path: folder.file(REPORT_JSON),
             message: format!(
                 "expected schema {}, found {}",
                 crate::report::SCHEMA,
@@ -192,22 +171,21 @@ fn load(path: &Path) -> Result<Run, Error> {
             ),
         });
     }
-    let manifest = std::fs::read_to_string(folder.join("manifest.toml"))
+    let manifest = folder
+        .read_text(MANIFEST)
         .ok()
         .and_then(|text| toml::from_str(&text).ok());
     let mut questions = HashMap::new();
-    for source in read_lines(&folder.join("dataset.jsonl")) {
-        for goal in source["goals"].as_array().into_iter().flatten() {
-            for question in goal["questions"].as_array().into_iter().flatten() {
-                if let (Some(id), Some(text)) = (question["id"].as_str(), question["question"].as_str()) {
-                    questions.insert(id.to_owned(), text.to_owned());
-                }
+    for source in folder.read_rows::<Source>(DATASET)? {
+        for goal in source.goals {
+            for question in goal.questions {
+                questions.insert(question.id, question.question);
             }
         }
     }
     Ok(Run {
-        results: read_lines(&folder.join("results.jsonl")),
-        folder,
+        results: folder.read_rows(RESULTS)?,
+        folder: folder.path().to_path_buf(),
         report,
         manifest,
         questions,

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::store::run_folder::{RunFolder, TRACE};
 
 /// How many of the slowest calls a review lists.
 pub const SLOWEST: usize = 10;
@@ -99,11 +100,7 @@ fn matches(event: &Value, filter: &Filter) -> bool {
 
 /// Reviews `trace.jsonl` in a run folder.
 pub fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
-    let path = folder.join("trace.jsonl");
-    let text_of = std::fs::read_to_string(&path).map_err(|error| Error::Io {
-        path: path.clone(),
-        message: format!("cannot read: {error} (is this a gacc run folder?)"),
-    })?;
+    let text_of = RunFolder::open(folder).read_text(TRACE)?;
     let events: Vec<Value> = text_of
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())

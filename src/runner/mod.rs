@@ -34,7 +34,7 @@ pub struct Callbacks {
 }
 
 /// Everything a run shares between its tasks.
-pub struct Run {
+pub struct Setup {
     pub plan: Arc<Plan>,
     pub dataset: Arc<Dataset>,
     pub callbacks: Callbacks,
@@ -182,7 +182,7 @@ impl Calls {
 }
 
 struct Shared {
-    run: Run,
+    run: Setup,
     calls: Calls,
     run_limit: Semaphore,
     /// Memories already measured in this run, by (SHA-256 of the generation, budget).
@@ -230,7 +230,7 @@ struct MemoryOutcome {
 }
 
 /// Runs every job of the plan; never fails as a whole: failed jobs are in the outcome.
-pub async fn execute(mut run: Run) -> Outcome {
+pub async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();
     for memory in &run.plan.memories {

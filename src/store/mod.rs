@@ -3,3 +3,4 @@
 
 pub mod cache;
 pub mod ledger;
+pub mod run_folder;

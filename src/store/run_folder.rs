@@ -1,0 +1,172 @@
+//! The run folder (SPEC §5): its place, the name of every file in it, and the one way each is
+//! read back. Commands that look at finished runs (`report`, `diff`, `trace`) open it here.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{Error, io};
+
+pub const MANIFEST: &str = "manifest.toml";
+pub const DATASET: &str = "dataset.jsonl";
+pub const PLAN: &str = "plan.json";
+pub const MEMORIES: &str = "memories.jsonl";
+pub const MEMORY_TEXTS: &str = "memory_texts.jsonl";
+pub const RESULTS: &str = "results.jsonl";
+pub const REPORT_JSON: &str = "report.json";
+pub const REPORT_MD: &str = "report.md";
+pub const REPORT_HTML: &str = "report.html";
+pub const RUN: &str = "run.json";
+pub const TRACE: &str = "trace.jsonl";
+/// The link in `runs/<name>/` to the newest run of an experiment.
+pub const LATEST: &str = "latest";
+
+/// One run's folder: `runs/<name>/<UTC time>-<hash8>/`.
+#[derive(Debug, Clone)]
+pub struct RunFolder {
+    path: PathBuf,
+}
+
+impl RunFolder {
+    /// A new folder in `runs` for a run that started `at` (a suffix keeps two runs of one
+    /// second apart).
+    pub fn create(runs: &Path, at: SystemTime, manifest_sha256: &str) -> Result<RunFolder, Error> {
+        std::fs::create_dir_all(runs).map_err(io(runs))?;
+        let base = format!(
+            "{}-{}",
+            crate::clock::utc_timestamp(at, false),
+            &manifest_sha256[..8]
+        );
+        for attempt in 0..1000 {
+            let name = if attempt == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{attempt}")
+            };
+            let path = runs.join(name);
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(RunFolder { path }),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(error) => return Err(io(&path)(error)),
+            }
+        }
+        Err(Error::Io {
+            path: runs.to_path_buf(),
+            message: "could not make a new run folder".into(),
+        })
+    }
+
+    /// A finished run, given as its folder, a `latest` link, or a file in it (`report.json`).
+    pub fn open(path: &Path) -> RunFolder {
+        let path = if path.is_dir() {
+            path.to_path_buf()
+        } else {
+            path.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        RunFolder { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of one of its files.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Writes one of its files whole.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        crate::files::write(&self.file(name), bytes)
+    }
+
+    /// One of its files as text.
+    pub fn read_text(&self, name: &str) -> Result<String, Error> {
+        let path = self.file(name);
+        std::fs::read_to_string(&path).map_err(|error| unreadable(&path, error))
+    }
+
+    /// One of its JSON files.
+    pub fn read_json(&self, name: &str) -> Result<Value, Error> {
+        let path = self.file(name);
+        let text = self.read_text(name)?;
+        serde_json::from_str(&text).map_err(|error| Error::Io {
+            path,
+            message: format!("not JSON: {error}"),
+        })
+    }
+
+    /// The rows of one of its JSON Lines files; a row that is not one names its line.
+    pub fn read_rows<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>, Error> {
+        let path = self.file(name);
+        let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
+        let mut rows = Vec::new();
+        for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(|error| unreadable(&path, error))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            rows.push(serde_json::from_str(&line).map_err(|error| Error::Io {
+                path: path.clone(),
+                message: format!("line {}: {error}", number + 1),
+            })?);
+        }
+        Ok(rows)
+    }
+
+    /// Points `latest` beside it at it, replacing the link in one step.
+    pub fn point_latest(&self) {
+        let (Some(name), Some(runs)) = (self.path.file_name(), self.path.parent()) else {
+            return;
+        };
+        let temp = runs.join(format!(".{LATEST}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&temp);
+        if std::os::unix::fs::symlink(name, &temp).is_ok()
+            && std::fs::rename(&temp, runs.join(LATEST)).is_err()
+        {
+            let _ = std::fs::remove_file(&temp);
+        }
+    }
+}
+
+fn unreadable(path: &Path, error: std::io::Error) -> Error {
+    Error::Io {
+        path: path.to_path_buf(),
+        message: format!("cannot read: {error} (is this a finished gacc run folder?)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_read_back_and_a_bad_one_names_its_file_and_line() {
+        let runs = std::env::temp_dir().join(format!("gacc-run-folder-{}", std::process::id()));
+        let at = SystemTime::UNIX_EPOCH;
+        let folder = RunFolder::create(&runs, at, "0123456789abcdef").unwrap();
+        let again = RunFolder::create(&runs, at, "0123456789abcdef").unwrap();
+        assert!(folder.path().ends_with("19700101T000000Z-01234567"));
+        assert!(again.path().ends_with("19700101T000000Z-01234567-1"));
+        folder.write(RESULTS, b"{\"a\":1}\n\n{\"a\":2}\n").unwrap();
+        let rows: Vec<Value> = folder.read_rows(RESULTS).unwrap();
+        assert_eq!(rows.len(), 2);
+        folder.write(MEMORIES, b"{\"a\":1}\nnot json\n").unwrap();
+        let error = folder.read_rows::<Value>(MEMORIES).unwrap_err().to_string();
+        assert!(error.contains("memories.jsonl: line 2:"), "{error}");
+        let error = folder.read_json(REPORT_JSON).unwrap_err().to_string();
+        assert!(error.contains("report.json: cannot read"), "{error}");
+        again.point_latest();
+        folder.point_latest();
+        let latest = RunFolder::open(&runs.join(LATEST));
+        assert_eq!(latest.read_rows::<Value>(RESULTS).unwrap().len(), 2);
+        assert_eq!(
+            RunFolder::open(&latest.file(REPORT_JSON)).file(RESULTS),
+            latest.file(RESULTS)
+        );
+        std::fs::remove_dir_all(&runs).unwrap();
+    }
+}
