@@ -448,9 +448,7 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
     if let Ok(cache) = crate::store::cache::Cache::open(&cache_folder) {
         let entries = 20_000;
         let response = json!({"answer": "x".repeat(200)});
-        let keys: Vec<String> = (0..entries)
-            .map(|i| crate::store::cache::key(&json!(i)))
-            .collect();
+        let keys: Vec<String> = (0..entries).map(|i| crate::plan::keys::key(&json!(i))).collect();
         let started = Instant::now();
         for key in &keys {
             let _ = cache.put("reader", key, &json!({}), &response);

@@ -219,7 +219,7 @@ pub(super) fn callbacks(
             timeout: spec.timeout.0,
             retries: spec.retries,
             params: spec.params.clone(),
-            identity: plan::callback_identity(spec),
+            identity: plan::keys::callback_identity(spec),
             limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
             mode: spec.mode,
             sandbox,

@@ -12,9 +12,7 @@ use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::inputs::dataset;
 use crate::inputs::manifest;
-use crate::plan;
-use crate::protocol::Role;
-use crate::runner;
+use crate::protocol::{Role, Stage};
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
 pub fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
@@ -59,35 +57,38 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
     let prepared = prepare(path, sets)?;
     let cache = cache_for(&prepared.loaded)?;
     let plan = &prepared.plan;
-    let mut status: BTreeMap<&'static str, StageStatus> = BTreeMap::new();
+    let mut status: BTreeMap<&'static str, StageStatus> = Stage::ALL
+        .into_iter()
+        .map(|stage| (stage.as_str(), StageStatus::default()))
+        .collect();
+    let mut count = |stage: Stage, update: &dyn Fn(&mut StageStatus)| {
+        if let Some(entry) = status.get_mut(stage.as_str()) {
+            update(entry);
+        }
+    };
     let tokenizer = prepared.tokenizer.as_ref();
     let truncation = prepared.loaded.manifest.truncation;
     for job in &plan.memories {
-        let source = &prepared.dataset.sources[job.source];
-        let compress = status.entry("compress").or_default();
-        compress.jobs += 1;
-        status.entry("read").or_default().jobs += job.questions.len();
-        status.entry("judge").or_default().jobs += job.questions.len();
+        count(Stage::Compress, &|s| s.jobs += 1);
+        count(Stage::Read, &|s| s.jobs += job.questions.len());
+        count(Stage::Judge, &|s| s.jobs += job.questions.len());
         let generation = if job.budget == 0 {
-            status.entry("compress").or_default().skipped += 1;
+            count(Stage::Compress, &|s| s.skipped += 1);
             Some(String::new())
         } else {
-            cache
-                .get(Role::Compressor.as_str(), &job.cache_key)
-                .and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned))
+            let answer = cache.get(Role::Compressor.as_str(), &job.cache_key);
+            let memory = answer.and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned));
+            if memory.is_some() {
+                count(Stage::Compress, &|s| s.cached += 1);
+            }
+            memory
         };
         let Some(generation) = generation else {
             continue;
         };
-        if job.budget > 0 {
-            status.entry("compress").or_default().cached += 1;
-        }
         // The memory as a run measured it, else the generation cut here.
         let measured = cache
-            .get(
-                "memory",
-                &runner::memory_key(job, &plan.tokenizer_identity, truncation),
-            )
+            .get("memory", &plan.memory_key(job, truncation))
             .and_then(|entry| {
                 entry
                     .get("memory_sha256")
@@ -101,33 +102,18 @@ pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str
                 Err(_) => continue,
             },
         };
-        for question_job in &job.questions {
-            let question = &source.goals[question_job.goal].questions[question_job.question];
-            let key = plan::reader_key(
-                &plan.reader_identity,
-                &memory_sha256,
-                &sha256(&question.question),
-                job.seed,
+        for question in &job.questions {
+            let read = cache.get(
+                Role::Reader.as_str(),
+                &plan.read_key(job, question, &memory_sha256),
             );
-            let Some(answer) = cache
-                .get(Role::Reader.as_str(), &key)
-                .and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
+            let Some(answer) = read.and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
             else {
                 continue;
             };
-            status.entry("read").or_default().cached += 1;
-            let hashes = &plan.question_sha256[job.source][question_job.goal][question_job.question];
-            let inputs = plan::JudgeInputs {
-                source_sha256: &plan.source_sha256[job.source],
-                question_sha256: &hashes.question,
-                reference_sha256: &hashes.reference,
-                answer: &answer,
-            };
-            if cache.contains(
-                Role::Judge.as_str(),
-                &plan::judge_key(&plan.judge_identity, &inputs, job.seed),
-            ) {
-                status.entry("judge").or_default().cached += 1;
+            count(Stage::Read, &|s| s.cached += 1);
+            if cache.contains(Role::Judge.as_str(), &plan.judge_key(job, question, &answer)) {
+                count(Stage::Judge, &|s| s.cached += 1);
             }
         }
     }

@@ -1,19 +1,20 @@
 //! The job graph (SPEC §5 `plan.json`): every memory to make, every question to read and
 //! judge from it, and the keys that name them. Built before anything runs; never changed.
 
+pub mod keys;
+
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::Invalid;
 use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
-use crate::inputs::manifest::{CallbackSpec, Loaded};
+use crate::inputs::manifest::Loaded;
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
 use crate::protocol::Condition;
 use crate::protocol::Ratio;
 use crate::rng::SplitMix64;
-use crate::store::cache;
 
 pub const SCHEMA: &str = "gacc.plan/1";
 
@@ -96,70 +97,6 @@ pub fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<S
     out
 }
 
-/// What a callback's answers depend on: its command or built-in, revision and params.
-pub fn callback_identity(spec: &CallbackSpec) -> Value {
-    let program = match (&spec.builtin, &spec.command) {
-        (Some(name), _) => {
-            json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
-        }
-        (None, command) => json!({"command": command}),
-    };
-    json!({"program": program, "revision": spec.revision, "params": spec.params})
-}
-
-pub fn compressor_key(
-    identity: &Value,
-    tokenizer: &Value,
-    source_sha256: &str,
-    goal_sha256: Option<&str>,
-    budget: usize,
-    seed: u64,
-) -> String {
-    cache::key(&json!({
-        "role": "compressor",
-        "callback": identity,
-        "tokenizer": tokenizer,
-        "source_sha256": source_sha256,
-        "goal_sha256": goal_sha256,
-        "budget": budget,
-        "seed": seed,
-    }))
-}
-
-pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
-    reader_key_with(&identity.to_string(), memory_sha256, question_sha256, seed)
-}
-
-/// `reader_key` with the identity already serialised: the same bytes serde_json writes for the
-/// canonical description (keys in order), without building it, for the hot path.
-pub fn reader_key_with(identity_json: &str, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
-    cache::key_of_canonical(&format!(
-        r#"{{"callback":{identity_json},"memory_sha256":"{memory_sha256}","question_sha256":"{question_sha256}","role":"reader","seed":{seed}}}"#
-    ))
-}
-
-pub struct JudgeInputs<'a> {
-    pub source_sha256: &'a str,
-    pub question_sha256: &'a str,
-    pub reference_sha256: &'a str,
-    pub answer: &'a str,
-}
-
-pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
-    judge_key_with(&identity.to_string(), inputs, seed)
-}
-
-/// `judge_key` with the identity already serialised (see `reader_key_with`).
-pub fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
-    cache::key_of_canonical(&format!(
-        r#"{{"answer_sha256":"{}","callback":{identity_json},"question_sha256":"{}","reference_sha256":"{}","role":"judge","seed":{seed},"source_sha256":"{}"}}"#,
-        sha256(inputs.answer),
-        inputs.question_sha256,
-        inputs.reference_sha256,
-        inputs.source_sha256,
-    ))
-}
-
 /// Expands a manifest and its dataset into the job graph, in a deterministic order:
 /// seeds, compressors (by name), conditions and ratios as listed, then sources and goals.
 pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Result<Plan, Invalid> {
@@ -170,15 +107,14 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
             "cross-goal shows each goal of a different source, and the dataset has a single source",
         ));
     }
-    let identity = tokenizer.identity();
-    let tokenizer_identity = json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)});
+    let tokenizer_identity = keys::tokenizer_identity(tokenizer);
     let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
         .compressors
         .iter()
-        .map(|(name, spec)| (name.clone(), callback_identity(spec)))
+        .map(|(name, spec)| (name.clone(), keys::callback_identity(spec)))
         .collect();
-    let reader_identity = callback_identity(&manifest.reader);
-    let judge_identity = callback_identity(&manifest.judge);
+    let reader_identity = keys::callback_identity(&manifest.reader);
+    let judge_identity = keys::callback_identity(&manifest.judge);
 
     let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
         tokenizer.count(&s.text).map_err(|error| {
@@ -234,7 +170,7 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                         let budget = ratio.budget(source_tokens[s]);
                         let shown_goal = shown.map(|(ss, gg)| &dataset.sources[ss].goals[gg]);
                         let goal_sha = shown_goal.map(|g| sha256(&g.text));
-                        let cache_key = compressor_key(
+                        let cache_key = keys::compressor_key(
                             compressor_identity,
                             &tokenizer_identity,
                             &source_sha[s],
@@ -244,15 +180,14 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                         );
                         let goal_id = goal.map(|g| source.goals[g].id.clone());
                         let shown_goal_id = shown_goal.map(|g| g.id.clone());
-                        let key = cache::key(&json!({
-                            "job": "compress",
-                            "seed": seed,
-                            "compressor": compressor,
-                            "condition": condition,
-                            "ratio": ratio.to_string(),
-                            "source_id": source.id,
-                            "goal_id": goal_id,
-                        }));
+                        let key = keys::memory_job(
+                            seed,
+                            compressor,
+                            condition,
+                            ratio,
+                            &source.id,
+                            goal_id.as_deref(),
+                        );
                         let answered: Vec<usize> = match goal {
                             Some(g) => vec![g],
                             None => (0..source.goals.len()).collect(),
@@ -262,8 +197,8 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                             .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
                             .map(|(g, q)| {
                                 let question_id = &source.goals[g].questions[q].id;
-                                let read_key = sha256(format!("read\n{key}\n{question_id}"));
-                                let judge_key = sha256(format!("judge\n{read_key}"));
+                                let read_key = keys::read_job(&key, question_id);
+                                let judge_key = keys::judge_job(&read_key);
                                 QuestionJob {
                                     read_key,
                                     judge_key,
@@ -336,15 +271,6 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
             })
             .collect(),
     })
-}
-
-/// The tokenizer's identity in cache keys: for the built-in, its vocabulary's hash.
-fn tokenizer_revision(tokenizer: &dyn Tokenizer) -> String {
-    let identity = tokenizer.identity();
-    match &identity.vocabulary_sha256 {
-        Some(sha) if identity.builtin => format!("vocabulary sha256:{sha}"),
-        _ => identity.revision.clone(),
-    }
 }
 
 impl Plan {
@@ -523,35 +449,6 @@ mod tests {
         let expected =
             json!({"key": "r", "stage": "read", "deps": ["k"], "goal_id": "g1", "question_id": "q1"});
         assert_eq!(serde_json::to_string(&question).unwrap(), expected.to_string());
-    }
-
-    #[test]
-    fn fast_keys_equal_the_canonical_descriptions() {
-        let identity = json!({"program": {"builtin": "exact", "builtin_revision": "1"}, "revision": "2", "params": {"b": 1, "a": [1, "x"]}});
-        let described = cache::key(&json!({
-            "role": "reader",
-            "callback": identity,
-            "memory_sha256": "m",
-            "question_sha256": "q",
-            "seed": 7,
-        }));
-        assert_eq!(reader_key(&identity, "m", "q", 7), described);
-        let inputs = JudgeInputs {
-            source_sha256: "s",
-            question_sha256: "q",
-            reference_sha256: "r",
-            answer: "the answer",
-        };
-        let described = cache::key(&json!({
-            "role": "judge",
-            "callback": identity,
-            "source_sha256": "s",
-            "question_sha256": "q",
-            "reference_sha256": "r",
-            "answer_sha256": sha256("the answer"),
-            "seed": 7,
-        }));
-        assert_eq!(judge_key(&identity, &inputs, 7), described);
     }
 
     #[test]

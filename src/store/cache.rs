@@ -21,7 +21,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 /// The prefix of every cache key's canonical description; bump it to invalidate all keys.
-const KEY_DOMAIN: &str = "gacc/1 cache key\n";
 /// How often new entries are synced to disk.
 const SYNC_INTERVAL: Duration = Duration::from_millis(200);
 const SEGMENTS: &str = "segments";
@@ -33,21 +32,6 @@ const RESIDENT_PAYLOAD: usize = 1024;
 const RESIDENT_TOTAL: usize = 256 << 20;
 /// The segment number of a payload kept in memory (its offset is into `Inner::resident`).
 const RESIDENT: usize = usize::MAX;
-
-/// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
-/// serialise to equal bytes).
-pub fn key(description: &Value) -> String {
-    key_of_canonical(&description.to_string())
-}
-
-/// The key of a description already written in canonical form (compact JSON, keys sorted).
-pub fn key_of_canonical(description: &str) -> String {
-    use sha2::Digest;
-    let mut hasher = sha2::Sha256::new();
-    hasher.update(KEY_DOMAIN.as_bytes());
-    hasher.update(description.as_bytes());
-    crate::hash::hex(&hasher.finalize())
-}
 
 /// The kinds of entry a cache holds: one per callback role, truncated memories (their
 /// counts), and memory texts (once each, by their SHA-256).
@@ -397,19 +381,12 @@ fn scan(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_ignore_object_key_order() {
-        let a: Value = serde_json::from_str(r#"{"b": 1, "a": {"y": 2, "x": 3}}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"a": {"x": 3, "y": 2}, "b": 1}"#).unwrap();
-        assert_eq!(key(&a), key(&b));
-        assert_ne!(key(&a), key(&json!({"b": 2})));
-    }
+    use crate::hash::sha256;
 
     #[test]
     fn round_trip_across_processes_of_the_cache() {
         let dir = tempfile::tempdir().unwrap();
-        let k = key(&json!({"x": 1}));
+        let k = sha256(json!({"x": 1}).to_string());
         let long = json!({"answer": "x".repeat(RESIDENT_PAYLOAD * 2)});
         {
             let cache = Cache::open(dir.path()).unwrap();
@@ -419,12 +396,14 @@ mod tests {
                 .unwrap();
             assert_eq!(cache.get("reader", &k), Some(json!({"answer": "a\nb"})));
             assert_eq!(cache.get("judge", &k), None, "kinds are separate");
-            cache.put("reader", &key(&json!(2)), &json!(2), &long).unwrap();
+            cache
+                .put("reader", &sha256(json!(2).to_string()), &json!(2), &long)
+                .unwrap();
         }
         let reopened = Cache::open(dir.path()).unwrap();
         assert_eq!(reopened.get("reader", &k), Some(json!({"answer": "a\nb"})));
         // A payload too large to be kept in memory is read from its segment.
-        assert_eq!(reopened.get("reader", &key(&json!(2))), Some(long));
+        assert_eq!(reopened.get("reader", &sha256(json!(2).to_string())), Some(long));
         let stats = Cache::stats(dir.path()).unwrap();
         assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
@@ -435,19 +414,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let caches: Vec<Cache> = (0..4).map(|_| Cache::open(dir.path()).unwrap()).collect();
         for (n, cache) in caches.iter().enumerate() {
-            let k = key(&json!(n));
+            let k = sha256(json!(n).to_string());
             cache.put("reader", &k, &json!(n), &json!({"answer": n})).unwrap();
         }
         let again = Cache::open(dir.path()).unwrap();
         for n in 0..4 {
-            assert_eq!(again.get("reader", &key(&json!(n))), Some(json!({"answer": n})));
+            assert_eq!(
+                again.get("reader", &sha256(json!(n).to_string())),
+                Some(json!({"answer": n}))
+            );
         }
     }
 
     #[test]
     fn a_torn_or_corrupt_entry_is_a_miss() {
         let dir = tempfile::tempdir().unwrap();
-        let (k1, k2) = (key(&json!(1)), key(&json!(2)));
+        let (k1, k2) = (sha256(json!(1).to_string()), sha256(json!(2).to_string()));
         {
             let cache = Cache::open(dir.path()).unwrap();
             cache

@@ -1,0 +1,221 @@
+//! Every key of the run, in one place: the cache keys of SPEC §4 (what determines a call's
+//! answer, hashed) and the names of the plan's jobs. The runner and `gacc plan` both ask here,
+//! so a key cannot be made two ways.
+
+use serde_json::{Value, json};
+
+use crate::hash::sha256;
+use crate::inputs::manifest::CallbackSpec;
+use crate::inputs::tokenizer::Tokenizer;
+use crate::plan::{MemoryJob, Plan, QuestionJob};
+use crate::protocol::{Condition, Ratio, TruncationMode};
+
+/// Keeps cache keys apart from any other SHA-256 of the same bytes.
+const KEY_DOMAIN: &str = "gacc/1 cache key\n";
+
+/// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
+/// serialise to equal bytes).
+pub fn key(description: &Value) -> String {
+    key_of_canonical(&description.to_string())
+}
+
+/// The key of a description already written in canonical form (compact JSON, keys sorted).
+fn key_of_canonical(description: &str) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(KEY_DOMAIN.as_bytes());
+    hasher.update(description.as_bytes());
+    crate::hash::hex(&hasher.finalize())
+}
+
+/// The tokenizer in every compressor key: its name, whether it is the built-in, its revision.
+pub fn tokenizer_identity(tokenizer: &dyn Tokenizer) -> Value {
+    let identity = tokenizer.identity();
+    json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)})
+}
+
+/// The tokenizer's identity in cache keys: for the built-in, its vocabulary's hash.
+fn tokenizer_revision(tokenizer: &dyn Tokenizer) -> String {
+    let identity = tokenizer.identity();
+    match &identity.vocabulary_sha256 {
+        Some(sha) if identity.builtin => format!("vocabulary sha256:{sha}"),
+        _ => identity.revision.clone(),
+    }
+}
+
+/// What a callback's answers depend on: its command or built-in, revision and params.
+pub fn callback_identity(spec: &CallbackSpec) -> Value {
+    let program = match (&spec.builtin, &spec.command) {
+        (Some(name), _) => {
+            json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
+        }
+        (None, command) => json!({"command": command}),
+    };
+    json!({"program": program, "revision": spec.revision, "params": spec.params})
+}
+
+pub fn compressor_key(
+    identity: &Value,
+    tokenizer: &Value,
+    source_sha256: &str,
+    goal_sha256: Option<&str>,
+    budget: usize,
+    seed: u64,
+) -> String {
+    key(&json!({
+        "role": "compressor",
+        "callback": identity,
+        "tokenizer": tokenizer,
+        "source_sha256": source_sha256,
+        "goal_sha256": goal_sha256,
+        "budget": budget,
+        "seed": seed,
+    }))
+}
+
+pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
+    reader_key_with(&identity.to_string(), memory_sha256, question_sha256, seed)
+}
+
+/// `reader_key` with the identity already serialised: the same bytes serde_json writes for the
+/// canonical description (keys in order), without building it, for the hot path.
+pub fn reader_key_with(identity_json: &str, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
+    key_of_canonical(&format!(
+        r#"{{"callback":{identity_json},"memory_sha256":"{memory_sha256}","question_sha256":"{question_sha256}","role":"reader","seed":{seed}}}"#
+    ))
+}
+
+pub struct JudgeInputs<'a> {
+    pub source_sha256: &'a str,
+    pub question_sha256: &'a str,
+    pub reference_sha256: &'a str,
+    pub answer: &'a str,
+}
+
+pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
+    judge_key_with(&identity.to_string(), inputs, seed)
+}
+
+/// `judge_key` with the identity already serialised (see `reader_key_with`).
+pub fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
+    key_of_canonical(&format!(
+        r#"{{"answer_sha256":"{}","callback":{identity_json},"question_sha256":"{}","reference_sha256":"{}","role":"judge","seed":{seed},"source_sha256":"{}"}}"#,
+        sha256(inputs.answer),
+        inputs.question_sha256,
+        inputs.reference_sha256,
+        inputs.source_sha256,
+    ))
+}
+
+/// The cache key of a memory as measured: its generation cut to its budget, counted.
+pub fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: TruncationMode) -> String {
+    key(&json!({
+        "kind": "memory",
+        "compressor_key": job.cache_key,
+        "tokenizer": tokenizer_identity,
+        "budget": job.budget,
+        "truncation": truncation,
+    }))
+}
+
+/// The job key of a memory: unique in a plan, the same in every plan of the experiment.
+pub fn memory_job(
+    seed: u64,
+    compressor: &str,
+    condition: Condition,
+    ratio: Ratio,
+    source_id: &str,
+    goal_id: Option<&str>,
+) -> String {
+    key(&json!({
+        "job": "compress",
+        "seed": seed,
+        "compressor": compressor,
+        "condition": condition,
+        "ratio": ratio.to_string(),
+        "source_id": source_id,
+        "goal_id": goal_id,
+    }))
+}
+
+/// The job key of a question read from a memory.
+pub fn read_job(memory_job: &str, question_id: &str) -> String {
+    sha256(format!("read\n{memory_job}\n{question_id}"))
+}
+
+/// The job key of a question's judgement.
+pub fn judge_job(read_job: &str) -> String {
+    sha256(format!("judge\n{read_job}"))
+}
+
+impl Plan {
+    /// The reader call's key for a question of `job`, read from the memory with this hash.
+    pub fn read_key(&self, job: &MemoryJob, question: &QuestionJob, memory_sha256: &str) -> String {
+        let hashes = &self.question_sha256[job.source][question.goal][question.question];
+        reader_key_with(
+            &self.reader_identity_json,
+            memory_sha256,
+            &hashes.question,
+            job.seed,
+        )
+    }
+
+    /// The judge call's key for a question of `job` answered with `answer`.
+    pub fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
+        let hashes = &self.question_sha256[job.source][question.goal][question.question];
+        let inputs = JudgeInputs {
+            source_sha256: &self.source_sha256[job.source],
+            question_sha256: &hashes.question,
+            reference_sha256: &hashes.reference,
+            answer,
+        };
+        judge_key_with(&self.judge_identity_json, &inputs, job.seed)
+    }
+
+    /// The key of `job`'s memory as measured.
+    pub fn memory_key(&self, job: &MemoryJob, truncation: TruncationMode) -> String {
+        memory_key(job, &self.tokenizer_identity, truncation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_ignore_object_key_order() {
+        let a: Value = serde_json::from_str(r#"{"b": 1, "a": {"y": 2, "x": 3}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a": {"x": 3, "y": 2}, "b": 1}"#).unwrap();
+        assert_eq!(key(&a), key(&b));
+        assert_ne!(key(&a), key(&json!({"b": 2})));
+    }
+
+    #[test]
+    fn fast_keys_equal_the_canonical_descriptions() {
+        let identity = json!({"program": {"builtin": "exact", "builtin_revision": "1"}, "revision": "2", "params": {"b": 1, "a": [1, "x"]}});
+        let described = key(&json!({
+            "role": "reader",
+            "callback": identity,
+            "memory_sha256": "m",
+            "question_sha256": "q",
+            "seed": 7,
+        }));
+        assert_eq!(reader_key(&identity, "m", "q", 7), described);
+        let inputs = JudgeInputs {
+            source_sha256: "s",
+            question_sha256: "q",
+            reference_sha256: "r",
+            answer: "the answer",
+        };
+        let described = key(&json!({
+            "role": "judge",
+            "callback": identity,
+            "source_sha256": "s",
+            "question_sha256": "q",
+            "reference_sha256": "r",
+            "answer_sha256": sha256("the answer"),
+            "seed": 7,
+        }));
+        assert_eq!(judge_key(&identity, &inputs, 7), described);
+    }
+}

@@ -1,0 +1,79 @@
+//! The exposure audit (SPEC §5 `exposure_violations`): every compressor request, as sent,
+//! checked for fields outside SPEC §3 and for held-out text.
+
+use serde_json::Value;
+
+/// True when a compressor request (all but its `context`, which is the source itself by
+/// construction) carries a field outside SPEC §3, or held-out text of its source's goals
+/// (a question or reference that the source itself does not contain).
+pub fn exposes(request: &Value, held_out: &[String]) -> bool {
+    const ALLOWED: &[&str] = &[
+        "protocol",
+        "role",
+        "context",
+        "goal",
+        "token_budget",
+        "seed",
+        "params",
+    ];
+    let Some(fields) = request.as_object() else {
+        return true;
+    };
+    if fields.keys().any(|k| !ALLOWED.contains(&k.as_str())) {
+        return true;
+    }
+    let mut visible = Vec::new();
+    collect_strings(request, &mut visible);
+    held_out
+        .iter()
+        .any(|text| visible.iter().any(|v| v.contains(text.as_str())))
+}
+
+fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(fields) => fields.iter().for_each(|(k, v)| {
+            out.push(k);
+            collect_strings(v, out)
+        }),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn exposure_audit() {
+        let exposes = |request: &Value, source: &str, texts: &[&str]| {
+            exposes(request, &crate::plan::held_out(source, texts.iter().copied()))
+        };
+        let request = json!({"protocol": "gacc/1", "role": "compressor", "context": "the sky is blue",
+            "goal": "learn colours", "token_budget": 3, "seed": 0, "params": {}});
+        assert!(!exposes(
+            &request,
+            "the sky is blue",
+            &["What colour is the sky?", "blue"]
+        ));
+        let mut leaky = request.clone();
+        leaky["goal"] = json!("learn colours: What colour is the sky?");
+        assert!(exposes(
+            &leaky,
+            "the sky is blue",
+            &["What colour is the sky?", "blue"]
+        ));
+        let mut extra = request.clone();
+        extra["question_ids"] = json!(["q1"]);
+        assert!(exposes(&extra, "the sky is blue", &[]));
+        let mut in_params = request.clone();
+        in_params["params"] = json!({"hint": "What colour is the sky?"});
+        assert!(exposes(
+            &in_params,
+            "the sky is blue",
+            &["What colour is the sky?"]
+        ));
+    }
+}

@@ -1,0 +1,135 @@
+//! How the runner gets a call's answer: from the cache, from an identical call of this run
+//! still in flight, or by calling; and what it counts of each.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use tracing::Instrument;
+
+use super::Shared;
+use super::progress::{CallCounts, StageProgress, Usage};
+use crate::exec::callback::{Callback, Failure, FailureKind};
+use crate::protocol::Role;
+
+/// Where a call's answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    Called,
+    Cache,
+    /// Another job of this run needed the identical call.
+    Shared,
+    /// `L = 0`: nothing to call.
+    Skipped,
+}
+
+pub(super) type Slot = Arc<OnceCell<Result<(Value, bool), Failure>>>;
+
+/// Identical calls in flight share one slot, so each is made once.
+#[derive(Default)]
+pub(super) struct Calls {
+    pub(super) slots: Mutex<HashMap<(Role, String), Slot>>,
+    pub(super) counts: Mutex<BTreeMap<Role, CallCounts>>,
+    pub(super) paid: Mutex<BTreeMap<Role, Usage>>,
+}
+
+impl Calls {
+    pub(super) fn slot(&self, role: Role, key: &str) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.entry((role, key.to_owned())).or_default().clone()
+    }
+
+    pub(super) fn count(&self, role: Role, update: impl FnOnce(&mut CallCounts)) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        update(counts.entry(role).or_default());
+    }
+}
+
+pub(super) fn note_done(progress: &StageProgress, origin: Origin) {
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    if matches!(origin, Origin::Cache | Origin::Shared) {
+        progress.cached.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Answers a call from the cache, from an identical call of this run, or by calling.
+pub(super) async fn obtain(
+    shared: &Shared,
+    callback: &Callback,
+    key: &str,
+    description: &Value,
+    request: impl Fn() -> Value,
+) -> Result<(Value, Origin), Failure> {
+    let role = callback.role;
+    // The common case at scale: answered by the cache, with no bookkeeping.
+    if let Some(response) = shared.run.cache.get(role.as_str(), key) {
+        shared.calls.count(role, |c| c.cached += 1);
+        return Ok((response, Origin::Cache));
+    }
+    if shared.stopped.load(Ordering::Relaxed) {
+        return Err(Failure {
+            kind: FailureKind::Cancelled,
+            stderr_tail: String::new(),
+            attempts: 0,
+        });
+    }
+    let slot = shared.calls.slot(role, key);
+    let mut origin = Origin::Shared;
+    let result = slot
+        .get_or_init(|| {
+            origin = Origin::Called;
+            async {
+                if let Some(response) = shared.run.cache.get(role.as_str(), key) {
+                    return Ok((response, true));
+                }
+                // Each attempt's trace event carries the call's cache key through this span.
+                let span = tracing::info_span!("call", key = %key);
+                let answer = callback.call(request, &shared.run_limit).instrument(span).await?;
+                if let Err(error) = shared.run.cache.put(role.as_str(), key, description, &answer.response) {
+                    tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
+                }
+                Ok((answer.response, false))
+            }
+        })
+        .await;
+    if origin == Origin::Called {
+        // Later identical calls find the cache; only calls in flight need the slot.
+        shared
+            .calls
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(role, key.to_owned()));
+    }
+    let result: Result<Value, Failure> = match (result, origin) {
+        (Ok((response, from_cache)), Origin::Called) => {
+            if *from_cache {
+                origin = Origin::Cache;
+                shared.calls.count(role, |c| c.cached += 1);
+            } else {
+                shared.calls.count(role, |c| c.made += 1);
+                let mut paid = shared.calls.paid.lock().unwrap_or_else(|e| e.into_inner());
+                paid.entry(role).or_default().add(response);
+            }
+            Ok(response.clone())
+        }
+        (Ok((response, _)), _) => {
+            shared.calls.count(role, |c| c.shared += 1);
+            Ok(response.clone())
+        }
+        (Err(failure), origin) => {
+            if origin == Origin::Called {
+                shared.calls.count(role, |c| c.failed += 1);
+                if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
+                    shared.stopped.store(true, Ordering::Relaxed);
+                    // Calls already waiting for a slot are cancelled too, not started.
+                    shared.run_limit.close();
+                }
+            }
+            Err(failure.clone())
+        }
+    };
+    result.map(|response| (response, origin))
+}

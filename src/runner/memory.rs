@@ -1,0 +1,352 @@
+//! One memory job: its compressor call (or the cache's answer), the generation cut to its
+//! budget and counted, its ledger row, and then each of its questions.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use super::audit::exposes;
+use super::calls::{Origin, obtain};
+use super::progress::Usage;
+use super::question::{QuestionOutcome, run_question};
+use super::rows::{failure_row, result_row, trace_job};
+use super::{MemoryOutcome, Shared};
+use crate::exec::callback::{Callback, Failure, FailureKind};
+use crate::hash::sha256;
+use crate::inputs::budget::truncate_to_budget;
+use crate::plan::MemoryJob;
+use crate::protocol::{PROTOCOL, Role, Stage};
+use crate::store::ledger::LedgerRow;
+
+pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
+    let run = &shared.run;
+    let job = &run.plan.memories[index];
+    let source = &run.dataset.sources[job.source];
+    let callback = &run.callbacks.compressors[&job.compressor];
+    let goal_text = job
+        .shown_goal
+        .map(|(s, g)| run.dataset.sources[s].goals[g].text.as_str());
+    // The request as sent, but for `context`, which is the source itself by construction.
+    let skeleton = json!({
+        "protocol": PROTOCOL,
+        "role": "compressor",
+        "goal": goal_text,
+        "token_budget": job.budget,
+        "seed": job.seed,
+        "params": callback.params,
+    });
+    let exposure_violation = exposes(&skeleton, &run.plan.held_out[job.source]);
+    if exposure_violation {
+        tracing::error!(job = %job.key, "compressor request carries held-out text");
+    }
+    let mut outcome = MemoryOutcome {
+        ledger: None,
+        results: Vec::new(),
+        failures: Vec::new(),
+        exposure_violation,
+        calls: Vec::new(),
+        jobs: Vec::new(),
+    };
+
+    let started = Instant::now();
+    let made = if job.budget == 0 {
+        Ok((Arc::new(Measured::empty()), Origin::Skipped, Usage::default()))
+    } else {
+        outcome.jobs.push(Role::Compressor);
+        make_memory(shared, callback, job, skeleton).await
+    };
+    let progress = run.progress.stage(Role::Compressor);
+    let (measured, origin, usage) = match made {
+        Ok(made) => made,
+        Err((failure, culprit)) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+            trace_job(
+                job,
+                Stage::Compress,
+                &job.key,
+                &job.cache_key,
+                started,
+                None,
+                Some(&failure),
+            );
+            outcome.failures.push(failure_row(
+                job,
+                Stage::Compress,
+                &job.key,
+                culprit,
+                &failure,
+                None,
+            ));
+            let reason = format!("the memory was not made: {culprit} {}", failure.kind);
+            for question in &job.questions {
+                outcome.results.push(result_row(
+                    job,
+                    source,
+                    question,
+                    None,
+                    None,
+                    Some(reason.clone()),
+                ));
+            }
+            return outcome;
+        }
+    };
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    if matches!(origin, Origin::Cache | Origin::Shared) {
+        progress.cached.fetch_add(1, Ordering::Relaxed);
+    }
+    if origin != Origin::Skipped {
+        outcome
+            .calls
+            .push((Role::Compressor, job.cache_key.clone(), usage));
+    }
+    trace_job(
+        job,
+        Stage::Compress,
+        &job.key,
+        &job.cache_key,
+        started,
+        Some(origin),
+        None,
+    );
+    let memory_sha256 = measured.memory_sha256.clone();
+    let memory = measured.memory.clone();
+    let memory_tokens = measured.memory_tokens;
+    outcome.ledger = Some(LedgerRow {
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        goal_id: job.goal_id.clone(),
+        shown_goal_id: job.shown_goal_id.clone(),
+        source_tokens: job.source_tokens,
+        budget: job.budget,
+        generated_tokens: measured.generated_tokens,
+        retained_tokens: measured.retained_tokens,
+        unused_budget: job.budget - measured.retained_tokens,
+        truncated: measured.truncated,
+        memory_tokens,
+        padding_tokens: 0,
+        utf8_split: measured.utf8_split,
+        truncation: run.truncation,
+        budget_violation: memory_tokens > job.budget,
+        memory_sha256: memory_sha256.clone(),
+        key: job.key.clone(),
+        cache_key: job.cache_key.clone(),
+        cached: origin != Origin::Called,
+        memory: measured.memory.clone(),
+    });
+
+    let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
+    let mut questions = JoinSet::new();
+    for (position, _) in job.questions.iter().enumerate() {
+        let shared = shared.clone();
+        let memory = memory.clone();
+        let memory_sha256 = memory_sha256.clone();
+        let mut question = Box::pin(async move {
+            let outcome = run_question(&shared, index, position, &memory, &memory_sha256).await;
+            (position, outcome)
+        });
+        // A question the cache answers whole finishes at its first poll: it is done here,
+        // without a task of its own (at scale, most re-run questions); any other goes on
+        // as a task from where it stopped.
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match question.as_mut().poll(&mut context) {
+            std::task::Poll::Ready((position, outcome)) => answered[position] = Some(outcome),
+            std::task::Poll::Pending => {
+                questions.spawn(question);
+            }
+        }
+    }
+    while let Some(joined) = questions.join_next().await {
+        if let Ok((position, question)) = joined {
+            answered[position] = Some(question);
+        }
+    }
+    for question in answered.into_iter().flatten() {
+        outcome.results.push(question.row);
+        outcome.failures.extend(question.failure);
+        outcome.calls.extend(question.calls);
+        outcome
+            .jobs
+            .extend([Role::Reader, Role::Judge].into_iter().take(question.jobs));
+    }
+    outcome
+}
+
+/// A memory and the counts the ledger records about it.
+#[derive(Debug, Clone)]
+pub(super) struct Measured {
+    memory: Arc<str>,
+    memory_sha256: String,
+    generated_tokens: usize,
+    retained_tokens: usize,
+    truncated: bool,
+    utf8_split: bool,
+    memory_tokens: usize,
+}
+
+impl Measured {
+    /// `L = 0`: nothing generated, nothing kept.
+    fn empty() -> Measured {
+        Measured {
+            memory: Arc::from(""),
+            memory_sha256: sha256(""),
+            generated_tokens: 0,
+            retained_tokens: 0,
+            truncated: false,
+            utf8_split: false,
+            memory_tokens: 0,
+        }
+    }
+
+    fn to_json(&self, usage: &Usage) -> Value {
+        // The text itself is stored once under its hash (kind `text`): memories repeat.
+        json!({
+            "memory_sha256": self.memory_sha256,
+            "generated_tokens": self.generated_tokens,
+            "retained_tokens": self.retained_tokens,
+            "truncated": self.truncated,
+            "utf8_split": self.utf8_split,
+            "memory_tokens": self.memory_tokens,
+            "usage": usage,
+        })
+    }
+
+    fn from_json(shared: &Shared, entry: &Value) -> Option<(Measured, Usage)> {
+        let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
+        // The recount verifies this hash when the report is built.
+        let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
+        let measured = Measured {
+            memory: shared.memory_text(&memory_sha256)?,
+            memory_sha256,
+            generated_tokens: count("generated_tokens")?,
+            retained_tokens: count("retained_tokens")?,
+            truncated: entry.get("truncated")?.as_bool()?,
+            utf8_split: entry.get("utf8_split")?.as_bool()?,
+            memory_tokens: count("memory_tokens")?,
+        };
+        let mut usage = Usage::default();
+        usage.add(entry);
+        Some((measured, usage))
+    }
+}
+
+/// Makes a memory: from the cache of truncated memories, or by obtaining the generation
+/// (cache or call) and cutting it to its budget, which is then stored for next time.
+pub(super) async fn make_memory<'a>(
+    shared: &Shared,
+    callback: &'a Callback,
+    job: &MemoryJob,
+    skeleton: Value,
+) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
+    let run = &shared.run;
+    let memory_key = run.plan.memory_key(job, run.truncation);
+    if let Some((measured, usage)) = run
+        .cache
+        .get("memory", &memory_key)
+        .as_ref()
+        .and_then(|entry| Measured::from_json(shared, entry))
+    {
+        shared.calls.count(Role::Compressor, |c| c.cached += 1);
+        return Ok((Arc::new(measured), Origin::Cache, usage));
+    }
+    let source = &run.dataset.sources[job.source];
+    let request = || {
+        let mut request = skeleton.clone();
+        if let Value::Object(fields) = &mut request {
+            fields.insert("context".into(), Value::String(source.text.clone()));
+        }
+        request
+    };
+    let description = json!({"job": "compress", "cache_key": job.cache_key});
+    let (response, origin) = obtain(shared, callback, &job.cache_key, &description, request)
+        .await
+        .map_err(|failure| (failure, callback.name.as_str()))?;
+    let mut usage = Usage::default();
+    usage.add(&response);
+    let measured = measure(shared, &response, job.budget)
+        .await
+        .map_err(|failure| (failure, "tokenizer"))?;
+    let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
+    let text_key = &measured.memory_sha256;
+    if !run.cache.contains("text", text_key) {
+        let text = json!({"memory": &*measured.memory});
+        if let Err(error) = run.cache.put("text", text_key, &json!({"job": "text"}), &text) {
+            tracing::error!(key = %text_key, %error, "could not write the cache entry");
+        }
+    }
+    if let Err(error) = run
+        .cache
+        .put("memory", &memory_key, &description, &measured.to_json(&usage))
+    {
+        tracing::error!(key = memory_key, %error, "could not write the cache entry");
+    }
+    Ok((measured, origin, usage))
+}
+
+/// Cuts a generation to its budget and counts the memory again, off the async workers
+/// (tokenizing is CPU work, and an external tokenizer blocks); identical generations of a
+/// run are measured once.
+pub(super) async fn measure(
+    shared: &Shared,
+    response: &Value,
+    budget: usize,
+) -> Result<Arc<Measured>, Failure> {
+    let run = &shared.run;
+    let generation = response
+        .get("memory")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let memo_key = (sha256(&generation), budget);
+    if let Some(measured) = shared
+        .measured
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&memo_key)
+    {
+        return Ok(measured.clone());
+    }
+    let tokenizer = run.tokenizer.clone();
+    let mode = run.truncation;
+    let _cpu = shared.tokenizing.acquire().await;
+    let measured = tokio::task::spawn_blocking(move || {
+        let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;
+        let memory_tokens = tokenizer.count(&truncation.memory)?;
+        Ok::<_, crate::inputs::tokenizer::TokenizerError>(Measured {
+            memory_sha256: sha256(&truncation.memory),
+            memory: Arc::from(truncation.memory),
+            generated_tokens: truncation.generated_tokens,
+            retained_tokens: truncation.retained_tokens,
+            truncated: truncation.truncated,
+            utf8_split: truncation.utf8_split,
+            memory_tokens,
+        })
+    })
+    .await;
+    let error = match measured {
+        Ok(Ok(mut measured)) => {
+            measured.memory = shared.intern(&measured.memory_sha256, &measured.memory);
+            let measured = Arc::new(measured);
+            shared
+                .measured
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(memo_key, measured.clone());
+            return Ok(measured);
+        }
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => format!("tokenizer task failed: {error}"),
+    };
+    Err(Failure {
+        kind: FailureKind::Tokenizer(error),
+        stderr_tail: String::new(),
+        attempts: 1,
+    })
+}

@@ -1,0 +1,162 @@
+//! One question of a memory: read from the memory, then judged against the source and the
+//! reference. Each step is answered by the cache or an identical call where it can be.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::calls::{note_done, obtain};
+use super::progress::Usage;
+use super::rows::{failure_row, result_row, trace_job};
+use crate::exec::callback::Callback;
+use crate::plan::MemoryJob;
+use crate::protocol::{PROTOCOL, Role, Stage};
+use crate::store::ledger::{FailureRow, ResultRow};
+
+pub(super) struct QuestionOutcome {
+    pub(super) row: ResultRow,
+    pub(super) failure: Option<FailureRow>,
+    pub(super) calls: Vec<(Role, String, Usage)>,
+    /// Steps that needed a call: 1 (read) or 2 (read and judge).
+    pub(super) jobs: usize,
+}
+
+/// One step of a question: which stage, its job key, and the call that makes it.
+struct Step<'a> {
+    stage: Stage,
+    job_key: &'a str,
+    callback: &'a Callback,
+    cache_key: String,
+}
+
+impl QuestionOutcome {
+    /// Makes a step's call; records its progress, trace line and call, or its failure (in the
+    /// result row's reason and a failure row). The response, when there is one.
+    async fn step(
+        &mut self,
+        shared: &Shared,
+        job: &MemoryJob,
+        step: Step<'_>,
+        request: impl Fn() -> Value,
+    ) -> Option<Value> {
+        let started = Instant::now();
+        let description = json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
+        let made = obtain(shared, step.callback, &step.cache_key, &description, request).await;
+        let progress = shared.run.progress.stage(step.stage.role());
+        match made {
+            Ok((response, origin)) => {
+                note_done(progress, origin);
+                trace_job(
+                    job,
+                    step.stage,
+                    step.job_key,
+                    &step.cache_key,
+                    started,
+                    Some(origin),
+                    None,
+                );
+                self.calls
+                    .push((step.stage.role(), step.cache_key, Usage::of(&response)));
+                Some(response)
+            }
+            Err(failure) => {
+                progress.failed.fetch_add(1, Ordering::Relaxed);
+                trace_job(
+                    job,
+                    step.stage,
+                    step.job_key,
+                    &step.cache_key,
+                    started,
+                    None,
+                    Some(&failure),
+                );
+                self.row.failure = Some(format!("{} {}", step.callback.name, failure.kind));
+                let question_id = self.row.question_id.clone();
+                self.failure = Some(failure_row(
+                    job,
+                    step.stage,
+                    step.job_key,
+                    &step.callback.name,
+                    &failure,
+                    Some(&question_id),
+                ));
+                None
+            }
+        }
+    }
+}
+
+pub(super) async fn run_question(
+    shared: &Arc<Shared>,
+    index: usize,
+    position: usize,
+    memory: &str,
+    memory_sha256: &str,
+) -> QuestionOutcome {
+    let run = &shared.run;
+    let job = &run.plan.memories[index];
+    let question_job = &job.questions[position];
+    let source = &run.dataset.sources[job.source];
+    let question = &source.goals[question_job.goal].questions[question_job.question];
+    let (reader, judge) = (&run.callbacks.reader, &run.callbacks.judge);
+    let mut outcome = QuestionOutcome {
+        row: result_row(job, source, question_job, None, None, None),
+        failure: None,
+        calls: Vec::new(),
+        jobs: 1,
+    };
+
+    let read = Step {
+        stage: Stage::Read,
+        job_key: &question_job.read_key,
+        callback: reader,
+        cache_key: run.plan.read_key(job, question_job, memory_sha256),
+    };
+    let request = || {
+        json!({
+            "protocol": PROTOCOL,
+            "role": "reader",
+            "memory": memory,
+            "question": question.question,
+            "seed": job.seed,
+            "params": reader.params,
+        })
+    };
+    let Some(response) = outcome.step(shared, job, read, request).await else {
+        return outcome;
+    };
+    let answer = response
+        .get("answer")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    outcome.row.answer = Some(answer.clone());
+
+    outcome.jobs = 2;
+    let judgement = Step {
+        stage: Stage::Judge,
+        job_key: &question_job.judge_key,
+        callback: judge,
+        cache_key: run.plan.judge_key(job, question_job, &answer),
+    };
+    let request = || {
+        json!({
+            "protocol": PROTOCOL,
+            "role": "judge",
+            "source": source.text,
+            "question": question.question,
+            "reference": question.reference,
+            "answer": answer,
+            "seed": job.seed,
+            "params": judge.params,
+        })
+    };
+    if let Some(response) = outcome.step(shared, job, judgement, request).await {
+        outcome.row.correct = response.get("correct").and_then(Value::as_bool);
+        outcome.row.score = response.get("score").and_then(Value::as_f64);
+    }
+    outcome
+}

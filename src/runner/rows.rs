@@ -1,0 +1,109 @@
+//! The rows a job leaves: its result row, its failure row, and its trace line.
+
+use std::time::Instant;
+
+use super::calls::Origin;
+use crate::exec::callback::Failure;
+use crate::inputs::records::Source;
+use crate::plan::{MemoryJob, QuestionJob};
+use crate::protocol::Stage;
+use crate::store::ledger::{FailureRow, ResultRow};
+
+pub(super) fn result_row(
+    job: &MemoryJob,
+    source: &Source,
+    question: &QuestionJob,
+    answer: Option<String>,
+    correct: Option<bool>,
+    failure: Option<String>,
+) -> ResultRow {
+    let goal = &source.goals[question.goal];
+    ResultRow {
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        goal_id: goal.id.clone(),
+        question_id: goal.questions[question.question].id.clone(),
+        memory_key: job.key.clone(),
+        answer,
+        correct,
+        score: None,
+        failure,
+    }
+}
+
+pub(super) fn failure_row(
+    job: &MemoryJob,
+    stage: Stage,
+    key: &str,
+    callback: &str,
+    failure: &Failure,
+    question_id: Option<&str>,
+) -> FailureRow {
+    tracing::warn!(
+        job = key,
+        stage = stage.as_str(),
+        callback,
+        reason = %failure.kind,
+        attempts = failure.attempts,
+        stderr = %failure.stderr_tail,
+        "job failed"
+    );
+    FailureRow {
+        job: key.to_owned(),
+        stage: stage.as_str().to_owned(),
+        callback: callback.to_owned(),
+        reason: failure.kind.to_string(),
+        attempts: failure.attempts,
+        stderr_tail: failure.stderr_tail.clone(),
+        seed: job.seed,
+        compressor: job.compressor.clone(),
+        condition: job.condition,
+        ratio: job.ratio,
+        source_id: job.source_id.clone(),
+        question_id: question_id.map(str::to_owned),
+    }
+}
+
+pub(super) fn trace_job(
+    job: &MemoryJob,
+    stage: Stage,
+    key: &str,
+    cache_key: &str,
+    started: Instant,
+    origin: Option<Origin>,
+    failure: Option<&Failure>,
+) {
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    let skipped = origin == Some(Origin::Skipped);
+    let failed = failure.is_some();
+    // The job's seed, condition, ratio and source are in plan.json under its key.
+    crate::trace::job_finished(&crate::trace::JobFinished {
+        job: key,
+        stage: stage.as_str(),
+        cache_key,
+        compressor: &job.compressor,
+        duration_ms,
+        cache_hit,
+        skipped,
+        failed,
+    });
+    // The terminal shows every job only when asked to (`-vv`, `RUST_LOG`).
+    if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
+        tracing::info!(
+            target: crate::trace::JOB_TARGET,
+            job = key,
+            stage = stage.as_str(),
+            cache_key,
+            compressor = job.compressor.as_str(),
+            duration_ms,
+            cache_hit,
+            skipped,
+            failed,
+            "job finished"
+        );
+    }
+}
