@@ -1,6 +1,8 @@
-//! Micro and Macro accuracy (SPEC §1), per cell and seed, and their spread over seeds.
+//! Micro and Macro accuracy (SPEC §1), per cell and seed, and their bootstrap intervals.
 
 use serde::Serialize;
+
+use crate::report::stats::{Interval, interval, resample};
 
 /// The verdicts of one cell and seed, grouped by goal: `goals[g][q]` is `c_gq`.
 /// A `None` is a question that was not scored (its job failed).
@@ -56,39 +58,6 @@ fn ratio(numerator: usize, denominator: usize) -> f64 {
     }
 }
 
-/// Mean and sample standard deviation (n - 1; 0 for a single value) over seeds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Spread {
-    pub mean: f64,
-    pub std: f64,
-}
-
-pub fn spread(values: &[f64]) -> Spread {
-    let n = values.len();
-    if n == 0 {
-        return Spread { mean: 0.0, std: 0.0 };
-    }
-    let mean = values.iter().sum::<f64>() / n as f64;
-    let std = if n < 2 {
-        0.0
-    } else {
-        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    };
-    Spread { mean, std }
-}
-
-/// Resamples for a cell's bootstrap interval.
-pub const BOOTSTRAP_RESAMPLES: usize = 1000;
-/// The fixed seed of every report's bootstrap: the same results give the same interval.
-pub const BOOTSTRAP_SEED: u64 = 0x6761_6363_6369_3935;
-
-/// A 95% percentile interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interval {
-    pub low: f64,
-    pub high: f64,
-}
-
 /// 95% bootstrap intervals of Micro and Macro over goals: each resample draws goals (one
 /// goal of one seed is one unit) with replacement and scores them as `score` does.
 pub fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (Interval, Interval) {
@@ -105,27 +74,17 @@ pub fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (I
         let zero = Interval { low: 0.0, high: 0.0 };
         return (zero, zero);
     }
-    let mut rng = crate::rng::SplitMix64::new(seed);
-    let (mut micro, mut macro_) = (Vec::with_capacity(resamples), Vec::with_capacity(resamples));
-    for _ in 0..resamples {
+    let (micro, macro_): (Vec<f64>, Vec<f64>) = resample(units.len(), resamples, seed, |drawn| {
         let (mut correct, mut questions, mut whole) = (0, 0, 0);
-        for _ in 0..units.len() {
-            let unit = units[rng.below(units.len())];
+        for unit in drawn.map(|i| units[i]) {
             correct += unit.0;
             questions += unit.1;
             whole += usize::from(unit.2);
         }
-        micro.push(ratio(correct, questions));
-        macro_.push(ratio(whole, units.len()));
-    }
-    let interval = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        let at = |q: f64| values[((q * values.len() as f64) as usize).min(values.len() - 1)];
-        Interval {
-            low: at(0.025),
-            high: at(0.975),
-        }
-    };
+        (ratio(correct, questions), ratio(whole, units.len()))
+    })
+    .into_iter()
+    .unzip();
     (interval(micro), interval(macro_))
 }
 
@@ -186,13 +145,5 @@ mod tests {
         assert!(micro.low <= point.micro && point.micro <= micro.high);
         assert!(macro_.low <= point.macro_ && point.macro_ <= macro_.high);
         assert!(macro_.low < macro_.high);
-    }
-
-    #[test]
-    fn spread_over_seeds() {
-        assert_eq!(spread(&[0.5]), Spread { mean: 0.5, std: 0.0 });
-        let s = spread(&[1.0, 2.0, 3.0]);
-        assert_eq!(s.mean, 2.0);
-        assert_eq!(s.std, 1.0);
     }
 }

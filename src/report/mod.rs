@@ -3,6 +3,7 @@
 pub mod charts;
 pub mod html;
 pub mod metrics;
+pub mod stats;
 pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,7 +21,8 @@ use crate::protocol::Ratio;
 use crate::protocol::Role;
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
-use metrics::{Score, Spread};
+use metrics::Score;
+use stats::Spread;
 
 pub const SCHEMA: &str = "gacc.report/1";
 /// The default `report.md` template, compiled in.
@@ -96,9 +98,9 @@ pub struct Cell {
     #[serde(rename = "macro")]
     pub macro_: Spread,
     /// 95% bootstrap interval of Micro over goals (all seeds pooled, fixed resampling seed).
-    pub micro_ci95: metrics::Interval,
+    pub micro_ci95: stats::Interval,
     /// 95% bootstrap interval of Macro over goals.
-    pub macro_ci95: metrics::Interval,
+    pub macro_ci95: stats::Interval,
     pub ledger: LedgerSums,
 }
 
@@ -391,7 +393,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
                 })
                 .collect();
             let (micro_ci95, macro_ci95) =
-                metrics::bootstrap(&pooled, metrics::BOOTSTRAP_RESAMPLES, metrics::BOOTSTRAP_SEED);
+                metrics::bootstrap(&pooled, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
             let micro: Vec<f64> = seeds.iter().map(|s| s.score.micro).collect();
             let macro_: Vec<f64> = seeds.iter().map(|s| s.score.macro_).collect();
             let ledger = sums.remove(&id).unwrap_or_default();
@@ -400,8 +402,8 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
                 compressor: id.0,
                 condition: id.1,
                 ratio: id.2,
-                micro: metrics::spread(&micro),
-                macro_: metrics::spread(&macro_),
+                micro: stats::spread(&micro),
+                macro_: stats::spread(&macro_),
                 micro_ci95,
                 macro_ci95,
                 seeds,

@@ -9,14 +9,10 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::inputs::records::Source;
-use crate::rng::SplitMix64;
+use crate::report::stats::{Bootstrap, DIFF_RESAMPLES, DIFF_SEED, mcnemar_p, paired_bootstrap};
 use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
 pub const SCHEMA: &str = "gacc.diff/1";
-/// Resamples for the paired bootstrap over goals.
-pub const BOOTSTRAP_RESAMPLES: usize = 10_000;
-/// The bootstrap's fixed seed: the same two runs always give the same interval.
-pub const BOOTSTRAP_SEED: u64 = 0x6761_6363_6469_6666;
 /// A cell regresses when B is worse with p (or the interval's upper end) below this.
 pub const SIGNIFICANCE: f64 = 0.05;
 
@@ -81,15 +77,6 @@ pub struct McNemar {
     pub p_value: f64,
 }
 
-/// A paired bootstrap of the Macro difference (B − A) over goals scored in both runs.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Bootstrap {
-    pub shared_goals: usize,
-    pub delta: f64,
-    pub ci95_low: f64,
-    pub ci95_high: f64,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Flip {
     #[serde(flatten)]
@@ -102,59 +89,6 @@ pub struct Flip {
     pub answer_b: String,
     /// `right→wrong` or `wrong→right`.
     pub direction: &'static str,
-}
-
-/// The exact two-sided McNemar p-value for `b` and `c` discordant pairs:
-/// `min(1, 2 · P(X ≤ min(b, c)))` with `X ~ Binomial(b + c, 1/2)`.
-pub fn mcnemar_p(b: usize, c: usize) -> f64 {
-    let n = b + c;
-    if n == 0 {
-        return 1.0;
-    }
-    let k = b.min(c);
-    // log C(n, i) - n log 2, summed in log space for large n.
-    let ln2 = std::f64::consts::LN_2;
-    let mut log_term = -(n as f64) * ln2; // i = 0
-    let mut log_sum = log_term;
-    for i in 1..=k {
-        log_term += ((n - i + 1) as f64).ln() - (i as f64).ln();
-        let (hi, lo) = if log_sum > log_term {
-            (log_sum, log_term)
-        } else {
-            (log_term, log_sum)
-        };
-        log_sum = hi + (lo - hi).exp().ln_1p();
-    }
-    (2.0 * log_sum.exp()).min(1.0)
-}
-
-/// Percentile interval of the mean difference of paired 0/1 outcomes, resampled with a fixed
-/// seed.
-pub fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> Bootstrap {
-    let n = pairs.len();
-    let delta_of = |sum: i64| if n == 0 { 0.0 } else { sum as f64 / n as f64 };
-    let differences: Vec<i64> = pairs.iter().map(|(a, b)| i64::from(*b) - i64::from(*a)).collect();
-    let delta = delta_of(differences.iter().sum());
-    if n == 0 {
-        return Bootstrap {
-            shared_goals: 0,
-            delta,
-            ci95_low: 0.0,
-            ci95_high: 0.0,
-        };
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut deltas: Vec<f64> = (0..resamples)
-        .map(|_| delta_of((0..n).map(|_| differences[rng.below(n)]).sum()))
-        .collect();
-    deltas.sort_by(f64::total_cmp);
-    let at = |q: f64| deltas[((q * resamples as f64) as usize).min(resamples - 1)];
-    Bootstrap {
-        shared_goals: n,
-        delta,
-        ci95_low: at(0.025),
-        ci95_high: at(0.975),
-    }
 }
 
 /// Reads a run from its folder, a `latest` link, or its `report.json`.
@@ -338,7 +272,7 @@ pub fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
             p_value: mcnemar_p(right_to_wrong, wrong_to_right),
         };
         let pairs: Vec<(bool, bool)> = goals.values().copied().collect();
-        let macro_bootstrap = paired_bootstrap(&pairs, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED);
+        let macro_bootstrap = paired_bootstrap(&pairs, DIFF_RESAMPLES, DIFF_SEED);
         let mean = |cell: &Value, metric: &str| cell[metric]["mean"].as_f64().unwrap_or(0.0);
         let (micro_a, micro_b) = (mean(cell_a, "micro"), mean(cell_b, "micro"));
         let (macro_a, macro_b) = (mean(cell_a, "macro"), mean(cell_b, "macro"));
@@ -463,41 +397,4 @@ pub fn render(diff: &Diff, colour: bool) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mcnemar_matches_hand_computed_binomial_tails() {
-        assert_eq!(mcnemar_p(0, 0), 1.0);
-        // n = 5, k = 0: 2 · (1/32) = 0.0625
-        assert!((mcnemar_p(0, 5) - 0.0625).abs() < 1e-12);
-        // n = 10, k = 1: 2 · (1 + 10)/1024 = 0.021484375
-        assert!((mcnemar_p(1, 9) - 0.021_484_375).abs() < 1e-12);
-        // n = 12, k = 2: 2 · (1 + 12 + 66)/4096 = 0.03857421875
-        assert!((mcnemar_p(10, 2) - 0.038_574_218_75).abs() < 1e-12);
-        assert_eq!(mcnemar_p(3, 3), 1.0);
-        // Large n stays finite and symmetric.
-        let p = mcnemar_p(40_000, 40_400);
-        assert!(p > 0.0 && p < 1.0);
-        assert_eq!(p, mcnemar_p(40_400, 40_000));
-    }
-
-    #[test]
-    fn bootstrap_is_deterministic_and_brackets_the_difference() {
-        let pairs: Vec<(bool, bool)> = (0..40).map(|i| (i % 2 == 0, i % 4 != 3)).collect();
-        let one = paired_bootstrap(&pairs, 2000, 7);
-        assert_eq!(one, paired_bootstrap(&pairs, 2000, 7));
-        // A right on 20 of 40, B right on 30 of 40: delta 0.25.
-        assert!((one.delta - 0.25).abs() < 1e-12);
-        assert!(one.ci95_low < 0.25 && one.ci95_high > 0.25);
-        assert!(one.ci95_low > 0.0, "a clear gain excludes zero");
-        // All differences equal: the interval collapses onto them.
-        let same = paired_bootstrap(&[(false, true); 10], 500, 1);
-        assert_eq!((same.ci95_low, same.ci95_high), (1.0, 1.0));
-        let none = paired_bootstrap(&[], 500, 1);
-        assert_eq!(none.shared_goals, 0);
-    }
 }

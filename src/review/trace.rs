@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::report::stats::percentile;
 use crate::store::run_folder::{RunFolder, TRACE};
 
 /// How many of the slowest calls a review lists.
@@ -58,15 +59,6 @@ pub struct CacheHits {
     pub jobs: usize,
     pub hits: usize,
     pub rate: f64,
-}
-
-/// The value at quantile `q` of sorted values (nearest rank).
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn text(event: &Value, field: &str) -> Option<String> {
@@ -256,19 +248,4 @@ pub fn render(review: &Review, filter: &Filter) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let values: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!(percentile(&values, 0.5), 10.0);
-        assert_eq!(percentile(&values, 0.95), 19.0);
-        assert_eq!(percentile(&values, 1.0), 20.0);
-        assert_eq!(percentile(&[3.0], 0.5), 3.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
-    }
 }
