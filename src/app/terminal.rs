@@ -27,9 +27,9 @@ pub(super) fn summary(
     for cell in &report.cells {
         out.push_str(&format!(
             "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
-            cell.compressor,
-            cell.condition,
-            cell.ratio.to_string(),
+            cell.id.compressor,
+            cell.id.condition,
+            cell.id.ratio.to_string(),
             cell.micro.mean,
             cell.micro.std,
             cell.macro_.mean,

@@ -156,7 +156,7 @@ impl Plan {
             &self.reader_identity_json,
             memory_sha256,
             &hashes.question,
-            job.seed,
+            job.id.seed,
         )
     }
 
@@ -169,7 +169,7 @@ impl Plan {
             reference_sha256: &hashes.reference,
             answer,
         };
-        judge_key_with(&self.judge_identity_json, &inputs, job.seed)
+        judge_key_with(&self.judge_identity_json, &inputs, job.id.seed)
     }
 
     /// The key of `job`'s memory as measured.

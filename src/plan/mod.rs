@@ -12,8 +12,8 @@ use crate::inputs::dataset::Dataset;
 use crate::inputs::manifest::Loaded;
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
-use crate::protocol::Condition;
 use crate::protocol::Ratio;
+use crate::protocol::{CellId, Condition, MemoryId};
 use crate::rng::SplitMix64;
 
 pub const SCHEMA: &str = "gacc.plan/1";
@@ -32,15 +32,8 @@ pub struct MemoryJob {
     pub key: String,
     /// The compressor call's cache key (shared by jobs whose calls are identical).
     pub cache_key: String,
-    pub seed: u64,
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
-    pub source_id: String,
-    /// The goal whose questions this memory answers (none for no-goal).
-    pub goal_id: Option<String>,
-    /// The goal the compressor is shown (none for no-goal).
-    pub shown_goal_id: Option<String>,
+    #[serde(flatten)]
+    pub id: MemoryId,
     pub source_tokens: usize,
     pub budget: usize,
     #[serde(skip)]
@@ -210,13 +203,17 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
                         memories.push(MemoryJob {
                             key,
                             cache_key,
-                            seed,
-                            compressor: compressor.clone(),
-                            condition,
-                            ratio,
-                            source_id: source.id.clone(),
-                            goal_id,
-                            shown_goal_id,
+                            id: MemoryId {
+                                seed,
+                                cell: CellId {
+                                    compressor: compressor.clone(),
+                                    condition,
+                                    ratio,
+                                },
+                                source_id: source.id.clone(),
+                                goal_id,
+                                shown_goal_id,
+                            },
                             source_tokens: source_tokens[s],
                             budget,
                             source: s,
@@ -346,15 +343,15 @@ impl<'a> CompressEntry<'a> {
         CompressEntry {
             budget: job.budget,
             cache_key: &job.cache_key,
-            compressor: &job.compressor,
-            condition: job.condition,
+            compressor: &job.id.cell.compressor,
+            condition: job.id.cell.condition,
             deps: [],
-            goal_id: &job.goal_id,
+            goal_id: &job.id.goal_id,
             key: &job.key,
-            ratio: job.ratio,
-            seed: job.seed,
-            shown_goal_id: &job.shown_goal_id,
-            source_id: &job.source_id,
+            ratio: job.id.cell.ratio,
+            seed: job.id.seed,
+            shown_goal_id: &job.id.shown_goal_id,
+            source_id: &job.id.source_id,
             source_tokens: job.source_tokens,
             stage: "compress",
         }
@@ -420,13 +417,17 @@ mod tests {
         let job = MemoryJob {
             key: "k".into(),
             cache_key: "c".into(),
-            seed: 7,
-            compressor: "lines".into(),
-            condition: Condition::CrossGoal,
-            ratio: serde_json::from_value(json!(0.29)).unwrap(),
-            source_id: "s1".into(),
-            goal_id: Some("g1".into()),
-            shown_goal_id: None,
+            id: MemoryId {
+                seed: 7,
+                cell: CellId {
+                    compressor: "lines".into(),
+                    condition: Condition::CrossGoal,
+                    ratio: serde_json::from_value(json!(0.29)).unwrap(),
+                },
+                source_id: "s1".into(),
+                goal_id: Some("g1".into()),
+                shown_goal_id: None,
+            },
             source_tokens: 100,
             budget: 29,
             source: 0,

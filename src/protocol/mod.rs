@@ -1,8 +1,10 @@
 //! The SPEC's nouns and constants (§1, §3): what every stage speaks of. Imports only leaves.
 
+pub mod cell;
 pub mod role;
 pub mod values;
 
+pub use cell::{CellId, MemoryId};
 pub use role::{Role, Stage};
 pub use values::{Condition, Mode, Ratio, Timeout, TruncationMode};
 

@@ -264,20 +264,21 @@ fn columns(
         }
     };
     for (number, row) in ledger.iter().enumerate() {
-        let key = cell_key(&row.compressor, row.condition.as_str(), &row.ratio);
+        let id = &row.memory_id;
+        let key = id.cell.to_string();
         let cell = *cells.get(&key).ok_or_else(|| {
             inconsistent(
                 MEMORIES,
                 format!("line {}: no cell in report.json for {key}", number + 1),
             )
         })?;
-        let source = *source_of.get(row.source_id.as_str()).ok_or_else(|| {
+        let source = *source_of.get(id.source_id.as_str()).ok_or_else(|| {
             inconsistent(
                 MEMORIES,
                 format!(
                     "line {}: source `{}` is not in dataset.jsonl",
                     number + 1,
-                    row.source_id
+                    id.source_id
                 ),
             )
         })?;
@@ -299,12 +300,10 @@ fn columns(
             });
         let memories = &mut index.memories;
         memories.cell.push(cell);
-        memories.seed.push(row.seed);
+        memories.seed.push(id.seed);
         memories.source.push(source);
-        memories.goal.push(goal_number(&row.goal_id, "goal")?);
-        memories
-            .shown
-            .push(goal_number(&row.shown_goal_id, "shown goal")?);
+        memories.goal.push(goal_number(&id.goal_id, "goal")?);
+        memories.shown.push(goal_number(&id.shown_goal_id, "shown goal")?);
         memories.source_tokens.push(row.source_tokens);
         memories.budget.push(row.budget);
         memories.generated.push(row.generated_tokens);
@@ -364,8 +363,7 @@ fn columns(
             out.score.insert(position, score);
         }
         if memory == usize::MAX || row.failure.is_some() {
-            let key = cell_key(&row.compressor, row.condition.as_str(), &row.ratio);
-            let cell = cells.get(&key).copied().unwrap_or(usize::MAX);
+            let cell = cells.get(&row.cell.to_string()).copied().unwrap_or(usize::MAX);
             let failure = row
                 .failure
                 .clone()
@@ -380,6 +378,7 @@ fn columns(
     Ok((index, chunks))
 }
 
+/// A cell of report.json named as `CellId` displays itself.
 fn cell_key(compressor: &str, condition: &str, ratio: &Ratio) -> String {
     format!("{compressor} · {condition} · r={ratio}")
 }

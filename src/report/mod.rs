@@ -16,9 +16,9 @@ use serde_json::Value;
 use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
-use crate::protocol::Condition;
 use crate::protocol::Ratio;
 use crate::protocol::Role;
+use crate::protocol::{CellId, Condition};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use metrics::Score;
@@ -88,9 +88,8 @@ pub struct Calls {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
+    #[serde(flatten)]
+    pub id: CellId,
     /// False when a job of this cell failed: its scores leave those questions out.
     pub complete: bool,
     pub seeds: Vec<SeedScore>,
@@ -194,11 +193,11 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
     for cell in cells {
         let position = rows
             .iter()
-            .position(|r| r.compressor == cell.compressor && r.ratio == cell.ratio)
+            .position(|r| r.compressor == cell.id.compressor && r.ratio == cell.id.ratio)
             .unwrap_or_else(|| {
                 rows.push(ConditionRow {
-                    compressor: cell.compressor.clone(),
-                    ratio: cell.ratio,
+                    compressor: cell.id.compressor.clone(),
+                    ratio: cell.id.ratio,
                     micro: ByCondition::default(),
                     macro_: ByCondition::default(),
                     gap_no_goal: None,
@@ -206,8 +205,8 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
                 });
                 rows.len() - 1
             });
-        rows[position].micro.set(cell.condition, cell.micro.mean);
-        rows[position].macro_.set(cell.condition, cell.macro_.mean);
+        rows[position].micro.set(cell.id.condition, cell.micro.mean);
+        rows[position].macro_.set(cell.id.condition, cell.macro_.mean);
     }
     for row in &mut rows {
         let gap = |micro: Option<f64>, macro_: Option<f64>| {
@@ -342,7 +341,6 @@ fn stage_role(stage: &str) -> Option<Role> {
     }
 }
 
-type CellId = (String, Condition, Ratio);
 /// Per seed, each goal's verdicts, in first-seen order.
 type SeedVerdicts = Vec<(u64, Vec<(String, Vec<Option<bool>>)>)>;
 
@@ -352,9 +350,9 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     // cell -> seed -> goal -> verdicts, each in first-seen order
     let mut verdicts: HashMap<CellId, SeedVerdicts> = HashMap::new();
     for row in results {
-        let id = (row.compressor.clone(), row.condition, row.ratio);
+        let id = &row.cell;
         let seeds = verdicts.entry(id.clone()).or_insert_with(|| {
-            order.push(id);
+            order.push(id.clone());
             Vec::new()
         });
         let position = match seeds.iter().position(|(s, _)| *s == row.seed) {
@@ -373,9 +371,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     }
     let mut sums: HashMap<CellId, LedgerSums> = HashMap::new();
     for row in ledger {
-        sums.entry((row.compressor.clone(), row.condition, row.ratio))
-            .or_default()
-            .add(row);
+        sums.entry(row.memory_id.cell.clone()).or_default().add(row);
     }
     order
         .into_iter()
@@ -399,9 +395,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
             let ledger = sums.remove(&id).unwrap_or_default();
             Cell {
                 complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
-                compressor: id.0,
-                condition: id.1,
-                ratio: id.2,
+                id,
                 micro: stats::spread(&micro),
                 macro_: stats::spread(&macro_),
                 micro_ci95,
@@ -518,10 +512,13 @@ impl Recount {
         ledger
             .iter()
             .filter(|row| {
-                let n = source_tokens.get(row.source_id.as_str()).copied().flatten();
+                let n = source_tokens
+                    .get(row.memory_id.source_id.as_str())
+                    .copied()
+                    .flatten();
                 let (memory_tokens, memory_sha256) = count(&row.memory);
                 n != Some(row.source_tokens)
-                    || row.budget != row.ratio.budget(row.source_tokens)
+                    || row.budget != row.memory_id.cell.ratio.budget(row.source_tokens)
                     || row.retained_tokens > row.budget
                     || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
                     || Some(row.memory_tokens) != memory_tokens

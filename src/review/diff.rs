@@ -32,8 +32,8 @@ pub struct Diff {
     pub b: String,
     pub settings: Vec<SettingChange>,
     pub cells: Vec<CellDiff>,
-    pub only_in_a: Vec<CellId>,
-    pub only_in_b: Vec<CellId>,
+    pub only_in_a: Vec<CellLabel>,
+    pub only_in_b: Vec<CellLabel>,
     pub flipped: Vec<Flip>,
     /// Cells where B is significantly worse than A.
     pub regressions: usize,
@@ -46,8 +46,10 @@ pub struct SettingChange {
     pub b: Option<String>,
 }
 
+/// A cell as two `report.json` files name it, compared as text: the runs may come from
+/// different versions of gacc, so the typed `CellId` of the rows is not assumed.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CellId {
+pub struct CellLabel {
     pub compressor: String,
     pub condition: String,
     pub ratio: String,
@@ -56,7 +58,7 @@ pub struct CellId {
 #[derive(Debug, Clone, Serialize)]
 pub struct CellDiff {
     #[serde(flatten)]
-    pub cell: CellId,
+    pub cell: CellLabel,
     pub micro_a: f64,
     pub micro_b: f64,
     pub micro_delta: f64,
@@ -80,7 +82,7 @@ pub struct McNemar {
 #[derive(Debug, Clone, Serialize)]
 pub struct Flip {
     #[serde(flatten)]
-    pub cell: CellId,
+    pub cell: CellLabel,
     pub seed: u64,
     pub goal_id: String,
     pub question_id: String,
@@ -181,9 +183,9 @@ fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
         .collect()
 }
 
-fn cell_of(value: &Value) -> CellId {
+fn cell_of(value: &Value) -> CellLabel {
     let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-    CellId {
+    CellLabel {
         compressor: text(&value["compressor"]),
         condition: text(&value["condition"]),
         ratio: text(&value["ratio"]),
@@ -193,8 +195,8 @@ fn cell_of(value: &Value) -> CellId {
 /// A scored question: (seed, goal, question) → (correct, answer).
 type Verdicts = HashMap<(u64, String, String), (bool, String)>;
 
-fn verdicts(run: &Run) -> HashMap<CellId, Verdicts> {
-    let mut out: HashMap<CellId, Verdicts> = HashMap::new();
+fn verdicts(run: &Run) -> HashMap<CellLabel, Verdicts> {
+    let mut out: HashMap<CellLabel, Verdicts> = HashMap::new();
     for row in &run.results {
         let Some(correct) = row["correct"].as_bool() else {
             continue;
@@ -316,7 +318,7 @@ pub fn render(diff: &Diff, colour: bool) -> String {
         (true, v) if v < 0.0 => format!("\x1b[31m{text}\x1b[0m"),
         _ => text,
     };
-    let cell = |c: &CellId| format!("{} | {} | {}", c.compressor, c.condition, c.ratio);
+    let cell = |c: &CellLabel| format!("{} | {} | {}", c.compressor, c.condition, c.ratio);
     let mut out = format!(
         "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n## Settings\n\n",
         diff.a, diff.b

@@ -26,7 +26,7 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
     let run = &shared.run;
     let job = &run.plan.memories[index];
     let source = &run.dataset.sources[job.source];
-    let callback = &run.callbacks.compressors[&job.compressor];
+    let callback = &run.callbacks.compressors[&job.id.cell.compressor];
     let goal_text = job
         .shown_goal
         .map(|(s, g)| run.dataset.sources[s].goals[g].text.as_str());
@@ -36,7 +36,7 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
         "role": "compressor",
         "goal": goal_text,
         "token_budget": job.budget,
-        "seed": job.seed,
+        "seed": job.id.seed,
         "params": callback.params,
     });
     let exposure_violation = exposes(&skeleton, &run.plan.held_out[job.source]);
@@ -117,13 +117,7 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
     let memory = measured.memory.clone();
     let memory_tokens = measured.memory_tokens;
     outcome.ledger = Some(LedgerRow {
-        seed: job.seed,
-        compressor: job.compressor.clone(),
-        condition: job.condition,
-        ratio: job.ratio,
-        source_id: job.source_id.clone(),
-        goal_id: job.goal_id.clone(),
-        shown_goal_id: job.shown_goal_id.clone(),
+        memory_id: job.id.clone(),
         source_tokens: job.source_tokens,
         budget: job.budget,
         generated_tokens: measured.generated_tokens,

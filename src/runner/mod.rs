@@ -183,7 +183,7 @@ pub async fn execute(mut run: Setup) -> Outcome {
         }
         while folded < next && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
-                let compressor = &shared.run.plan.memories[folded].compressor;
+                let compressor = &shared.run.plan.memories[folded].id.cell.compressor;
                 fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
             }
             folded += 1;
@@ -192,7 +192,7 @@ pub async fn execute(mut run: Setup) -> Outcome {
     // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
     for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
         if let Some(memory) = memory {
-            let compressor = &shared.run.plan.memories[index].compressor;
+            let compressor = &shared.run.plan.memories[index].id.cell.compressor;
             fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
         }
     }

@@ -121,7 +121,7 @@ pub(super) async fn run_question(
             "role": "reader",
             "memory": memory,
             "question": question.question,
-            "seed": job.seed,
+            "seed": job.id.seed,
             "params": reader.params,
         })
     };
@@ -150,7 +150,7 @@ pub(super) async fn run_question(
             "question": question.question,
             "reference": question.reference,
             "answer": answer,
-            "seed": job.seed,
+            "seed": job.id.seed,
             "params": judge.params,
         })
     };

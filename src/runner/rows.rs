@@ -19,11 +19,9 @@ pub(super) fn result_row(
 ) -> ResultRow {
     let goal = &source.goals[question.goal];
     ResultRow {
-        seed: job.seed,
-        compressor: job.compressor.clone(),
-        condition: job.condition,
-        ratio: job.ratio,
-        source_id: job.source_id.clone(),
+        seed: job.id.seed,
+        cell: job.id.cell.clone(),
+        source_id: job.id.source_id.clone(),
         goal_id: goal.id.clone(),
         question_id: goal.questions[question.question].id.clone(),
         memory_key: job.key.clone(),
@@ -58,11 +56,9 @@ pub(super) fn failure_row(
         reason: failure.kind.to_string(),
         attempts: failure.attempts,
         stderr_tail: failure.stderr_tail.clone(),
-        seed: job.seed,
-        compressor: job.compressor.clone(),
-        condition: job.condition,
-        ratio: job.ratio,
-        source_id: job.source_id.clone(),
+        seed: job.id.seed,
+        cell: job.id.cell.clone(),
+        source_id: job.id.source_id.clone(),
         question_id: question_id.map(str::to_owned),
     }
 }
@@ -85,7 +81,7 @@ pub(super) fn trace_job(
         job: key,
         stage: stage.as_str(),
         cache_key,
-        compressor: &job.compressor,
+        compressor: &job.id.cell.compressor,
         duration_ms,
         cache_hit,
         skipped,
@@ -98,7 +94,7 @@ pub(super) fn trace_job(
             job = key,
             stage = stage.as_str(),
             cache_key,
-            compressor = job.compressor.as_str(),
+            compressor = job.id.cell.compressor.as_str(),
             duration_ms,
             cache_hit,
             skipped,

@@ -3,19 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::Condition;
-use crate::protocol::{Ratio, TruncationMode};
+use crate::protocol::{CellId, MemoryId, TruncationMode};
 
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerRow {
-    pub seed: u64,
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
-    pub source_id: String,
-    pub goal_id: Option<String>,
-    pub shown_goal_id: Option<String>,
+    #[serde(flatten)]
+    pub memory_id: MemoryId,
     /// `N`: the source's tokens.
     pub source_tokens: usize,
     /// `L = floor(r * N)`.
@@ -70,9 +64,8 @@ pub fn memory_texts(ledger: &[LedgerRow]) -> Vec<MemoryText> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultRow {
     pub seed: u64,
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
+    #[serde(flatten)]
+    pub cell: CellId,
     pub source_id: String,
     pub goal_id: String,
     pub question_id: String,
@@ -96,9 +89,8 @@ pub struct FailureRow {
     pub attempts: u32,
     pub stderr_tail: String,
     pub seed: u64,
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
+    #[serde(flatten)]
+    pub cell: CellId,
     pub source_id: String,
     /// None for a compress job.
     pub question_id: Option<String>,
