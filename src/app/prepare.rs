@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use crate::app::run::RunOptions;
 use crate::error::{Error, Invalid, Problem, io};
 use crate::exec::callback::Callback;
 use crate::exec::process::Process;
@@ -274,9 +273,10 @@ pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {
 /// Starts reading an existing cache on a thread of its own (a re-run's cache is large) while
 /// the dataset is loaded and planned; nothing is opened for a manifest with problems.
 pub(super) fn open_cache_early(
-    options: &RunOptions,
+    manifest: &Path,
+    sets: &[String],
 ) -> Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)> {
-    let (loaded, problems) = manifest::load(&options.manifest, &options.sets).ok()?;
+    let (loaded, problems) = manifest::load(manifest, sets).ok()?;
     let root = cache_root(&loaded);
     if !problems.is_empty() || !Cache::exists(&root) {
         return None;

@@ -62,7 +62,7 @@ pub fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
     let mut phases = Phases::default();
-    let opening = open_cache_early(options);
+    let opening = open_cache_early(&options.manifest, &options.sets);
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);

@@ -1,0 +1,380 @@
+//! The dependency rule of `src/lib.rs` ("Floors"), held: every module imports only from its own
+//! floor or a lower one (on one floor, only the units listed before it), no `never` line is
+//! broken, and no imports form a circle. A module may always use its ancestors' items (the
+//! folder it lives in); every other import counts. Test modules (`#[cfg(test)] mod tests`,
+//! last in their file by convention) are not read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// A module path inside the crate: `exec::slurm::task`.
+type Module = String;
+
+/// The rule as `src/lib.rs` writes it.
+#[derive(Debug, Default)]
+struct Floors {
+    /// Each top-level unit's (floor, position on its floor).
+    place: BTreeMap<String, (usize, usize)>,
+    /// `never a -> b`: no module at or under `a` may import one at or under `b`.
+    never: Vec<(String, String)>,
+}
+
+fn floors(lib: &str) -> Floors {
+    let mut floors = Floors::default();
+    for line in lib.lines() {
+        let words: Vec<&str> = line.trim_start_matches("//!").split_whitespace().collect();
+        match words.as_slice() {
+            ["floor", number, units @ ..] => {
+                let number: usize = number.parse().expect("a floor's number");
+                for (position, unit) in units.iter().enumerate() {
+                    floors.place.insert((*unit).to_owned(), (number, position));
+                }
+            }
+            ["never", from, "->", to] => floors.never.push(((*from).to_owned(), (*to).to_owned())),
+            _ => {}
+        }
+    }
+    floors
+}
+
+/// Every module of the tree under `src`, with the text of its non-test code.
+fn modules(src: &Path) -> BTreeMap<Module, String> {
+    let mut out = BTreeMap::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            if parts == ["lib"] || parts == ["main"] {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = match text.find("#[cfg(test)]\nmod tests") {
+                Some(end) => text[..end].to_owned(),
+                None => text,
+            };
+            out.insert(parts.join("::"), code);
+        }
+    }
+    out
+}
+
+fn is_name(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The paths a module's code names: `crate::a::b…` (and each branch of `crate::{…}`),
+/// `super::…`, and `child::…` for a child module declared in it; each as absolute segments.
+fn paths(module: &str, code: &str, known: &BTreeSet<Module>) -> Vec<Vec<String>> {
+    let code: String = code
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let here: Vec<String> = module.split("::").map(str::to_owned).collect();
+    let mut out = Vec::new();
+    let bytes: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let preceded = i > 0 && (is_name(bytes[i - 1]) || bytes[i - 1] == ':');
+        if preceded || !is_name(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_name(bytes[i]) {
+            i += 1;
+        }
+        let word: String = bytes[start..i].iter().collect();
+        if bytes.get(i) != Some(&':') || bytes.get(i + 1) != Some(&':') {
+            continue;
+        }
+        let base: Vec<String> = match word.as_str() {
+            "crate" => Vec::new(),
+            "super" => here[..here.len().saturating_sub(1)].to_vec(),
+            "self" => here.clone(),
+            child if known.contains(&format!("{module}::{child}")) => {
+                let mut base = here.clone();
+                base.push(child.to_owned());
+                base
+            }
+            _ => continue,
+        };
+        for tail in tails(&bytes, i + 2) {
+            let mut path = base.clone();
+            path.extend(tail);
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The segments after `…::` at `at`: one path, or one per branch of a `{…}` group.
+fn tails(bytes: &[char], mut at: usize) -> Vec<Vec<String>> {
+    let mut segments = Vec::new();
+    loop {
+        if bytes.get(at) == Some(&'{') {
+            let mut depth = 0;
+            let mut branch_start = at + 1;
+            let mut out = Vec::new();
+            let mut k = at;
+            while k < bytes.len() {
+                match bytes[k] {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        for tail in tails(bytes, skip_space(bytes, branch_start)) {
+                            let mut path = segments.clone();
+                            path.extend(tail);
+                            out.push(path);
+                        }
+                        branch_start = k + 1;
+                        if bytes[k] == '}' {
+                            break;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                k += 1;
+            }
+            return out;
+        }
+        let start = at;
+        while at < bytes.len() && is_name(bytes[at]) {
+            at += 1;
+        }
+        if start == at {
+            break;
+        }
+        segments.push(bytes[start..at].iter().collect());
+        if bytes.get(at) == Some(&':') && bytes.get(at + 1) == Some(&':') {
+            at += 2;
+        } else {
+            break;
+        }
+    }
+    vec![segments]
+}
+
+fn skip_space(bytes: &[char], mut at: usize) -> usize {
+    while at < bytes.len() && bytes[at].is_whitespace() {
+        at += 1;
+    }
+    at
+}
+
+/// The longest known module a path starts with.
+fn module_of(path: &[String], known: &BTreeSet<Module>) -> Option<Module> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].join("::"))
+        .find(|candidate| known.contains(candidate))
+}
+
+fn under(module: &str, prefix: &str) -> bool {
+    module == prefix || module.starts_with(&format!("{prefix}::"))
+}
+
+/// Every import between modules that counts: (from, to), ancestors excluded.
+fn imports(src: &Path) -> BTreeSet<(Module, Module)> {
+    let modules = modules(src);
+    let known: BTreeSet<Module> = modules.keys().cloned().collect();
+    let mut edges = BTreeSet::new();
+    for (module, code) in &modules {
+        for path in paths(module, code, &known) {
+            if let Some(target) = module_of(&path, &known)
+                && target != *module
+                && !under(module, &target)
+            {
+                edges.insert((module.clone(), target));
+            }
+        }
+    }
+    edges
+}
+
+/// What breaks the rule in the tree under `src`, one line each.
+fn violations(src: &Path) -> Vec<String> {
+    let rule = floors(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    let edges = imports(src);
+    let mut found = Vec::new();
+    let unit = |m: &str| m.split("::").next().unwrap_or_default().to_owned();
+    for (from, to) in &edges {
+        let (a, b) = (unit(from), unit(to));
+        if a == b {
+            continue;
+        }
+        match (rule.place.get(&a), rule.place.get(&b)) {
+            (Some(&(fa, pa)), Some(&(fb, pb))) => {
+                if fb > fa || (fb == fa && pb >= pa) {
+                    found.push(format!("{from} imports {to}: floor {fb} is not below floor {fa}"));
+                }
+            }
+            _ => found.push(format!("{from} imports {to}: a unit missing from the floors")),
+        }
+    }
+    for (from, to) in &edges {
+        for (a, b) in &rule.never {
+            if under(from, a) && under(to, b) {
+                found.push(format!("{from} imports {to}: never {a} -> {b}"));
+            }
+        }
+    }
+    found.extend(
+        circles(&edges)
+            .into_iter()
+            .map(|c| format!("import circle: {}", c.join(" -> "))),
+    );
+    found
+}
+
+/// The strongly connected components of more than one module (Tarjan).
+fn circles(edges: &BTreeSet<(Module, Module)>) -> Vec<Vec<Module>> {
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().push(b);
+        next.entry(b).or_default();
+    }
+    struct State<'a> {
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<Module>>,
+    }
+    fn visit<'a>(v: &'a str, next: &BTreeMap<&'a str, Vec<&'a str>>, s: &mut State<'a>) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for &w in &next[v] {
+            if !s.index.contains_key(w) {
+                visit(w, next, s);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.to_owned());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.found.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for &v in next.keys() {
+        if !state.index.contains_key(v) {
+            visit(v, &next, &mut state);
+        }
+    }
+    state.found
+}
+
+#[test]
+fn src_keeps_to_its_floors_and_has_no_import_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rule = floors(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    assert!(rule.place.len() >= 10, "the floors of src/lib.rs: {rule:?}");
+    let edges = imports(&src);
+    // The checker sees the imports there are (a sample of them).
+    for (from, to) in [
+        ("runner", "exec::callback"),
+        ("exec::slurm", "exec::callback"),
+        ("app::run", "runner"),
+    ] {
+        assert!(
+            edges.contains(&(from.to_owned(), to.to_owned())),
+            "{from} -> {to} not seen"
+        );
+    }
+    let found = violations(&src);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_an_upward_import_a_never_and_a_circle() {
+    let root = std::env::temp_dir().join(format!("gacc-layers-{}", std::process::id()));
+    let src = root.join("src");
+    let write = |path: &str, text: &str| {
+        let path = src.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "lib.rs",
+        "//! ```text\n//! floor 2  app\n//! floor 1  exec\n//! floor 0  leaf\n//! never    exec::a -> exec::b\n//! ```\nmod app;\nmod exec;\nmod leaf;\n",
+    );
+    write(
+        "app.rs",
+        "use crate::exec::a::Thing;\nuse crate::{leaf, exec::b};\n",
+    );
+    write("leaf.rs", "pub fn f() {}\n");
+    write("exec/mod.rs", "pub mod a;\npub mod b;\nuse a::Thing;\n");
+    write("exec/a.rs", "use super::b::Other;\npub struct Thing;\n");
+    write("exec/b.rs", "pub struct Other;\nfn g() { super::a::Thing; }\n");
+    let clean = violations(&src);
+    assert_eq!(clean.len(), 2, "{clean:?}");
+    assert!(
+        clean.iter().any(|v| v.contains("never exec::a -> exec::b")),
+        "{clean:?}"
+    );
+    assert!(
+        clean.iter().any(|v| v == "import circle: exec::a -> exec::b"),
+        "{clean:?}"
+    );
+
+    // A leaf that reaches up, hidden in a group and a test module that must not count.
+    write(
+        "leaf.rs",
+        "use crate::{app::Run as _};\npub fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::exec::a;\n}\n",
+    );
+    write("exec/b.rs", "pub struct Other;\n");
+    let found = violations(&src);
+    assert!(
+        found
+            .iter()
+            .any(|v| v == "leaf imports app: floor 2 is not below floor 0"),
+        "{found:?}"
+    );
+    assert!(
+        !found.iter().any(|v| v.starts_with("leaf imports exec")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|v| v.starts_with("import circle: app -> leaf")),
+        "{found:?}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
