@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 /// `20261130T054041Z` (or `2026-11-30T05:40:41Z` when `readable`), in UTC.
-pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
+pub(crate) fn utc_timestamp(at: SystemTime, readable: bool) -> String {
     let seconds = at
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -17,7 +17,7 @@ pub fn utc_timestamp(at: SystemTime, readable: bool) -> String {
 }
 
 /// `2026-11-30T08:19:43.084854Z`: UTC with microseconds, as the JSON layer stamps events.
-pub fn utc_timestamp_micros(at: SystemTime) -> String {
+pub(crate) fn utc_timestamp_micros(at: SystemTime) -> String {
     let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let [year, month, day, hour, minute, second] = civil(since.as_secs());
     format!(

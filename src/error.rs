@@ -19,7 +19,7 @@ pub enum Error {
 }
 
 /// Turns an I/O error about `path` into an `Error` that names it.
-pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |error| Error::Io {
         path: path.to_path_buf(),
         message: error.to_string(),

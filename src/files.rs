@@ -13,12 +13,12 @@ fn temporary(path: &Path) -> PathBuf {
 }
 
 /// Writes a file whole.
-pub fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     write_with(path, |out| out.write_all(bytes))
 }
 
 /// Writes a file whole, streamed through a buffer.
-pub fn write_with(
+pub(crate) fn write_with(
     path: &Path,
     body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {
@@ -37,7 +37,7 @@ pub fn write_with(
 
 /// Writes a file whole and on disk before it appears (its folder made first): for files
 /// another machine reads, where a crash must leave nothing half written.
-pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -49,7 +49,7 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Writes rows as JSON Lines, one object a line.
-pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
+pub(crate) fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
     write_with(path, |out| {
         for row in rows {
             serde_json::to_writer(&mut *out, row)?;
@@ -60,7 +60,7 @@ pub fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<
 }
 
 /// Pretty JSON with a final newline, as every JSON file of a run folder is written.
-pub fn pretty(value: &impl serde::Serialize) -> String {
+pub(crate) fn pretty(value: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
     text.push('\n');
     text

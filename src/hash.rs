@@ -3,7 +3,7 @@
 use sha2::{Digest, Sha256};
 
 /// Lowercase hex of any byte string.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for byte in bytes {
@@ -14,7 +14,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// SHA-256 of `data`, in lowercase hex.
-pub fn sha256(data: impl AsRef<[u8]>) -> String {
+pub(crate) fn sha256(data: impl AsRef<[u8]>) -> String {
     hex(&Sha256::digest(data.as_ref()))
 }
 

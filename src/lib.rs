@@ -22,21 +22,24 @@
 //! never    exec::callback -> exec::slurm
 //! ```
 
+// Only what the binary and the integration tests use is public; the lint keeps it so.
+#![warn(unreachable_pub)]
+
 pub mod app;
 pub mod builtin;
 pub mod error;
 pub mod inputs;
+pub mod protocol;
 pub mod report;
 
-pub mod clock;
-pub mod exec;
-pub mod files;
-pub mod hash;
-pub mod parallel;
-pub mod plan;
-pub mod protocol;
-pub mod review;
-pub mod rng;
-pub mod runner;
-pub mod store;
-pub mod trace;
+mod clock;
+mod exec;
+mod files;
+mod hash;
+mod parallel;
+mod plan;
+mod review;
+mod rng;
+mod runner;
+mod store;
+mod trace;

@@ -15,14 +15,14 @@ static TRACE_FILE: Mutex<Option<BufWriter<File>>> = Mutex::new(None);
 const TRACE_BUFFER: usize = 256 << 10;
 
 /// Sends trace events to `path` from now on, creating it.
-pub fn open(path: &Path) -> std::io::Result<()> {
+pub(crate) fn open(path: &Path) -> std::io::Result<()> {
     let file = BufWriter::with_capacity(TRACE_BUFFER, File::create(path)?);
     *TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
     Ok(())
 }
 
 /// Stops writing trace events and flushes what was written.
-pub fn close() {
+pub(crate) fn close() {
     if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).take()
         && let Ok(file) = file.into_inner()
     {
@@ -32,10 +32,10 @@ pub fn close() {
 
 /// A `MakeWriter` for the JSON layer: the open trace file, or nowhere.
 #[derive(Clone, Copy, Default)]
-pub struct TraceSink;
+pub(crate) struct TraceSink;
 
 /// One event's bytes, written to the file whole when dropped.
-pub struct EventWriter(Vec<u8>);
+pub(crate) struct EventWriter(Vec<u8>);
 
 impl Write for EventWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -64,10 +64,10 @@ impl<'a> MakeWriter<'a> for TraceSink {
 
 /// The target of "job finished" events sent through `tracing`, which only the terminal
 /// (`-vv`, `RUST_LOG`) receives: the trace file gets each one from [`job_finished`].
-pub const JOB_TARGET: &str = "gacc::job";
+pub(crate) const JOB_TARGET: &str = "gacc::job";
 
 /// One finished job, as the trace records it.
-pub struct JobFinished<'a> {
+pub(crate) struct JobFinished<'a> {
     pub job: &'a str,
     pub stage: &'a str,
     pub cache_key: &'a str,
@@ -81,7 +81,7 @@ pub struct JobFinished<'a> {
 /// Appends a "job finished" event to the trace, written as the JSON layer writes every other
 /// event (same fields, same order, same timestamp format). A paper-scale run finishes most of
 /// a million jobs; formatting each through the layer cost more than a cached job itself.
-pub fn job_finished(event: &JobFinished) {
+pub(crate) fn job_finished(event: &JobFinished) {
     let mut line = Vec::with_capacity(384);
     line.extend_from_slice(b"{\"timestamp\":\"");
     line.extend_from_slice(crate::clock::utc_timestamp_micros(std::time::SystemTime::now()).as_bytes());

@@ -46,14 +46,14 @@ impl Default for Shape {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Measurement {
-    pub name: String,
-    pub seconds: f64,
-    pub detail: Value,
+pub(crate) struct Measurement {
+    pub(crate) name: String,
+    pub(crate) seconds: f64,
+    pub(crate) detail: Value,
 }
 
 /// Runs every benchmark and returns the measurements; writes its experiment under `folder`.
-pub fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurement>, Error> {
+pub(crate) fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurement>, Error> {
     let mut out = Vec::new();
     let io = |path: &Path| {
         let path = path.to_path_buf();

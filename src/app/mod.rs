@@ -5,7 +5,7 @@
 pub mod bench;
 pub(crate) mod prepare;
 mod report;
-pub mod run;
+mod run;
 mod status;
 mod terminal;
 

@@ -22,7 +22,7 @@ use crate::runner::Callbacks;
 use crate::store::cache::Cache;
 
 /// A manifest and dataset that passed every check, with the tokenizer and plan.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub loaded: Loaded,
     pub dataset: Arc<Dataset>,
     pub tokenizer: Arc<dyn Tokenizer>,
@@ -35,7 +35,7 @@ pub struct Prepared {
 }
 
 /// Loads and checks everything a run needs, reporting every problem at once.
-pub fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
+pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     let (loaded, mut problems) = manifest::load(path, sets)?;
     let dataset = match dataset::load(&loaded) {
         Ok(dataset) => Some(dataset),

@@ -13,7 +13,7 @@ use crate::store::run_folder::{REPORT_JSON, RUN, RunFolder};
 /// Rewrites `report.md`, the charts and `report.html` from the stored `report.json`, `run.json`
 /// and rows (an error names the file that is missing or wrong); or renders `template` and
 /// returns the text.
-pub fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, Error> {
+pub(super) fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<String>, Error> {
     let folder = RunFolder::open(folder);
     let report = folder.read_json(REPORT_JSON)?;
     let run = folder.read_json(RUN).unwrap_or(Value::Null);

@@ -47,18 +47,18 @@ pub struct RunOptions {
 
 /// What a finished run left behind.
 #[derive(Debug)]
-pub struct Finished {
-    pub folder: PathBuf,
-    pub failures: usize,
+pub(crate) struct Finished {
+    pub(crate) folder: PathBuf,
+    pub(crate) failures: usize,
     /// Jobs not run because `--fail-fast` stopped the run.
-    pub cancelled: usize,
-    pub summary: String,
+    pub(crate) cancelled: usize,
+    pub(crate) summary: String,
     /// Whether every view (charts, report.html, report.md) was written.
-    pub views: Result<(), Error>,
+    pub(crate) views: Result<(), Error>,
 }
 
 /// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
-pub fn run(options: &RunOptions) -> Result<Finished, Error> {
+pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
     let mut phases = Phases::default();

@@ -15,7 +15,7 @@ use crate::inputs::manifest;
 use crate::protocol::{Role, Stage};
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
-pub fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
+pub(super) fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
     let prepared = prepare(path, sets)?;
     let dataset = &prepared.dataset;
     Ok(format!(
@@ -30,7 +30,7 @@ pub fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
 }
 
 /// `gacc dataset stats`: a dataset given directly, or the one a manifest names.
-pub fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
+pub(super) fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
     let is_manifest = path.extension().is_some_and(|e| e == "toml");
     let dataset = if is_manifest {
         let (loaded, _) = manifest::load(path, &[])?;
@@ -45,7 +45,7 @@ pub fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
 
 /// Jobs per stage and how many the cache already answers.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct StageStatus {
+pub(super) struct StageStatus {
     pub jobs: usize,
     pub cached: usize,
     /// Jobs that need no call (`L = 0` memories).
@@ -53,7 +53,10 @@ pub struct StageStatus {
 }
 
 /// `gacc plan`: walks the plan through the cache without calling anything.
-pub fn plan_status(path: &Path, sets: &[String]) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
+pub(super) fn plan_status(
+    path: &Path,
+    sets: &[String],
+) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
     let prepared = prepare(path, sets)?;
     let cache = cache_for(&prepared.loaded)?;
     let plan = &prepared.plan;

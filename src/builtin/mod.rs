@@ -117,7 +117,7 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 /// The built-in callbacks that can play `role`.
-pub fn names(role: Role) -> Vec<&'static str> {
+pub(crate) fn names(role: Role) -> Vec<&'static str> {
     BUILTINS
         .iter()
         .filter(|b| b.role == role)
@@ -126,7 +126,7 @@ pub fn names(role: Role) -> Vec<&'static str> {
 }
 
 /// The behaviour version of a built-in, bound into its cache keys.
-pub fn revision(name: &str) -> Option<&'static str> {
+pub(crate) fn revision(name: &str) -> Option<&'static str> {
     BUILTINS.iter().find(|b| b.name == name).map(|b| b.revision)
 }
 
@@ -140,13 +140,13 @@ pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
 }
 
 /// Every built-in: (name, role, what it does).
-pub fn catalogue() -> Vec<(&'static str, Role, &'static str)> {
+pub(crate) fn catalogue() -> Vec<(&'static str, Role, &'static str)> {
     BUILTINS.iter().map(|b| (b.name, b.role, b.summary)).collect()
 }
 
 /// Serves requests from stdin until it closes: one JSON value in, one JSON line out, flushed,
 /// so the same program serves oneshot and persistent mode. Returns the exit status.
-pub fn serve(name: &str) -> i32 {
+pub(crate) fn serve(name: &str) -> i32 {
     let respond = if name == TOKENIZER {
         tokenize
     } else if let Some(builtin) = BUILTINS.iter().find(|b| b.name == name) {
@@ -192,7 +192,7 @@ pub fn serve(name: &str) -> i32 {
 
 /// The built-in cl100k_base served over the tokenizer role, for external tokenizers that
 /// wrap it (and for testing external tokenizer support).
-pub const TOKENIZER: &str = "cl100k_base";
+pub(crate) const TOKENIZER: &str = "cl100k_base";
 
 fn tokenize(request: &Value) -> Result<Value, String> {
     let tokenizer = bpe_openai::cl100k_base();
@@ -277,7 +277,7 @@ fn goal_line(request: &Value) -> Result<Value, String> {
 }
 
 /// Splits text into sentences: after `.`, `!` or `?` followed by white space, and at line breaks.
-pub fn sentences(text: &str) -> Vec<&str> {
+pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
@@ -315,13 +315,8 @@ fn terms(text: &str) -> Vec<String> {
 }
 
 /// BM25's usual term-saturation and length-normalisation constants.
-pub const BM25_K1: f64 = 1.2;
-pub const BM25_B: f64 = 0.75;
-
-/// Okapi BM25 (k1 = 1.2, b = 0.75) of each document against a query.
-pub fn bm25(documents: &[&str], query: &str) -> Vec<f64> {
-    bm25_with(documents, query, BM25_K1, BM25_B)
-}
+pub(crate) const BM25_K1: f64 = 1.2;
+pub(crate) const BM25_B: f64 = 0.75;
 
 /// `params.k1` and `params.b` of a request, or BM25's usual constants.
 fn bm25_params(request: &Value) -> Result<(f64, f64), String> {
@@ -336,7 +331,7 @@ fn bm25_params(request: &Value) -> Result<(f64, f64), String> {
 }
 
 /// Okapi BM25 of each document against a query, with the given constants.
-pub fn bm25_with(documents: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
+pub(crate) fn bm25_with(documents: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
     let documents: Vec<Vec<String>> = documents.iter().map(|d| terms(d)).collect();
     let count = documents.len() as f64;
     let average = documents.iter().map(Vec::len).sum::<usize>() as f64 / count.max(1.0);
@@ -496,7 +491,7 @@ fn bench_judge(request: &Value) -> Result<Value, String> {
 
 /// SQuAD's answer normalisation: lowercase, drop ASCII punctuation, drop the articles
 /// a, an and the, and collapse white space.
-pub fn normalize(text: &str) -> String {
+pub(crate) fn normalize(text: &str) -> String {
     let lower = text.to_lowercase();
     let no_punctuation: String = lower.chars().filter(|c| !c.is_ascii_punctuation()).collect();
     no_punctuation
@@ -527,7 +522,7 @@ fn contains(request: &Value) -> Result<Value, String> {
 }
 
 /// The SQuAD token F1 of two normalised texts.
-pub fn f1(answer: &str, reference: &str) -> f64 {
+pub(crate) fn f1(answer: &str, reference: &str) -> f64 {
     let answer: Vec<&str> = answer.split_whitespace().collect();
     let reference: Vec<&str> = reference.split_whitespace().collect();
     let mut remaining = reference.clone();
@@ -657,7 +652,7 @@ Six"
             "The reactor status is green.",
             "Lunch was late.",
         ];
-        let scores = bm25(&docs, "reactor status");
+        let scores = bm25_with(&docs, "reactor status", BM25_K1, BM25_B);
         assert!(scores[1] > scores[0] && scores[1] > scores[2]);
         assert_eq!(scores[2], 0.0);
     }

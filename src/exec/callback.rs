@@ -21,7 +21,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// A callback ready to be called: the program, its settings and its cache identity.
 #[derive(Debug)]
-pub struct Callback {
+pub(crate) struct Callback {
     /// The manifest key that declared it: `compressors.NAME`, `reader` or `judge`.
     pub name: String,
     pub role: Role,
@@ -45,7 +45,7 @@ pub struct Callback {
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FailureKind {
+pub(crate) enum FailureKind {
     #[error("could not start `{program}`: {error}")]
     Spawn { program: String, error: String },
     #[error("timed out after {0:?}")]
@@ -84,7 +84,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Timeouts, exit status 75 and `"retryable": true` are worth another try (SPEC §3).
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         match self {
             FailureKind::Timeout(_) => true,
             FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
@@ -101,23 +101,15 @@ impl FailureKind {
 
 /// A failed call, after its retries.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub kind: FailureKind,
     pub stderr_tail: String,
     pub attempts: u32,
 }
 
-/// A successful call.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub response: Value,
-    pub attempts: u32,
-    pub stderr_tail: String,
-}
-
 /// How one attempt of a call is made: in a process of this machine, as a Slurm array task, or
 /// (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
-pub trait Launcher: Send + Sync + std::fmt::Debug {
+pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn attempt<'a>(
         &'a self,
         callback: &'a Callback,
@@ -127,7 +119,7 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
 
 /// What one attempt produced.
 #[derive(Debug)]
-pub struct Attempt {
+pub(crate) struct Attempt {
     pub result: Result<Value, FailureKind>,
     pub stderr_tail: String,
 }
@@ -136,7 +128,11 @@ impl Callback {
     /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
     /// of both this callback's and the run's concurrency for each attempt. The request is
     /// written out only once a slot is free, so waiting calls hold no payload.
-    pub async fn call(&self, request: impl Fn() -> Value, run_limit: &Semaphore) -> Result<Answer, Failure> {
+    pub(crate) async fn call(
+        &self,
+        request: impl Fn() -> Value,
+        run_limit: &Semaphore,
+    ) -> Result<Value, Failure> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -168,11 +164,7 @@ impl Callback {
             };
             match outcome.result {
                 Ok(response) => {
-                    return Ok(Answer {
-                        response,
-                        attempts: attempt,
-                        stderr_tail: outcome.stderr_tail,
-                    });
+                    return Ok(response);
                 }
                 // A persistent worker that dies is replaced and its request tried again.
                 Err(kind)
@@ -196,7 +188,7 @@ impl Callback {
 
     /// Replaces the value of every variable passed through `env` with `[redacted:NAME]`,
     /// including a piece of one cut off at either end of a tail.
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         redact(text, &self.env)
     }
 
@@ -216,7 +208,7 @@ const SECRET_PIECE: usize = 4;
 
 /// `text` with every secret's value replaced by `[redacted:NAME]`; a text that starts with the
 /// end of a secret, or ends with its start (a tail cut through it), has that piece redacted too.
-pub fn redact(text: &str, secrets: &[(String, String)]) -> String {
+pub(crate) fn redact(text: &str, secrets: &[(String, String)]) -> String {
     let mut secrets: Vec<&(String, String)> = secrets.iter().filter(|(_, v)| !v.is_empty()).collect();
     // Longest first, so a secret containing another is replaced whole.
     secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
@@ -298,7 +290,7 @@ fn kind_of(value: &Value) -> &'static str {
 }
 
 /// Checks a response against its role's fields (SPEC §3).
-pub fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
+pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
     let require = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
         None => Err(FailureKind::MissingField(format!("the field `{name}`"))),
         Some(value) if is(value) => Ok(()),

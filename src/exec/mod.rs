@@ -2,14 +2,14 @@
 //! holds the protocol side (retries, redaction, response checks); a `Launcher` makes one
 //! attempt: a process of this machine (`process`), or a Slurm array task (`slurm`).
 
-pub mod callback;
-pub mod process;
-pub mod sandbox;
-pub mod slurm;
+pub(crate) mod callback;
+pub(crate) mod process;
+pub(crate) mod sandbox;
+pub(crate) mod slurm;
 
 /// Ends everything a run left running (on Ctrl-C): every callback process group, and every
 /// Slurm array this gacc submitted.
-pub fn shutdown() {
+pub(crate) fn shutdown() {
     process::kill_all();
     slurm::cancel_all();
 }

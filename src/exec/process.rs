@@ -23,7 +23,7 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// The launcher of a callback whose calls run here: it keeps the callback's idle persistent
 /// processes, ready for their next request.
 #[derive(Debug, Default)]
-pub struct Process {
+pub(crate) struct Process {
     idle: Mutex<Vec<PersistentProcess>>,
 }
 
@@ -40,7 +40,7 @@ impl Launcher for Process {
 impl Process {
     /// One attempt in a process of this machine. Nothing a callback says is stored (trace,
     /// failures, report, a Slurm response file) before it is redacted here.
-    pub async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
+    pub(crate) async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
         let mut outcome = match callback.mode {
             Mode::Oneshot => oneshot(callback, request).await,
             Mode::Persistent => self.persistent(callback, request).await,
@@ -246,7 +246,7 @@ async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
 
 /// A long-lived persistent callback process: one request per line in, one response per line out.
 #[derive(Debug)]
-pub struct PersistentProcess {
+pub(crate) struct PersistentProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -348,7 +348,7 @@ fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
 }
 
 /// Kills every callback process group still running (on Ctrl-C).
-pub fn kill_all() {
+pub(crate) fn kill_all() {
     for group in live_groups().drain(..) {
         kill_group(Some(group));
     }

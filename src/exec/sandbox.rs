@@ -23,7 +23,7 @@ use crate::protocol::Role;
 
 /// Set (to anything) to behave as on a kernel without Landlock: callbacks run unsandboxed and
 /// the report says so. It exists to see and test that path.
-pub const NO_LANDLOCK_VARIABLE: &str = "GACC_NO_LANDLOCK";
+pub(crate) const NO_LANDLOCK_VARIABLE: &str = "GACC_NO_LANDLOCK";
 
 /// Folders every sandboxed program may read and execute from.
 const SYSTEM_FOLDERS: &[&str] = &[
@@ -52,7 +52,7 @@ const DEVICES: &[&str] = &[
 const INSTALLATION_FOLDERS: &[&str] = &["bin", "sbin", "shims"];
 
 /// The Landlock ABI this kernel answers; 0 without Landlock (or with `GACC_NO_LANDLOCK` set).
-pub fn kernel_abi() -> i32 {
+pub(crate) fn kernel_abi() -> i32 {
     if std::env::var_os(NO_LANDLOCK_VARIABLE).is_some() {
         return 0;
     }
@@ -83,7 +83,7 @@ fn landlock_abi() -> i32 {
 /// Makes this process undumpable, so other unprivileged processes (an unsandboxed judge
 /// included) cannot read its `/proc/<pid>/environ`, memory or file descriptors. Children get
 /// their own setting back when they exec.
-pub fn protect_self() {
+pub(crate) fn protect_self() {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_DUMPABLE, 0) changes a flag of this process and touches no memory.
     unsafe {
@@ -93,7 +93,7 @@ pub fn protect_self() {
 
 /// Whether a callback runs sandboxed where the kernel allows: compressors and readers unless
 /// `sandbox = false`, judges only when their manifest asks for it.
-pub fn wanted(role: Role, spec: Option<&SandboxSpec>) -> bool {
+pub(crate) fn wanted(role: Role, spec: Option<&SandboxSpec>) -> bool {
     match spec {
         Some(spec) => spec.enabled,
         None => role != Role::Judge,
@@ -102,7 +102,7 @@ pub fn wanted(role: Role, spec: Option<&SandboxSpec>) -> bool {
 
 /// How one callback runs, as the report records it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Confinement {
+pub(crate) struct Confinement {
     /// `landlock`, or `off`.
     pub sandbox: &'static str,
     /// Whether a sandboxed callback may use TCP.
@@ -122,20 +122,20 @@ impl Confinement {
         }
     }
 
-    pub fn sandboxed(&self) -> bool {
+    pub(crate) fn sandboxed(&self) -> bool {
         self.sandbox != "off"
     }
 }
 
 /// Per role: whether every callback of the role ran sandboxed, and how each ran.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Holdout {
+pub(crate) struct Holdout {
     pub holdout_enforced: bool,
     pub callbacks: BTreeMap<String, Confinement>,
 }
 
 /// Groups callbacks' confinements by role.
-pub fn holdout<'a>(
+pub(crate) fn holdout<'a>(
     callbacks: impl IntoIterator<Item = (Role, &'a str, &'a Confinement)>,
 ) -> BTreeMap<Role, Holdout> {
     let mut roles: BTreeMap<Role, Holdout> = BTreeMap::new();
@@ -154,14 +154,14 @@ pub fn holdout<'a>(
 
 /// The files of an experiment that no sandboxed callback may reach, each with what it is.
 #[derive(Debug, Clone, Default)]
-pub struct Protected {
+pub(crate) struct Protected {
     paths: Vec<(PathBuf, String)>,
 }
 
 impl Protected {
     /// The manifest, its dataset files (a dataset folder or glob as a whole) and source files,
     /// the cache, the run folders and the scratch folders.
-    pub fn of(loaded: &Loaded, cache: &Path, runs: Option<&Path>) -> Protected {
+    pub(crate) fn of(loaded: &Loaded, cache: &Path, runs: Option<&Path>) -> Protected {
         let mut protected = Protected::default();
         protected.add(&loaded.path, "the manifest");
         let dataset = &loaded.manifest.dataset;
@@ -213,7 +213,7 @@ impl Protected {
 
     /// What a callback may reach: its settings checked against the experiment's files. The
     /// problems name the setting and what it would expose.
-    pub fn grants(
+    pub(crate) fn grants(
         &self,
         spec: Option<&SandboxSpec>,
         argv: &[String],
@@ -223,12 +223,12 @@ impl Protected {
         grants(self, spec, argv, builtin, folder)
     }
 
-    pub fn add(&mut self, path: &Path, what: impl Into<String>) {
+    pub(crate) fn add(&mut self, path: &Path, what: impl Into<String>) {
         self.paths.push((real_path(path), what.into()));
     }
 
     /// What granting `path` would expose: a protected path inside it, or one that holds it.
-    pub fn exposed_by(&self, path: &Path) -> Option<&str> {
+    pub(crate) fn exposed_by(&self, path: &Path) -> Option<&str> {
         let path = real_path(path);
         self.paths
             .iter()
@@ -299,7 +299,7 @@ fn lexical(path: &Path) -> PathBuf {
 
 /// What a sandboxed callback may reach, as paths (before any is opened).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Grants {
+pub(crate) struct Grants {
     /// Read and execute: files, and folders with everything beneath them.
     pub read: Vec<PathBuf>,
     /// Read, write, create and remove.
@@ -309,7 +309,7 @@ pub struct Grants {
 
 /// One run's sandboxing: the kernel's Landlock, the experiment's files, and the folder under
 /// which each sandboxed process gets its scratch folder.
-pub struct Sandboxing {
+pub(crate) struct Sandboxing {
     pub abi: i32,
     protected: Protected,
     scratch: Arc<ScratchRoot>,
@@ -320,7 +320,7 @@ pub struct Sandboxing {
 impl Sandboxing {
     /// Probes the kernel and prepares the rules every sandboxed callback shares. `protected`
     /// is completed with the scratch folders.
-    pub fn new(abi: i32, protected: Protected) -> std::io::Result<Sandboxing> {
+    pub(crate) fn new(abi: i32, protected: Protected) -> std::io::Result<Sandboxing> {
         let scratch = Arc::new(ScratchRoot::create()?);
         let mut protected = protected;
         protected.add(&scratch.path, "the scratch folders");
@@ -340,19 +340,14 @@ impl Sandboxing {
         })
     }
 
-    /// The scratch folders' parent (protected from every sandboxed callback).
-    pub fn scratch_root(&self) -> &Path {
-        &self.scratch.path
-    }
-
     /// The experiment's files, the scratch folders among them.
-    pub fn protected(&self) -> &Protected {
+    pub(crate) fn protected(&self) -> &Protected {
         &self.protected
     }
 
     /// How a callback of `role` runs, and its sandbox when it has one (`builtin` names a
     /// built-in callback, served by the process that enters the sandbox).
-    pub fn confine(
+    pub(crate) fn confine(
         &self,
         role: Role,
         spec: Option<&SandboxSpec>,
@@ -568,7 +563,7 @@ impl Drop for ScratchRoot {
 
 /// A process's private scratch folder, removed with everything in it when dropped.
 #[derive(Debug)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub path: PathBuf,
 }
 
@@ -580,7 +575,7 @@ impl Drop for Scratch {
 
 /// One callback's sandbox: what it may reach, and where its processes' scratch folders go.
 #[derive(Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     grants: Grants,
     scratch: Arc<ScratchRoot>,
     /// The gacc executable, which enters the sandbox and then becomes the callback.
@@ -591,7 +586,7 @@ pub struct Policy {
 
 impl Policy {
     /// What another machine needs to start this callback in the same sandbox (a Slurm task).
-    pub fn describe(&self) -> serde_json::Value {
+    pub(crate) fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "read": self.grants.read,
             "write": self.grants.write,
@@ -601,7 +596,7 @@ impl Policy {
     }
 
     /// The policy `describe` wrote, with scratch folders of this machine and this executable.
-    pub fn rebuild(description: &serde_json::Value) -> Result<Policy, String> {
+    pub(crate) fn rebuild(description: &serde_json::Value) -> Result<Policy, String> {
         let paths = |key: &str| -> Vec<PathBuf> {
             description[key]
                 .as_array()
@@ -630,7 +625,7 @@ impl Policy {
 
     /// A fresh scratch folder for one process, and the command line that starts the callback
     /// `argv` inside the sandbox: `gacc sandbox-exec RULES -- ARGV` (or `--builtin NAME`).
-    pub fn jail(&self, argv: &[String]) -> std::io::Result<(Scratch, Vec<OsString>)> {
+    pub(crate) fn jail(&self, argv: &[String]) -> std::io::Result<(Scratch, Vec<OsString>)> {
         use std::os::unix::fs::DirBuilderExt;
         let number = self.scratch.next.fetch_add(1, Ordering::Relaxed);
         let path = self.scratch.path.join(number.to_string());
@@ -659,14 +654,14 @@ impl Policy {
 /// The hidden subcommand that enters a sandbox and becomes the callback.
 pub const SANDBOX_EXEC: &str = "sandbox-exec";
 /// The exit status of a process that could not enter its sandbox or start its program.
-pub const SANDBOX_EXEC_FAILED: u8 = 125;
+pub(crate) const SANDBOX_EXEC_FAILED: u8 = 125;
 
 /// `gacc sandbox-exec [--read PATH]... [--write PATH]... [--no-network] (-- ARGV... |
 /// --builtin NAME)`: enters a Landlock domain with those rules (and the system's), then execs
 /// ARGV or serves the built-in NAME. It runs as a fresh small process started with
 /// `posix_spawn`, which costs far less than forking a large gacc to apply the rules between
 /// fork and exec; the callback still never runs a single instruction outside the sandbox.
-pub fn exec(args: &[OsString]) -> u8 {
+pub(crate) fn exec(args: &[OsString]) -> u8 {
     let fail = |message: String| {
         eprintln!("gacc sandbox-exec: {message}");
         SANDBOX_EXEC_FAILED
@@ -751,7 +746,7 @@ mod landlock_rules {
     }
 
     /// Restricts this process (and what it execs) to the system's paths and `grants`.
-    pub fn enter(grants: &Grants) -> Result<(), String> {
+    pub(super) fn enter(grants: &Grants) -> Result<(), String> {
         let read = AccessFs::from_read(ABI_TESTED);
         let all = AccessFs::from_all(ABI_TESTED);
         let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;

@@ -11,18 +11,18 @@ use crate::inputs::records::Goal;
 use crate::inputs::records::{Source, SourceRecord};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Dataset {
+pub(crate) struct Dataset {
     pub sources: Vec<Source>,
 }
 
 impl Dataset {
-    pub fn goals(&self) -> impl Iterator<Item = (&Source, &Goal)> {
+    pub(crate) fn goals(&self) -> impl Iterator<Item = (&Source, &Goal)> {
         self.sources
             .iter()
             .flat_map(|s| s.goals.iter().map(move |g| (s, g)))
     }
 
-    pub fn question_count(&self) -> usize {
+    pub(crate) fn question_count(&self) -> usize {
         self.goals().map(|(_, g)| g.questions.len()).sum()
     }
 }
@@ -36,7 +36,7 @@ struct Located {
 }
 
 /// Loads the manifest's dataset and checks it, reporting every problem at once.
-pub fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
+pub(crate) fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
     let spec = &loaded.manifest.dataset;
     let mut problems = Vec::new();
     let records = match (&spec.path, &spec.sources) {
@@ -62,7 +62,7 @@ pub fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
 
 /// Loads a dataset from a JSON Lines file, a folder of them, or a glob pattern, with no
 /// manifest (for `gacc dataset stats`).
-pub fn load_path(path: &Path) -> Result<Dataset, Vec<Problem>> {
+pub(crate) fn load_path(path: &Path) -> Result<Dataset, Vec<Problem>> {
     let mut problems = Vec::new();
     let records = read_files(path, &mut problems);
     let dataset = check(records, &mut problems);
@@ -255,7 +255,7 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
 
 /// The size of a dataset: what `gacc dataset stats` prints.
 #[derive(Debug, Clone, Serialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub sources: usize,
     pub goals: usize,
     pub questions: usize,
@@ -267,7 +267,7 @@ pub struct Stats {
 
 /// Minimum, median, maximum and total of a list of counts.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub min: usize,
     pub median: f64,
     pub max: usize,
@@ -275,7 +275,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn of(mut values: Vec<usize>) -> Summary {
+    pub(crate) fn of(mut values: Vec<usize>) -> Summary {
         values.sort_unstable();
         let n = values.len();
         let median = match n {
@@ -293,7 +293,7 @@ impl Summary {
 }
 
 /// Counts a dataset's sources, goals, questions and tokens.
-pub fn stats(
+pub(crate) fn stats(
     dataset: &Dataset,
     tokenizer: &dyn crate::inputs::tokenizer::Tokenizer,
 ) -> Result<Stats, String> {

@@ -22,15 +22,15 @@ fn valid_name(name: &str) -> bool {
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
 }
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-pub const DEFAULT_RETRIES: u32 = 2;
-pub const DEFAULT_RUN_CONCURRENCY: usize = 8;
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RETRIES: u32 = 2;
+pub(crate) const DEFAULT_RUN_CONCURRENCY: usize = 8;
 /// The prefix of environment variables that override manifest values.
-pub const ENV_PREFIX: &str = "GACC_";
+pub(crate) const ENV_PREFIX: &str = "GACC_";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -62,7 +62,7 @@ fn default_conditions() -> Vec<Condition> {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TokenizerSpec {
+pub(crate) struct TokenizerSpec {
     #[serde(default = "default_tokenizer_name")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,7 +98,7 @@ impl Default for TokenizerSpec {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DatasetSpec {
+pub(crate) struct DatasetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,7 +108,7 @@ pub struct DatasetSpec {
 /// One callback: a command or a built-in, and how to call it (SPEC §2, §3).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CallbackSpec {
+pub(crate) struct CallbackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,7 +137,7 @@ pub struct CallbackSpec {
 
 /// `sandbox = false`, `sandbox = true`, or `sandbox = { read = [...], write = [...], network = true }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxSpec {
+pub(crate) struct SandboxSpec {
     /// False for `sandbox = false`: the callback runs unrestricted (the report says so).
     pub enabled: bool,
     /// Files and folders the callback may read, relative to the manifest's folder.
@@ -231,7 +231,7 @@ fn empty_params() -> serde_json::Value {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ExecutorKind {
+pub(crate) enum ExecutorKind {
     #[default]
     Local,
     Slurm,
@@ -239,7 +239,7 @@ pub enum ExecutorKind {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunSpec {
+pub(crate) struct RunSpec {
     #[serde(default = "default_run_concurrency")]
     pub concurrency: usize,
     #[serde(default)]
@@ -254,7 +254,7 @@ pub struct RunSpec {
 /// `[run.slurm]`: how calls become Slurm array tasks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SlurmSpec {
+pub(crate) struct SlurmSpec {
     /// A folder every node sees, where requests, responses and task logs are exchanged
     /// (default `.gacc/slurm`, relative to the current folder like the default cache).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,7 +297,7 @@ pub struct SlurmSpec {
 /// Resources of one role's array tasks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SlurmResources {
+pub(crate) struct SlurmResources {
     /// `--cpus-per-task`
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
@@ -388,17 +388,16 @@ fn string_or_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String
 
 /// A manifest as loaded: its values, where it lives, and its exact text.
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub manifest: Manifest,
     pub path: PathBuf,
     /// The folder relative paths are resolved from.
     pub folder: PathBuf,
-    pub sha256: String,
 }
 
 impl Loaded {
     /// The Slurm executor's work folder, when the manifest runs on Slurm.
-    pub fn slurm_work_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn slurm_work_dir(&self) -> Option<PathBuf> {
         if self.manifest.run.executor != ExecutorKind::Slurm {
             return None;
         }
@@ -411,7 +410,7 @@ impl Loaded {
     }
 
     /// Resolves a path written in the manifest against the manifest's folder.
-    pub fn resolve(&self, path: &Path) -> PathBuf {
+    pub(crate) fn resolve(&self, path: &Path) -> PathBuf {
         self.folder.join(path)
     }
 }
@@ -435,7 +434,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 /// Loads a manifest: file, then `GACC_` variables, then `--set key.path=value` (SPEC §2).
 /// An unreadable or mistyped manifest is an error; problems with its values come back
 /// beside it, so that the dataset can be checked too and every problem reported at once.
-pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Invalid> {
+pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Invalid> {
     let place = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|error| Invalid::one(&place, format!("cannot read the manifest: {error}")))?;
@@ -476,7 +475,6 @@ pub fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Inva
         manifest,
         path: path.to_path_buf(),
         folder,
-        sha256: crate::hash::sha256(&text),
     };
     let problems = check(&loaded);
     Ok((loaded, problems))
@@ -699,7 +697,7 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
 }
 
 /// A path as a user would like to read it: relative to the current folder when inside it.
-pub fn shown(path: &Path) -> String {
+pub(crate) fn shown(path: &Path) -> String {
     std::env::current_dir()
         .ok()
         .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
@@ -709,7 +707,7 @@ pub fn shown(path: &Path) -> String {
 }
 
 /// Finds a callback's program: a path with a `/` relative to the manifest, else on PATH.
-pub fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
+pub(crate) fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
     let is_file = |path: &Path| path.is_file();
     if program.contains('/') {
         let path = folder.join(program);

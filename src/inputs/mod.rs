@@ -2,7 +2,7 @@
 //! the manifest, the dataset's records, the tokenizer and the budget arithmetic.
 
 pub mod budget;
-pub mod dataset;
-pub mod manifest;
-pub mod records;
+pub(crate) mod dataset;
+pub(crate) mod manifest;
+pub(crate) mod records;
 pub mod tokenizer;

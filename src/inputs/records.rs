@@ -9,7 +9,7 @@ use crate::hash::sha256;
 /// One source as written: inline text or a path to it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SourceRecord {
+pub(crate) struct SourceRecord {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
@@ -21,7 +21,7 @@ pub struct SourceRecord {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Goal {
+pub(crate) struct Goal {
     pub id: String,
     pub text: String,
     #[serde(default)]
@@ -30,7 +30,7 @@ pub struct Goal {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Question {
+pub(crate) struct Question {
     pub id: String,
     pub question: String,
     pub reference: String,
@@ -38,14 +38,14 @@ pub struct Question {
 
 /// A source with its text loaded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Source {
+pub(crate) struct Source {
     pub id: String,
     pub text: String,
     pub goals: Vec<Goal>,
 }
 
 impl Source {
-    pub fn sha256(&self) -> String {
+    pub(crate) fn sha256(&self) -> String {
         sha256(&self.text)
     }
 }

@@ -15,7 +15,7 @@ const KEY_DOMAIN: &str = "gacc/1 cache key\n";
 
 /// SHA-256 of a canonical description (serde_json sorts object keys, so equal values
 /// serialise to equal bytes).
-pub fn key(description: &Value) -> String {
+pub(crate) fn key(description: &Value) -> String {
     key_of_canonical(&description.to_string())
 }
 
@@ -29,7 +29,7 @@ fn key_of_canonical(description: &str) -> String {
 }
 
 /// The tokenizer in every compressor key: its name, whether it is the built-in, its revision.
-pub fn tokenizer_identity(tokenizer: &dyn Tokenizer) -> Value {
+pub(crate) fn tokenizer_identity(tokenizer: &dyn Tokenizer) -> Value {
     let identity = tokenizer.identity();
     json!({"name": identity.name, "builtin": identity.builtin, "revision": tokenizer_revision(tokenizer)})
 }
@@ -44,7 +44,7 @@ fn tokenizer_revision(tokenizer: &dyn Tokenizer) -> String {
 }
 
 /// What a callback's answers depend on: its command or built-in, revision and params.
-pub fn callback_identity(spec: &CallbackSpec) -> Value {
+pub(crate) fn callback_identity(spec: &CallbackSpec) -> Value {
     let program = match (&spec.builtin, &spec.command) {
         (Some(name), _) => {
             json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
@@ -54,7 +54,7 @@ pub fn callback_identity(spec: &CallbackSpec) -> Value {
     json!({"program": program, "revision": spec.revision, "params": spec.params})
 }
 
-pub fn compressor_key(
+pub(crate) fn compressor_key(
     identity: &Value,
     tokenizer: &Value,
     source_sha256: &str,
@@ -73,31 +73,29 @@ pub fn compressor_key(
     }))
 }
 
-pub fn reader_key(identity: &Value, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
-    reader_key_with(&identity.to_string(), memory_sha256, question_sha256, seed)
-}
-
-/// `reader_key` with the identity already serialised: the same bytes serde_json writes for the
-/// canonical description (keys in order), without building it, for the hot path.
-pub fn reader_key_with(identity_json: &str, memory_sha256: &str, question_sha256: &str, seed: u64) -> String {
+/// A reader call's key (SPEC §4), written from the identity already serialised: the same bytes
+/// serde_json writes for the canonical description (keys in order), without building it, for
+/// the hot path.
+pub(crate) fn reader_key_with(
+    identity_json: &str,
+    memory_sha256: &str,
+    question_sha256: &str,
+    seed: u64,
+) -> String {
     key_of_canonical(&format!(
         r#"{{"callback":{identity_json},"memory_sha256":"{memory_sha256}","question_sha256":"{question_sha256}","role":"reader","seed":{seed}}}"#
     ))
 }
 
-pub struct JudgeInputs<'a> {
+pub(crate) struct JudgeInputs<'a> {
     pub source_sha256: &'a str,
     pub question_sha256: &'a str,
     pub reference_sha256: &'a str,
     pub answer: &'a str,
 }
 
-pub fn judge_key(identity: &Value, inputs: &JudgeInputs, seed: u64) -> String {
-    judge_key_with(&identity.to_string(), inputs, seed)
-}
-
-/// `judge_key` with the identity already serialised (see `reader_key_with`).
-pub fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
+/// A judge call's key (SPEC §4), written like `reader_key_with`.
+pub(crate) fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
     key_of_canonical(&format!(
         r#"{{"answer_sha256":"{}","callback":{identity_json},"question_sha256":"{}","reference_sha256":"{}","role":"judge","seed":{seed},"source_sha256":"{}"}}"#,
         sha256(inputs.answer),
@@ -108,7 +106,7 @@ pub fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> S
 }
 
 /// The cache key of a memory as measured: its generation cut to its budget, counted.
-pub fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: TruncationMode) -> String {
+pub(crate) fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: TruncationMode) -> String {
     key(&json!({
         "kind": "memory",
         "compressor_key": job.cache_key,
@@ -119,7 +117,7 @@ pub fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation: Trunc
 }
 
 /// The job key of a memory: unique in a plan, the same in every plan of the experiment.
-pub fn memory_job(
+pub(crate) fn memory_job(
     seed: u64,
     compressor: &str,
     condition: Condition,
@@ -139,18 +137,18 @@ pub fn memory_job(
 }
 
 /// The job key of a question read from a memory.
-pub fn read_job(memory_job: &str, question_id: &str) -> String {
+pub(crate) fn read_job(memory_job: &str, question_id: &str) -> String {
     sha256(format!("read\n{memory_job}\n{question_id}"))
 }
 
 /// The job key of a question's judgement.
-pub fn judge_job(read_job: &str) -> String {
+pub(crate) fn judge_job(read_job: &str) -> String {
     sha256(format!("judge\n{read_job}"))
 }
 
 impl Plan {
     /// The reader call's key for a question of `job`, read from the memory with this hash.
-    pub fn read_key(&self, job: &MemoryJob, question: &QuestionJob, memory_sha256: &str) -> String {
+    pub(crate) fn read_key(&self, job: &MemoryJob, question: &QuestionJob, memory_sha256: &str) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         reader_key_with(
             &self.reader_identity_json,
@@ -161,7 +159,7 @@ impl Plan {
     }
 
     /// The judge call's key for a question of `job` answered with `answer`.
-    pub fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
+    pub(crate) fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         let inputs = JudgeInputs {
             source_sha256: &self.source_sha256[job.source],
@@ -173,7 +171,7 @@ impl Plan {
     }
 
     /// The key of `job`'s memory as measured.
-    pub fn memory_key(&self, job: &MemoryJob, truncation: TruncationMode) -> String {
+    pub(crate) fn memory_key(&self, job: &MemoryJob, truncation: TruncationMode) -> String {
         memory_key(job, &self.tokenizer_identity, truncation)
     }
 }
@@ -200,7 +198,7 @@ mod tests {
             "question_sha256": "q",
             "seed": 7,
         }));
-        assert_eq!(reader_key(&identity, "m", "q", 7), described);
+        assert_eq!(reader_key_with(&identity.to_string(), "m", "q", 7), described);
         let inputs = JudgeInputs {
             source_sha256: "s",
             question_sha256: "q",
@@ -216,6 +214,6 @@ mod tests {
             "answer_sha256": sha256("the answer"),
             "seed": 7,
         }));
-        assert_eq!(judge_key(&identity, &inputs, 7), described);
+        assert_eq!(judge_key_with(&identity.to_string(), &inputs, 7), described);
     }
 }

@@ -1,7 +1,7 @@
 //! The job graph (SPEC §5 `plan.json`): every memory to make, every question to read and
 //! judge from it, and the keys that name them. Built before anything runs; never changed.
 
-pub mod keys;
+pub(crate) mod keys;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -16,10 +16,10 @@ use crate::protocol::Ratio;
 use crate::protocol::{CellId, Condition, MemoryId};
 use crate::rng::SplitMix64;
 
-pub const SCHEMA: &str = "gacc.plan/1";
+pub(crate) const SCHEMA: &str = "gacc.plan/1";
 
 /// A goal by position: (source index, goal index within the source).
-pub type GoalRef = (usize, usize);
+pub(crate) type GoalRef = (usize, usize);
 
 /// One memory to make: its source, the goal it answers (None: all of the source's goals),
 /// and the goal the compressor is shown.
@@ -27,7 +27,7 @@ type Unit = (usize, Option<usize>, Option<GoalRef>);
 
 /// One compressor call's worth of work: a memory and the questions answered from it.
 #[derive(Debug, Clone, Serialize)]
-pub struct MemoryJob {
+pub(crate) struct MemoryJob {
     /// Unique within the plan: the memory's (seed, compressor, condition, ratio, source, goal).
     pub key: String,
     /// The compressor call's cache key (shared by jobs whose calls are identical).
@@ -46,7 +46,7 @@ pub struct MemoryJob {
 
 /// A question read from a memory, then judged.
 #[derive(Debug, Clone, Serialize)]
-pub struct QuestionJob {
+pub(crate) struct QuestionJob {
     pub read_key: String,
     pub judge_key: String,
     pub goal: usize,
@@ -54,7 +54,7 @@ pub struct QuestionJob {
 }
 
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub memories: Vec<MemoryJob>,
     /// Cache identity of each compressor, reader and judge.
     pub compressor_identities: std::collections::BTreeMap<String, Value>,
@@ -74,13 +74,13 @@ pub struct Plan {
 }
 
 #[derive(Debug, Clone)]
-pub struct QuestionHashes {
+pub(crate) struct QuestionHashes {
     pub question: String,
     pub reference: String,
 }
 
 /// The texts among `texts` that `source` does not contain (non-empty, without repeats).
-pub fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = texts
         .filter(|t| !t.is_empty() && !source.contains(*t))
         .map(str::to_owned)
@@ -92,7 +92,7 @@ pub fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<S
 
 /// Expands a manifest and its dataset into the job graph, in a deterministic order:
 /// seeds, compressors (by name), conditions and ratios as listed, then sources and goals.
-pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Result<Plan, Invalid> {
+pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Result<Plan, Invalid> {
     let manifest = &loaded.manifest;
     if manifest.conditions.contains(&Condition::CrossGoal) && dataset.sources.len() < 2 {
         return Err(Invalid::one(
@@ -271,13 +271,13 @@ pub fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer) -> Re
 }
 
 impl Plan {
-    pub fn question_jobs(&self) -> usize {
+    pub(crate) fn question_jobs(&self) -> usize {
         self.memories.iter().map(|m| m.questions.len()).sum()
     }
 
     /// Writes `plan.json`: the schema, the size per stage, and every job with its key, stage
     /// and dependencies, one job per line (streamed: a paper-scale plan has ~10^6 jobs).
-    pub fn write_json(&self, dataset: &Dataset, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write_json(&self, dataset: &Dataset, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let questions = self.question_jobs();
         let stages = json!({"compress": self.memories.len(), "read": questions, "judge": questions});
         write!(
@@ -384,7 +384,7 @@ const DERANGEMENT_TRIES: usize = 1000;
 
 /// For each goal (source, goal), a goal of a different source: a permutation of all goals
 /// when one exists, seeded by `seed`; otherwise a seeded choice per goal.
-pub fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
+pub(crate) fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
     let sources: std::collections::BTreeSet<usize> = goals.iter().map(|g| g.0).collect();
     if sources.len() < 2 {
         return goals.to_vec();

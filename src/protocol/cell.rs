@@ -9,10 +9,10 @@ use crate::protocol::{Condition, Ratio};
 
 /// One (compressor, condition, ratio) cell: what Micro and Macro are reported per.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CellId {
-    pub compressor: String,
-    pub condition: Condition,
-    pub ratio: Ratio,
+pub(crate) struct CellId {
+    pub(crate) compressor: String,
+    pub(crate) condition: Condition,
+    pub(crate) ratio: Ratio,
 }
 
 impl fmt::Display for CellId {
@@ -24,15 +24,15 @@ impl fmt::Display for CellId {
 /// One memory (SPEC §1): per seed and cell, a source and the goal whose questions it answers
 /// (none under no-goal), and the goal its compressor was shown.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MemoryId {
-    pub seed: u64,
+pub(crate) struct MemoryId {
+    pub(crate) seed: u64,
     #[serde(flatten)]
-    pub cell: CellId,
-    pub source_id: String,
+    pub(crate) cell: CellId,
+    pub(crate) source_id: String,
     /// The goal whose questions this memory answers (none for no-goal).
-    pub goal_id: Option<String>,
+    pub(crate) goal_id: Option<String>,
     /// The goal the compressor is shown (none for no-goal).
-    pub shown_goal_id: Option<String>,
+    pub(crate) shown_goal_id: Option<String>,
 }
 
 #[cfg(test)]

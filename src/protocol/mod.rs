@@ -1,29 +1,30 @@
 //! The SPEC's nouns and constants (§1, §3): what every stage speaks of. Imports only leaves.
 
-pub mod cell;
-pub mod role;
-pub mod values;
+mod cell;
+mod role;
+mod values;
 
-pub use cell::{CellId, MemoryId};
-pub use role::{Role, Stage};
-pub use values::{Condition, Mode, Ratio, Timeout, TruncationMode};
+pub(crate) use cell::{CellId, MemoryId};
+pub(crate) use role::{Role, Stage};
+pub(crate) use values::{Condition, Mode, Timeout};
+pub use values::{Ratio, TruncationMode};
 
 /// The protocol every request names, and `GACC_PROTOCOL` in every callback's environment.
-pub const PROTOCOL: &str = "gacc/1";
+pub(crate) const PROTOCOL: &str = "gacc/1";
 /// The largest response a callback may write to stdout.
-pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 64 << 20;
 /// How much of a callback's stderr is kept for messages and the trace.
-pub const STDERR_TAIL_BYTES: usize = 8 << 10;
+pub(crate) const STDERR_TAIL_BYTES: usize = 8 << 10;
 /// The exit status a callback uses to ask for a retry (BSD `EX_TEMPFAIL`).
-pub const EXIT_TEMPFAIL: i32 = 75;
+pub(crate) const EXIT_TEMPFAIL: i32 = 75;
 /// The variables a callback inherits, besides those its manifest lists (SPEC §3).
-pub const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"];
+pub(crate) const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"];
 
 /// The process of a callback of `role` (SPEC §3): `line` run in `cwd`, its environment cleared
 /// but for `KEPT_VARIABLES`, `passed` (the manifest's `env`), `GACC_PROTOCOL` and `GACC_ROLE`;
 /// its three pipes to gacc; its own process group, so a timeout can end all it started.
 /// Callback processes and external tokenizers both start this way.
-pub fn callback_command<'a>(
+pub(crate) fn callback_command<'a>(
     line: &[std::ffi::OsString],
     cwd: &std::path::Path,
     role: &str,

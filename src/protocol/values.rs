@@ -140,14 +140,15 @@ pub enum TruncationMode {
 /// Which goal the compressor sees (SPEC §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Condition {
+#[allow(clippy::enum_variant_names)] // the SPEC's names: own-goal, no-goal, cross-goal
+pub(crate) enum Condition {
     OwnGoal,
     NoGoal,
     CrossGoal,
 }
 
 impl Condition {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Condition::OwnGoal => "own-goal",
             Condition::NoGoal => "no-goal",
@@ -165,7 +166,7 @@ impl fmt::Display for Condition {
 /// How a callback process serves its calls (SPEC §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Mode {
+pub(crate) enum Mode {
     #[default]
     Oneshot,
     Persistent,
@@ -173,7 +174,7 @@ pub enum Mode {
 
 /// A duration written as `500ms`, `60s`, `2m` or `1h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeout(pub Duration);
+pub(crate) struct Timeout(pub Duration);
 
 impl FromStr for Timeout {
     type Err = String;

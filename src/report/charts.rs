@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 /// Each chart file a report gets, with the title report.md shows it under.
-pub const CHARTS: &[(&str, &str)] = &[
+pub(crate) const CHARTS: &[(&str, &str)] = &[
     ("micro.svg", "Micro against the retention ratio"),
     ("macro.svg", "Macro against the retention ratio"),
     ("budget.svg", "Budget: tokens retained and left unused"),
@@ -24,7 +24,7 @@ fn text(value: &Value) -> String {
 }
 
 /// Writes every chart of `report` (a `report.json` value) into `folder`.
-pub fn write(folder: &Path, report: &Value) -> Result<(), String> {
+pub(crate) fn write(folder: &Path, report: &Value) -> Result<(), String> {
     let cells: Vec<&Value> = report["cells"].as_array().into_iter().flatten().collect();
     let conditions: Vec<String> = report["experiment"]["conditions"]
         .as_array()

@@ -30,7 +30,7 @@ const PAGE: &str = include_str!("../../templates/report.html");
 pub const FORMAT: &str = "gacc.html/1";
 /// Data larger than this travels gzip-compressed: a paper-scale run's rows and texts shrink
 /// several times, and a small run's page stays readable as plain JSON.
-pub const GZIP_ABOVE: usize = 4 << 20;
+pub(crate) const GZIP_ABOVE: usize = 4 << 20;
 
 /// How the rows and texts are embedded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub enum Packing {
 }
 
 /// Writes `report.html` into `folder` from the rows stored there.
-pub fn write(folder: &RunFolder, packing: Packing) -> Result<(), Error> {
+pub(crate) fn write(folder: &RunFolder, packing: Packing) -> Result<(), Error> {
     let page = render(folder.path(), packing)?;
     folder.write(REPORT_HTML, page.as_bytes())
 }
@@ -80,16 +80,21 @@ pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
 
 /// The rows a page is made of.
 #[derive(Clone, Copy)]
-pub struct Rows<'a> {
-    pub sources: &'a [Source],
-    pub ledger: &'a [LedgerRow],
-    pub texts: &'a [MemoryText],
-    pub results: &'a [ResultRow],
+pub(crate) struct Rows<'a> {
+    pub(crate) sources: &'a [Source],
+    pub(crate) ledger: &'a [LedgerRow],
+    pub(crate) texts: &'a [MemoryText],
+    pub(crate) results: &'a [ResultRow],
 }
 
 /// Writes `report.html` into `folder` from rows in memory: the page `write` makes from the
 /// same rows once stored (a run writes it without reading its rows back).
-pub fn write_rows(folder: &RunFolder, report: &Value, rows: Rows, packing: Packing) -> Result<(), Error> {
+pub(crate) fn write_rows(
+    folder: &RunFolder,
+    report: &Value,
+    rows: Rows,
+    packing: Packing,
+) -> Result<(), Error> {
     let page = render_rows(folder.path(), report, rows, packing)?;
     folder.write(REPORT_HTML, page.as_bytes())
 }

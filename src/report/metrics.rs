@@ -7,7 +7,7 @@ use crate::report::stats::{Interval, interval, resample};
 /// The verdicts of one cell and seed, grouped by goal: `goals[g][q]` is `c_gq`.
 /// A `None` is a question that was not scored (its job failed).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Score {
+pub(crate) struct Score {
     pub micro: f64,
     #[serde(rename = "macro")]
     pub macro_: f64,
@@ -25,7 +25,7 @@ pub struct Score {
 /// Scores one cell and seed:
 /// `Micro = Σ_g Σ_q c_gq / Σ_g |Q_g|` and `Macro = (1/|G|) Σ_g Π_q c_gq`.
 /// Unscored questions count in neither; a goal with one counts in neither Macro term.
-pub fn score(goals: &[Vec<Option<bool>>]) -> Score {
+pub(crate) fn score(goals: &[Vec<Option<bool>>]) -> Score {
     let mut score = Score {
         micro: 0.0,
         macro_: 0.0,
@@ -60,7 +60,7 @@ fn ratio(numerator: usize, denominator: usize) -> f64 {
 
 /// 95% bootstrap intervals of Micro and Macro over goals: each resample draws goals (one
 /// goal of one seed is one unit) with replacement and scores them as `score` does.
-pub fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (Interval, Interval) {
+pub(crate) fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (Interval, Interval) {
     // Per scored goal: (correct, questions, all correct); unscored questions count in neither.
     let units: Vec<(usize, usize, bool)> = goals
         .iter()

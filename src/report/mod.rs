@@ -1,10 +1,10 @@
 //! `report.json` (schema `gacc.report/1`) and the reports rendered from it (SPEC §5).
 
-pub mod charts;
+pub(crate) mod charts;
 pub mod html;
-pub mod metrics;
-pub mod stats;
-pub mod view;
+pub(crate) mod metrics;
+pub(crate) mod stats;
+pub(crate) mod view;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -24,106 +24,106 @@ use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use metrics::Score;
 use stats::Spread;
 
-pub const SCHEMA: &str = "gacc.report/1";
+pub(crate) const SCHEMA: &str = "gacc.report/1";
 /// The default `report.md` template, compiled in.
-pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/report.md.j2");
+pub(crate) const DEFAULT_TEMPLATE: &str = include_str!("../../templates/report.md.j2");
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub schema: &'static str,
-    pub experiment: Experiment,
-    pub tokenizer: TokenizerIdentity,
-    pub dataset: DatasetSummary,
+pub(crate) struct Report {
+    pub(crate) schema: &'static str,
+    pub(crate) experiment: Experiment,
+    pub(crate) tokenizer: TokenizerIdentity,
+    pub(crate) dataset: DatasetSummary,
     /// True when every job succeeded.
-    pub complete: bool,
-    pub cells: Vec<Cell>,
+    pub(crate) complete: bool,
+    pub(crate) cells: Vec<Cell>,
     /// Per compressor and ratio, the conditions side by side and the goal-conditioning gaps.
-    pub by_condition: Vec<ConditionRow>,
-    pub integrity: Integrity,
+    pub(crate) by_condition: Vec<ConditionRow>,
+    pub(crate) integrity: Integrity,
     /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
-    pub holdout: BTreeMap<Role, crate::exec::sandbox::Holdout>,
-    pub calls: BTreeMap<Role, Calls>,
+    pub(crate) holdout: BTreeMap<Role, crate::exec::sandbox::Holdout>,
+    pub(crate) calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
-    pub usage: BTreeMap<Role, Usage>,
+    pub(crate) usage: BTreeMap<Role, Usage>,
     /// The same for each compressor.
-    pub usage_by_compressor: BTreeMap<String, Usage>,
-    pub failures: Vec<FailureRow>,
+    pub(crate) usage_by_compressor: BTreeMap<String, Usage>,
+    pub(crate) failures: Vec<FailureRow>,
     /// Jobs not run because `--fail-fast` stopped the run after a failure.
-    pub cancelled: usize,
+    pub(crate) cancelled: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Experiment {
-    pub name: String,
-    pub description: Option<String>,
+pub(crate) struct Experiment {
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
     /// SHA-256 of the resolved manifest (`manifest.toml`) without its `[run]` table: what was
     /// run, whatever the executor, concurrency or cache place.
-    pub manifest_sha256: String,
-    pub gacc_version: &'static str,
-    pub seeds: Vec<u64>,
-    pub ratios: Vec<Ratio>,
-    pub conditions: Vec<Condition>,
+    pub(crate) manifest_sha256: String,
+    pub(crate) gacc_version: &'static str,
+    pub(crate) seeds: Vec<u64>,
+    pub(crate) ratios: Vec<Ratio>,
+    pub(crate) conditions: Vec<Condition>,
     /// Each callback's cache identity.
-    pub callbacks: BTreeMap<String, Value>,
+    pub(crate) callbacks: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct DatasetSummary {
+pub(crate) struct DatasetSummary {
     /// SHA-256 over every source's id, text and goals, in order.
-    pub sha256: String,
-    pub sources: usize,
-    pub goals: usize,
-    pub questions: usize,
+    pub(crate) sha256: String,
+    pub(crate) sources: usize,
+    pub(crate) goals: usize,
+    pub(crate) questions: usize,
 }
 
 /// Calls the results rest on: `made` distinct calls, and `cached` jobs that reused one of
 /// them. Both depend only on the experiment, not on what an earlier run left in the cache;
 /// this run's own counts are in `run.json`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Calls {
-    pub jobs: usize,
-    pub made: usize,
-    pub cached: usize,
+pub(crate) struct Calls {
+    pub(crate) jobs: usize,
+    pub(crate) made: usize,
+    pub(crate) cached: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Cell {
+pub(crate) struct Cell {
     #[serde(flatten)]
-    pub id: CellId,
+    pub(crate) id: CellId,
     /// False when a job of this cell failed: its scores leave those questions out.
-    pub complete: bool,
-    pub seeds: Vec<SeedScore>,
-    pub micro: Spread,
+    pub(crate) complete: bool,
+    pub(crate) seeds: Vec<SeedScore>,
+    pub(crate) micro: Spread,
     #[serde(rename = "macro")]
-    pub macro_: Spread,
+    pub(crate) macro_: Spread,
     /// 95% bootstrap interval of Micro over goals (all seeds pooled, fixed resampling seed).
-    pub micro_ci95: stats::Interval,
+    pub(crate) micro_ci95: stats::Interval,
     /// 95% bootstrap interval of Macro over goals.
-    pub macro_ci95: stats::Interval,
-    pub ledger: LedgerSums,
+    pub(crate) macro_ci95: stats::Interval,
+    pub(crate) ledger: LedgerSums,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct SeedScore {
-    pub seed: u64,
+pub(crate) struct SeedScore {
+    pub(crate) seed: u64,
     #[serde(flatten)]
-    pub score: Score,
+    pub(crate) score: Score,
 }
 
 /// Ledger totals over a cell's memories (all seeds).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct LedgerSums {
-    pub memories: usize,
-    pub source_tokens: usize,
-    pub budget: usize,
-    pub generated_tokens: usize,
-    pub retained_tokens: usize,
-    pub unused_budget: usize,
-    pub memory_tokens: usize,
-    pub padding_tokens: usize,
-    pub truncated: usize,
-    pub utf8_split: usize,
-    pub budget_violations: usize,
+pub(crate) struct LedgerSums {
+    pub(crate) memories: usize,
+    pub(crate) source_tokens: usize,
+    pub(crate) budget: usize,
+    pub(crate) generated_tokens: usize,
+    pub(crate) retained_tokens: usize,
+    pub(crate) unused_budget: usize,
+    pub(crate) memory_tokens: usize,
+    pub(crate) padding_tokens: usize,
+    pub(crate) truncated: usize,
+    pub(crate) utf8_split: usize,
+    pub(crate) budget_violations: usize,
 }
 
 impl LedgerSums {
@@ -145,10 +145,10 @@ impl LedgerSums {
 /// Mean Micro or Macro of one compressor and ratio under each condition run.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct ByCondition {
-    pub own_goal: Option<f64>,
-    pub no_goal: Option<f64>,
-    pub cross_goal: Option<f64>,
+pub(crate) struct ByCondition {
+    pub(crate) own_goal: Option<f64>,
+    pub(crate) no_goal: Option<f64>,
+    pub(crate) cross_goal: Option<f64>,
 }
 
 impl ByCondition {
@@ -168,23 +168,23 @@ impl ByCondition {
 
 /// How much seeing its own goal helps a compressor at one ratio.
 #[derive(Debug, Clone, Serialize)]
-pub struct ConditionRow {
-    pub compressor: String,
-    pub ratio: Ratio,
-    pub micro: ByCondition,
+pub(crate) struct ConditionRow {
+    pub(crate) compressor: String,
+    pub(crate) ratio: Ratio,
+    pub(crate) micro: ByCondition,
     #[serde(rename = "macro")]
-    pub macro_: ByCondition,
+    pub(crate) macro_: ByCondition,
     /// own-goal minus no-goal, Micro and Macro.
-    pub gap_no_goal: Option<Gap>,
+    pub(crate) gap_no_goal: Option<Gap>,
     /// own-goal minus cross-goal, Micro and Macro.
-    pub gap_cross_goal: Option<Gap>,
+    pub(crate) gap_cross_goal: Option<Gap>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Gap {
-    pub micro: f64,
+pub(crate) struct Gap {
+    pub(crate) micro: f64,
     #[serde(rename = "macro")]
-    pub macro_: f64,
+    pub(crate) macro_: f64,
 }
 
 /// Pivots cells into one row per (compressor, ratio), in first-seen order.
@@ -229,32 +229,32 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Integrity {
-    pub exposure_violations: usize,
-    pub budget_violations: usize,
-    pub padding_tokens: usize,
-    pub count_errors: usize,
+pub(crate) struct Integrity {
+    pub(crate) exposure_violations: usize,
+    pub(crate) budget_violations: usize,
+    pub(crate) padding_tokens: usize,
+    pub(crate) count_errors: usize,
 }
 
 /// What goes into a report besides the run's outcome.
-pub struct Inputs<'a> {
-    pub name: &'a str,
-    pub description: Option<&'a str>,
-    pub manifest_sha256: &'a str,
-    pub seeds: &'a [u64],
-    pub ratios: &'a [Ratio],
-    pub conditions: &'a [Condition],
-    pub callbacks: BTreeMap<String, Value>,
-    pub dataset: &'a Dataset,
-    pub tokenizer: &'a dyn Tokenizer,
+pub(crate) struct Inputs<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) description: Option<&'a str>,
+    pub(crate) manifest_sha256: &'a str,
+    pub(crate) seeds: &'a [u64],
+    pub(crate) ratios: &'a [Ratio],
+    pub(crate) conditions: &'a [Condition],
+    pub(crate) callbacks: BTreeMap<String, Value>,
+    pub(crate) dataset: &'a Dataset,
+    pub(crate) tokenizer: &'a dyn Tokenizer,
 }
 
-pub fn dataset_sha256(dataset: &Dataset) -> String {
+pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
     sha256(serde_json::to_string(dataset).unwrap_or_default())
 }
 
 /// Builds the report; deterministic in its inputs.
-pub fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
+pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
     let dataset = inputs.dataset;
     let count_errors = recount.errors(inputs.tokenizer, dataset, &outcome.ledger);
     let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
@@ -411,7 +411,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
 /// text re-encoded with the tokenizer and hashed, on threads of its own. It starts when the
 /// run does and takes each memory as soon as the run hands it over, so at scale it is mostly
 /// done by the time the report is built; each ledger row is then checked against it.
-pub struct Recount {
+pub(crate) struct Recount {
     texts: Option<mpsc::Sender<Arc<str>>>,
     sources: Vec<Arc<str>>,
     workers: Vec<std::thread::JoinHandle<Vec<Counted>>>,
@@ -435,7 +435,7 @@ fn address(text: &Arc<str>) -> usize {
 
 impl Recount {
     /// Starts recounting, with the dataset's sources first.
-    pub fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset) -> Recount {
+    pub(crate) fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset) -> Recount {
         let (sender, receiver) = mpsc::channel::<Arc<str>>();
         let receiver = Arc::new(Mutex::new(receiver));
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -472,14 +472,19 @@ impl Recount {
 
     /// Somewhere to hand memory texts over as they are made (each distinct `Arc` once);
     /// every copy must be dropped before [`Recount::errors`], which waits for them.
-    pub fn feed(&self) -> Option<mpsc::Sender<Arc<str>>> {
+    pub(crate) fn feed(&self) -> Option<mpsc::Sender<Arc<str>>> {
         self.texts.clone()
     }
 
     /// Ledger rows whose counts disagree with the recount: the source re-encoded for `N`, the
     /// budget recomputed, the memory re-encoded and hashed. Memories never handed over are
     /// recounted here, each distinct one once.
-    pub fn errors(mut self, tokenizer: &dyn Tokenizer, dataset: &Dataset, ledger: &[LedgerRow]) -> usize {
+    pub(crate) fn errors(
+        mut self,
+        tokenizer: &dyn Tokenizer,
+        dataset: &Dataset,
+        ledger: &[LedgerRow],
+    ) -> usize {
         drop(self.texts.take());
         // Each entry keeps its text alive, so no other text can take its address meanwhile.
         let mut counted: HashMap<usize, Counted> = self
@@ -531,7 +536,12 @@ impl Recount {
 
 /// Renders a template over a report (and the run's own record as `run`), with undefined
 /// variables as errors that name the template line.
-pub fn render(template: &str, template_name: &str, report: &Value, run: &Value) -> Result<String, String> {
+pub(crate) fn render(
+    template: &str,
+    template_name: &str,
+    report: &Value,
+    run: &Value,
+) -> Result<String, String> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
@@ -579,7 +589,7 @@ fn describe_template_error(error: minijinja::Error) -> String {
 }
 
 /// Reads a template file, or the compiled-in default when `path` is None.
-pub fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
+pub(crate) fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
     match path {
         None => Ok((DEFAULT_TEMPLATE.to_owned(), "report.md.j2".to_owned())),
         Some(path) => std::fs::read_to_string(path)

@@ -8,12 +8,12 @@ use crate::rng::SplitMix64;
 
 /// Mean and sample standard deviation (n - 1; 0 for a single value) over seeds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Spread {
+pub(crate) struct Spread {
     pub mean: f64,
     pub std: f64,
 }
 
-pub fn spread(values: &[f64]) -> Spread {
+pub(crate) fn spread(values: &[f64]) -> Spread {
     let n = values.len();
     if n == 0 {
         return Spread { mean: 0.0, std: 0.0 };
@@ -28,25 +28,25 @@ pub fn spread(values: &[f64]) -> Spread {
 }
 
 /// Resamples of a cell's bootstrap interval in `report.json`.
-pub const REPORT_RESAMPLES: usize = 1000;
+pub(crate) const REPORT_RESAMPLES: usize = 1000;
 /// The fixed seed of every report's bootstrap: the same results give the same interval.
-pub const REPORT_SEED: u64 = 0x6761_6363_6369_3935;
+pub(crate) const REPORT_SEED: u64 = 0x6761_6363_6369_3935;
 /// Resamples of `gacc diff`'s paired bootstrap: more than a report's, since a regression
 /// verdict rests on its interval.
-pub const DIFF_RESAMPLES: usize = 10_000;
+pub(crate) const DIFF_RESAMPLES: usize = 10_000;
 /// The fixed seed of `gacc diff`'s paired bootstrap.
-pub const DIFF_SEED: u64 = 0x6761_6363_6469_6666;
+pub(crate) const DIFF_SEED: u64 = 0x6761_6363_6469_6666;
 
 /// A 95% percentile interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interval {
+pub(crate) struct Interval {
     pub low: f64,
     pub high: f64,
 }
 
 /// `resamples` values of `statistic`, each over `n` indices drawn uniformly with replacement
 /// from a generator seeded with `seed` (so the same inputs give the same values).
-pub fn resample<T>(
+pub(crate) fn resample<T>(
     n: usize,
     resamples: usize,
     seed: u64,
@@ -59,7 +59,7 @@ pub fn resample<T>(
 }
 
 /// The 95% percentile interval of bootstrap values (the empirical 2.5% and 97.5% points).
-pub fn interval(mut values: Vec<f64>) -> Interval {
+pub(crate) fn interval(mut values: Vec<f64>) -> Interval {
     if values.is_empty() {
         return Interval { low: 0.0, high: 0.0 };
     }
@@ -73,7 +73,7 @@ pub fn interval(mut values: Vec<f64>) -> Interval {
 
 /// A paired bootstrap of the Macro difference (B − A) over goals scored in both runs.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     pub shared_goals: usize,
     pub delta: f64,
     pub ci95_low: f64,
@@ -82,7 +82,7 @@ pub struct Bootstrap {
 
 /// The exact two-sided McNemar p-value for `b` and `c` discordant pairs:
 /// `min(1, 2 · P(X ≤ min(b, c)))` with `X ~ Binomial(b + c, 1/2)`.
-pub fn mcnemar_p(b: usize, c: usize) -> f64 {
+pub(crate) fn mcnemar_p(b: usize, c: usize) -> f64 {
     let n = b + c;
     if n == 0 {
         return 1.0;
@@ -106,7 +106,7 @@ pub fn mcnemar_p(b: usize, c: usize) -> f64 {
 
 /// Percentile interval of the mean difference of paired 0/1 outcomes, resampled with a fixed
 /// seed.
-pub fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> Bootstrap {
+pub(crate) fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> Bootstrap {
     let n = pairs.len();
     let delta_of = |sum: i64| if n == 0 { 0.0 } else { sum as f64 / n as f64 };
     let differences: Vec<i64> = pairs.iter().map(|(a, b)| i64::from(*b) - i64::from(*a)).collect();
@@ -132,7 +132,7 @@ pub fn paired_bootstrap(pairs: &[(bool, bool)], resamples: usize, seed: u64) -> 
 }
 
 /// The value at quantile `q` of sorted values (nearest rank).
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -10,7 +10,7 @@ use crate::report::html::{self, Packing, Rows};
 use crate::store::run_folder::{REPORT_MD, RunFolder};
 
 /// What views are made of.
-pub struct RunView<'a> {
+pub(crate) struct RunView<'a> {
     /// `report.json` as a value.
     pub report: &'a Value,
     /// `run.json` as a value (Null when a folder has none).
@@ -20,14 +20,14 @@ pub struct RunView<'a> {
 }
 
 /// One way of showing a run, written into its folder.
-pub trait View {
+pub(crate) trait View {
     /// What it writes, for messages.
     fn name(&self) -> &'static str;
     fn write(&self, folder: &RunFolder, run: &RunView) -> Result<(), Error>;
 }
 
 /// `report.md`, rendered from a minijinja template.
-pub struct Markdown {
+pub(crate) struct Markdown {
     pub template: String,
     pub template_name: String,
 }
@@ -45,7 +45,7 @@ impl View for Markdown {
 }
 
 /// The SVG charts.
-pub struct Charts;
+pub(crate) struct Charts;
 
 impl View for Charts {
     fn name(&self) -> &'static str {
@@ -59,7 +59,7 @@ impl View for Charts {
 }
 
 /// `report.html`, the self-contained page (it inlines the charts: write them first).
-pub struct Html(pub Packing);
+pub(crate) struct Html(pub Packing);
 
 impl View for Html {
     fn name(&self) -> &'static str {
@@ -85,7 +85,7 @@ fn failed(view: &dyn View, folder: &RunFolder, message: String) -> Error {
 /// Writes every view, in order; one that fails does not stop the others. When any failed,
 /// the error names each (the run's data files are written before the views, so nothing is
 /// lost, and `gacc report` makes them again).
-pub fn write_views(folder: &RunFolder, run: &RunView, views: &[&dyn View]) -> Result<(), Error> {
+pub(crate) fn write_views(folder: &RunFolder, run: &RunView, views: &[&dyn View]) -> Result<(), Error> {
     let mut failures: Vec<(PathBuf, String)> = Vec::new();
     for view in views {
         if let Err(error) = view.write(folder, run) {

@@ -12,9 +12,9 @@ use crate::inputs::records::Source;
 use crate::report::stats::{Bootstrap, DIFF_RESAMPLES, DIFF_SEED, mcnemar_p, paired_bootstrap};
 use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
-pub const SCHEMA: &str = "gacc.diff/1";
+pub(crate) const SCHEMA: &str = "gacc.diff/1";
 /// A cell regresses when B is worse with p (or the interval's upper end) below this.
-pub const SIGNIFICANCE: f64 = 0.05;
+pub(crate) const SIGNIFICANCE: f64 = 0.05;
 
 /// One finished run, as read from its folder.
 struct Run {
@@ -26,7 +26,7 @@ struct Run {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Diff {
+pub(crate) struct Diff {
     pub schema: &'static str,
     pub a: String,
     pub b: String,
@@ -40,7 +40,7 @@ pub struct Diff {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SettingChange {
+pub(crate) struct SettingChange {
     pub key: String,
     pub a: Option<String>,
     pub b: Option<String>,
@@ -49,14 +49,14 @@ pub struct SettingChange {
 /// A cell as two `report.json` files name it, compared as text: the runs may come from
 /// different versions of gacc, so the typed `CellId` of the rows is not assumed.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CellLabel {
+pub(crate) struct CellLabel {
     pub compressor: String,
     pub condition: String,
     pub ratio: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct CellDiff {
+pub(crate) struct CellDiff {
     #[serde(flatten)]
     pub cell: CellLabel,
     pub micro_a: f64,
@@ -72,7 +72,7 @@ pub struct CellDiff {
 
 /// The exact McNemar test over questions scored in both runs.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct McNemar {
+pub(crate) struct McNemar {
     pub shared_questions: usize,
     pub right_to_wrong: usize,
     pub wrong_to_right: usize,
@@ -80,7 +80,7 @@ pub struct McNemar {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Flip {
+pub(crate) struct Flip {
     #[serde(flatten)]
     pub cell: CellLabel,
     pub seed: u64,
@@ -215,7 +215,7 @@ fn verdicts(run: &Run) -> HashMap<CellLabel, Verdicts> {
 }
 
 /// Compares two finished runs.
-pub fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
+pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
     let (a, b) = (load(path_a)?, load(path_b)?);
     let cells_a: Vec<&Value> = a.report["cells"].as_array().into_iter().flatten().collect();
     let cells_b: Vec<&Value> = b.report["cells"].as_array().into_iter().flatten().collect();
@@ -312,7 +312,7 @@ pub fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
 }
 
 /// The diff as Markdown; with `colour`, gains green and losses red (ANSI).
-pub fn render(diff: &Diff, colour: bool) -> String {
+pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     let paint = |value: f64, text: String| match (colour, value) {
         (true, v) if v > 0.0 => format!("\x1b[32m{text}\x1b[0m"),
         (true, v) if v < 0.0 => format!("\x1b[31m{text}\x1b[0m"),

@@ -1,5 +1,5 @@
 //! Looking back at finished runs: what changed between two (`diff`), and what happened in one
 //! (`trace`).
 
-pub mod diff;
-pub mod trace;
+pub(crate) mod diff;
+pub(crate) mod trace;

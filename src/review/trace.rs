@@ -12,7 +12,7 @@ use crate::report::stats::percentile;
 use crate::store::run_folder::{RunFolder, TRACE};
 
 /// How many of the slowest calls a review lists.
-pub const SLOWEST: usize = 10;
+pub(crate) const SLOWEST: usize = 10;
 
 /// What to look at.
 #[derive(Debug, Clone, Default)]
@@ -24,7 +24,7 @@ pub struct Filter {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Review {
+pub(crate) struct Review {
     pub events: usize,
     pub slowest: Vec<Call>,
     pub failures: Vec<Value>,
@@ -36,7 +36,7 @@ pub struct Review {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Call {
+pub(crate) struct Call {
     pub callback: String,
     pub duration_ms: f64,
     pub ok: bool,
@@ -47,7 +47,7 @@ pub struct Call {
 
 /// Call latency of one callback, in milliseconds.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Latency {
+pub(crate) struct Latency {
     pub calls: usize,
     pub p50: f64,
     pub p95: f64,
@@ -55,7 +55,7 @@ pub struct Latency {
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct CacheHits {
+pub(crate) struct CacheHits {
     pub jobs: usize,
     pub hits: usize,
     pub rate: f64,
@@ -91,7 +91,7 @@ fn matches(event: &Value, filter: &Filter) -> bool {
 }
 
 /// Reviews `trace.jsonl` in a run folder.
-pub fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
+pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let text_of = RunFolder::open(folder).read_text(TRACE)?;
     let events: Vec<Value> = text_of
         .lines()
@@ -173,7 +173,7 @@ pub fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
 }
 
 /// The review as text for a terminal.
-pub fn render(review: &Review, filter: &Filter) -> String {
+pub(crate) fn render(review: &Review, filter: &Filter) -> String {
     let mut out = format!("{} events\n", review.events);
     if filter.job.is_some() {
         out.push_str(&format!(

@@ -6,7 +6,7 @@ use serde_json::Value;
 /// True when a compressor request (all but its `context`, which is the source itself by
 /// construction) carries a field outside SPEC §3, or held-out text of its source's goals
 /// (a question or reference that the source itself does not contain).
-pub fn exposes(request: &Value, held_out: &[String]) -> bool {
+pub(super) fn exposes(request: &Value, held_out: &[String]) -> bool {
     const ALLOWED: &[&str] = &[
         "protocol",
         "role",

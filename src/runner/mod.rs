@@ -15,7 +15,7 @@ mod progress;
 mod question;
 mod rows;
 
-pub use progress::{CallCounts, Progress, StageProgress, Usage};
+pub(crate) use progress::{CallCounts, Progress, Usage};
 
 use crate::exec::callback::{Callback, FailureKind};
 use crate::inputs::dataset::Dataset;
@@ -30,14 +30,14 @@ use memory::{Measured, run_memory};
 
 /// The callbacks of one run, ready to call.
 #[derive(Debug)]
-pub struct Callbacks {
+pub(crate) struct Callbacks {
     pub compressors: BTreeMap<String, Callback>,
     pub reader: Callback,
     pub judge: Callback,
 }
 
 /// Everything a run shares between its tasks.
-pub struct Setup {
+pub(crate) struct Setup {
     pub plan: Arc<Plan>,
     pub dataset: Arc<Dataset>,
     pub callbacks: Callbacks,
@@ -55,7 +55,7 @@ pub struct Setup {
 
 /// What a run produced, in plan order.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub ledger: Vec<LedgerRow>,
     pub results: Vec<ResultRow>,
     pub failures: Vec<FailureRow>,
@@ -128,7 +128,7 @@ pub(super) struct MemoryOutcome {
 }
 
 /// Runs every job of the plan; never fails as a whole: failed jobs are in the outcome.
-pub async fn execute(mut run: Setup) -> Outcome {
+pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();
     for memory in &run.plan.memories {

@@ -11,7 +11,7 @@ use crate::protocol::Role;
 
 /// Calls made, served from the cache, shared and failed, per role, in this run.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct CallCounts {
+pub(crate) struct CallCounts {
     pub made: usize,
     pub cached: usize,
     pub shared: usize,
@@ -20,7 +20,7 @@ pub struct CallCounts {
 
 /// Token and cost usage reported by callbacks.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
@@ -28,21 +28,21 @@ pub struct Usage {
 
 impl Usage {
     /// Adds another usage.
-    pub fn plus(&mut self, other: &Usage) {
+    pub(crate) fn plus(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cost_usd += other.cost_usd;
     }
 
     /// The usage a response reported.
-    pub fn of(response: &Value) -> Usage {
+    pub(crate) fn of(response: &Value) -> Usage {
         let mut usage = Usage::default();
         usage.add(response);
         usage
     }
 
     /// Adds a response's `usage`, if it has one.
-    pub fn add(&mut self, response: &Value) {
+    pub(crate) fn add(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage") {
             self.input_tokens += usage.get("input_tokens").and_then(Value::as_u64).unwrap_or(0);
             self.output_tokens += usage.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
@@ -53,7 +53,7 @@ impl Usage {
 
 /// Progress counters, per stage, read by the progress display.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub stages: [StageProgress; 3],
     pub started: Instant,
 }
@@ -68,7 +68,7 @@ impl Default for Progress {
 }
 
 #[derive(Debug, Default)]
-pub struct StageProgress {
+pub(crate) struct StageProgress {
     pub total: AtomicUsize,
     pub done: AtomicUsize,
     pub cached: AtomicUsize,
@@ -76,7 +76,7 @@ pub struct StageProgress {
 }
 
 impl Progress {
-    pub fn stage(&self, role: Role) -> &StageProgress {
+    pub(crate) fn stage(&self, role: Role) -> &StageProgress {
         &self.stages[role as usize]
     }
 }

@@ -76,7 +76,7 @@ struct Inner {
 /// A persistent, content-addressed store of successful callback responses (and of other
 /// results worth never computing twice, by `kind`).
 #[derive(Clone)]
-pub struct Cache {
+pub(crate) struct Cache {
     inner: Arc<Inner>,
 }
 
@@ -88,7 +88,7 @@ impl std::fmt::Debug for Cache {
 
 /// What `gacc cache stats` reports.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub segments: usize,
     pub bytes: u64,
     pub entries: std::collections::BTreeMap<String, usize>,
@@ -110,12 +110,12 @@ fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
 
 impl Cache {
     /// True when a cache with segments already exists at `root`.
-    pub fn exists(root: &Path) -> bool {
+    pub(crate) fn exists(root: &Path) -> bool {
         root.join(SEGMENTS).is_dir()
     }
 
     /// Opens (creating) the cache at `root` and indexes every segment in it.
-    pub fn open(root: &Path) -> std::io::Result<Cache> {
+    pub(crate) fn open(root: &Path) -> std::io::Result<Cache> {
         let folder = root.join(SEGMENTS);
         std::fs::create_dir_all(&folder)?;
         let mut names: Vec<PathBuf> = std::fs::read_dir(&folder)?
@@ -164,7 +164,7 @@ impl Cache {
     }
 
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
-    pub fn get(&self, kind: &str, key: &str) -> Option<Value> {
+    pub(crate) fn get(&self, kind: &str, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
         let read;
         let payload: &[u8] = if location.segment == RESIDENT {
@@ -197,7 +197,7 @@ impl Cache {
             .map(|entry| entry.response)
     }
 
-    pub fn contains(&self, kind: &str, key: &str) -> bool {
+    pub(crate) fn contains(&self, kind: &str, key: &str) -> bool {
         slot(kind, key).is_some_and(|slot| self.read_index().contains_key(&slot))
     }
 
@@ -206,7 +206,13 @@ impl Cache {
     }
 
     /// Appends an entry with one write; it survives `kill -9` from the moment this returns.
-    pub fn put(&self, kind: &str, key: &str, description: &Value, response: &Value) -> std::io::Result<()> {
+    pub(crate) fn put(
+        &self,
+        kind: &str,
+        key: &str,
+        description: &Value,
+        response: &Value,
+    ) -> std::io::Result<()> {
         let Some(entry_slot) = slot(kind, key) else {
             return Err(std::io::Error::other(format!(
                 "`{kind}` is not a cache kind, or `{key}` not a key"
@@ -280,7 +286,7 @@ impl Cache {
     }
 
     /// Entries per kind, segments and bytes of the cache at `root`.
-    pub fn stats(root: &Path) -> std::io::Result<Stats> {
+    pub(crate) fn stats(root: &Path) -> std::io::Result<Stats> {
         let mut stats = Stats::default();
         let folder = root.join(SEGMENTS);
         let Ok(entries) = std::fs::read_dir(&folder) else {

@@ -7,7 +7,7 @@ use crate::protocol::{CellId, MemoryId, TruncationMode};
 
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LedgerRow {
+pub(crate) struct LedgerRow {
     #[serde(flatten)]
     pub memory_id: MemoryId,
     /// `N`: the source's tokens.
@@ -42,13 +42,13 @@ pub struct LedgerRow {
 
 /// One distinct memory's text (`memory_texts.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MemoryText {
+pub(crate) struct MemoryText {
     pub sha256: String,
     pub memory: std::sync::Arc<str>,
 }
 
 /// Each distinct memory of a ledger once, in the order rows first name it.
-pub fn memory_texts(ledger: &[LedgerRow]) -> Vec<MemoryText> {
+pub(crate) fn memory_texts(ledger: &[LedgerRow]) -> Vec<MemoryText> {
     let mut seen = std::collections::HashSet::new();
     ledger
         .iter()
@@ -62,7 +62,7 @@ pub fn memory_texts(ledger: &[LedgerRow]) -> Vec<MemoryText> {
 
 /// One question answered from one memory, and its verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResultRow {
+pub(crate) struct ResultRow {
     pub seed: u64,
     #[serde(flatten)]
     pub cell: CellId,
@@ -81,7 +81,7 @@ pub struct ResultRow {
 
 /// A job that failed, with what a user needs to fix it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FailureRow {
+pub(crate) struct FailureRow {
     pub job: String,
     pub stage: String,
     pub callback: String,

@@ -1,6 +1,6 @@
 //! What a run keeps: the content-addressed cache of every call (SPEC §4), the ledger's rows,
 //! and the run folder they are written into (SPEC §5).
 
-pub mod cache;
-pub mod ledger;
-pub mod run_folder;
+pub(crate) mod cache;
+pub(crate) mod ledger;
+pub(crate) mod run_folder;

@@ -10,30 +10,30 @@ use serde_json::Value;
 
 use crate::error::{Error, io};
 
-pub const MANIFEST: &str = "manifest.toml";
-pub const DATASET: &str = "dataset.jsonl";
-pub const PLAN: &str = "plan.json";
-pub const MEMORIES: &str = "memories.jsonl";
-pub const MEMORY_TEXTS: &str = "memory_texts.jsonl";
-pub const RESULTS: &str = "results.jsonl";
-pub const REPORT_JSON: &str = "report.json";
-pub const REPORT_MD: &str = "report.md";
-pub const REPORT_HTML: &str = "report.html";
-pub const RUN: &str = "run.json";
-pub const TRACE: &str = "trace.jsonl";
+pub(crate) const MANIFEST: &str = "manifest.toml";
+pub(crate) const DATASET: &str = "dataset.jsonl";
+pub(crate) const PLAN: &str = "plan.json";
+pub(crate) const MEMORIES: &str = "memories.jsonl";
+pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl";
+pub(crate) const RESULTS: &str = "results.jsonl";
+pub(crate) const REPORT_JSON: &str = "report.json";
+pub(crate) const REPORT_MD: &str = "report.md";
+pub(crate) const REPORT_HTML: &str = "report.html";
+pub(crate) const RUN: &str = "run.json";
+pub(crate) const TRACE: &str = "trace.jsonl";
 /// The link in `runs/<name>/` to the newest run of an experiment.
-pub const LATEST: &str = "latest";
+pub(crate) const LATEST: &str = "latest";
 
 /// One run's folder: `runs/<name>/<UTC time>-<hash8>/`.
 #[derive(Debug, Clone)]
-pub struct RunFolder {
+pub(crate) struct RunFolder {
     path: PathBuf,
 }
 
 impl RunFolder {
     /// A new folder in `runs` for a run that started `at` (a suffix keeps two runs of one
     /// second apart).
-    pub fn create(runs: &Path, at: SystemTime, manifest_sha256: &str) -> Result<RunFolder, Error> {
+    pub(crate) fn create(runs: &Path, at: SystemTime, manifest_sha256: &str) -> Result<RunFolder, Error> {
         std::fs::create_dir_all(runs).map_err(io(runs))?;
         let base = format!(
             "{}-{}",
@@ -60,7 +60,7 @@ impl RunFolder {
     }
 
     /// A finished run, given as its folder, a `latest` link, or a file in it (`report.json`).
-    pub fn open(path: &Path) -> RunFolder {
+    pub(crate) fn open(path: &Path) -> RunFolder {
         let path = if path.is_dir() {
             path.to_path_buf()
         } else {
@@ -69,28 +69,28 @@ impl RunFolder {
         RunFolder { path }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The path of one of its files.
-    pub fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
 
     /// Writes one of its files whole.
-    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         crate::files::write(&self.file(name), bytes)
     }
 
     /// One of its files as text.
-    pub fn read_text(&self, name: &str) -> Result<String, Error> {
+    pub(crate) fn read_text(&self, name: &str) -> Result<String, Error> {
         let path = self.file(name);
         std::fs::read_to_string(&path).map_err(|error| unreadable(&path, error))
     }
 
     /// One of its JSON files.
-    pub fn read_json(&self, name: &str) -> Result<Value, Error> {
+    pub(crate) fn read_json(&self, name: &str) -> Result<Value, Error> {
         let path = self.file(name);
         let text = self.read_text(name)?;
         serde_json::from_str(&text).map_err(|error| Error::Io {
@@ -100,7 +100,7 @@ impl RunFolder {
     }
 
     /// The rows of one of its JSON Lines files; a row that is not one names its line.
-    pub fn read_rows<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>, Error> {
+    pub(crate) fn read_rows<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>, Error> {
         let path = self.file(name);
         let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
         let mut rows = Vec::new();
@@ -118,7 +118,7 @@ impl RunFolder {
     }
 
     /// Points `latest` beside it at it, replacing the link in one step.
-    pub fn point_latest(&self) {
+    pub(crate) fn point_latest(&self) {
         let (Some(name), Some(runs)) = (self.path.file_name(), self.path.parent()) else {
             return;
         };

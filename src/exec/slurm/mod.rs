@@ -32,7 +32,7 @@ use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
 use crate::exec::sandbox::Policy;
 use crate::files::write_durably;
 
-pub mod task;
+pub(crate) mod task;
 use crate::inputs::manifest::{SlurmResources, SlurmSpec};
 use crate::protocol::Role;
 use crate::protocol::STDERR_TAIL_BYTES;
@@ -57,7 +57,7 @@ const ENDED: &[&str] = &[
 ];
 
 /// The Slurm executor of one run.
-pub struct Slurm {
+pub(crate) struct Slurm {
     spec: SlurmSpec,
     work: PathBuf,
     gacc: PathBuf,
@@ -120,7 +120,7 @@ impl Task {
 static LIVE_JOBS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// Cancels every array this process submitted (on Ctrl-C). Finished ones are not affected.
-pub fn cancel_all() {
+pub(crate) fn cancel_all() {
     let jobs: Vec<String> = lock(&LIVE_JOBS).iter().cloned().collect();
     if jobs.is_empty() {
         return;
@@ -245,7 +245,7 @@ async fn command_output(program: &str, args: &[String]) -> Result<std::process::
 
 /// The launcher of a callback whose calls run as tasks of Slurm job arrays.
 #[derive(Debug, Clone)]
-pub struct SlurmLauncher(pub Arc<Slurm>);
+pub(crate) struct SlurmLauncher(pub Arc<Slurm>);
 
 impl Launcher for SlurmLauncher {
     fn attempt<'a>(
@@ -259,7 +259,7 @@ impl Launcher for SlurmLauncher {
 
 impl Slurm {
     /// The executor for `spec`, its work folder resolved; checks that Slurm's commands answer.
-    pub fn new(spec: SlurmSpec, work: PathBuf) -> Result<Slurm, String> {
+    pub(crate) fn new(spec: SlurmSpec, work: PathBuf) -> Result<Slurm, String> {
         for program in ["sbatch", "squeue", "scancel"] {
             match std::process::Command::new(program).arg("--version").output() {
                 Ok(output) if output.status.success() => {}
@@ -710,7 +710,7 @@ impl Slurm {
     }
 
     /// Removes the files of answered calls and of this run's batches once nothing waits on them.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let state = lock(&self.state);
         let calls = self.calls();
         for key in &state.answered {

@@ -21,7 +21,7 @@ const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 
 /// `gacc worker BATCH_DIR`: makes the calls of one array task (its index from `--task` or
 /// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
-pub fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
+pub(crate) fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
     let index = match task {
         Some(index) => index,
         None => std::env::var(TASK_VARIABLE)

@@ -15,7 +15,7 @@ use super::{Tokenizer, TokenizerError, TokenizerIdentity};
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode, PROTOCOL};
 
 /// An external tokenizer, ready to call.
-pub struct External {
+pub(crate) struct External {
     argv: Vec<String>,
     cwd: PathBuf,
     timeout: Duration,
@@ -89,7 +89,7 @@ impl Drop for Process {
 
 impl External {
     /// Prepares the tokenizer; its identity is verified by `super::verify`, not here.
-    pub fn new(
+    pub(crate) fn new(
         argv: Vec<String>,
         cwd: PathBuf,
         timeout: Duration,
@@ -115,7 +115,7 @@ impl External {
         }
     }
 
-    pub fn identity_mut(&mut self) -> &mut TokenizerIdentity {
+    pub(crate) fn identity_mut(&mut self) -> &mut TokenizerIdentity {
         &mut self.identity
     }
 

@@ -1,6 +1,6 @@
 //! The reference tokenizer: cl100k_base, embedded, ordinary encoding (SPEC §1, §5, §7).
 
-pub mod external;
+pub(crate) mod external;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub const CL100K_VOCAB_SHA256: &str = "223921b76ee99bde995b7ff738513eef100fb51d1
 /// The tokenizer a manifest names, verified: the built-in cl100k_base, or an external program
 /// probed with the SPEC §7 vectors and round trips before any compressor runs. One that declares
 /// `cl100k_base` and fails is refused (with the first mismatch) unless `allow_unverified`.
-pub fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokenizer>, String> {
+pub(crate) fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokenizer>, String> {
     let Some(command) = &spec.command else {
         let builtin = Cl100k::new();
         if let Some(mismatch) = &builtin.identity().first_mismatch {
