@@ -44,7 +44,7 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
             None
         }
     };
-    for (key, spec) in callback_specs(&loaded) {
+    for (key, _, spec) in loaded.manifest.callbacks() {
         for name in &spec.env {
             if std::env::var_os(name).is_none() {
                 problems.push(Problem {
@@ -88,33 +88,6 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     })
 }
 
-fn callback_specs(loaded: &Loaded) -> Vec<(String, &CallbackSpec)> {
-    let manifest = &loaded.manifest;
-    manifest
-        .compressors
-        .iter()
-        .map(|(name, spec)| (format!("compressors.{name}"), spec))
-        .chain([
-            ("reader".to_owned(), &manifest.reader),
-            ("judge".to_owned(), &manifest.judge),
-        ])
-        .collect()
-}
-
-/// Every callback of a manifest: its key, role and settings.
-fn callbacks_with_roles(loaded: &Loaded) -> Vec<(String, Role, &CallbackSpec)> {
-    let manifest = &loaded.manifest;
-    manifest
-        .compressors
-        .iter()
-        .map(|(name, spec)| (format!("compressors.{name}"), Role::Compressor, spec))
-        .chain([
-            ("reader".to_owned(), Role::Reader, &manifest.reader),
-            ("judge".to_owned(), Role::Judge, &manifest.judge),
-        ])
-        .collect()
-}
-
 /// The command line a callback runs: a built-in through this executable, or its command
 /// with the program found.
 fn argv(loaded: &Loaded, spec: &CallbackSpec, exe: &Path) -> Vec<String> {
@@ -141,7 +114,7 @@ fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
         return Vec::new();
     };
     let mut problems = Vec::new();
-    for (key, role, spec) in callbacks_with_roles(loaded) {
+    for (key, role, spec) in loaded.manifest.callbacks() {
         if !sandbox::wanted(role, spec.sandbox.as_ref()) {
             continue;
         }

@@ -48,6 +48,11 @@ impl Stage {
         }
     }
 
+    /// The stage a plan, trace or failure row names.
+    pub(crate) fn parse(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|stage| stage.as_str() == name)
+    }
+
     /// The role whose callback makes this stage's calls.
     pub(crate) fn role(self) -> Role {
         match self {

@@ -2,13 +2,16 @@
 
 pub(crate) mod charts;
 pub mod html;
+mod markdown;
 pub(crate) mod metrics;
+mod recount;
 pub(crate) mod stats;
 pub(crate) mod view;
 
+pub(crate) use markdown::{load_template, render};
+pub(crate) use recount::Recount;
+
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::sync::{Arc, Mutex, mpsc};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -17,16 +20,14 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
 use crate::protocol::Ratio;
-use crate::protocol::Role;
 use crate::protocol::{CellId, Condition};
+use crate::protocol::{Role, Stage};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use metrics::Score;
 use stats::Spread;
 
 pub(crate) const SCHEMA: &str = "gacc.report/1";
-/// The default `report.md` template, compiled in.
-pub(crate) const DEFAULT_TEMPLATE: &str = include_str!("../../templates/report.md.j2");
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {
@@ -333,12 +334,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
 }
 
 fn stage_role(stage: &str) -> Option<Role> {
-    match stage {
-        "compress" => Some(Role::Compressor),
-        "read" => Some(Role::Reader),
-        "judge" => Some(Role::Judge),
-        _ => None,
-    }
+    Stage::parse(stage).map(Stage::role)
 }
 
 /// Per seed, each goal's verdicts, in first-seen order.
@@ -405,195 +401,4 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
             }
         })
         .collect()
-}
-
-/// The independent recount (SPEC §5 `count_errors`): every source and every distinct memory
-/// text re-encoded with the tokenizer and hashed, on threads of its own. It starts when the
-/// run does and takes each memory as soon as the run hands it over, so at scale it is mostly
-/// done by the time the report is built; each ledger row is then checked against it.
-pub(crate) struct Recount {
-    texts: Option<mpsc::Sender<Arc<str>>>,
-    sources: Vec<Arc<str>>,
-    workers: Vec<std::thread::JoinHandle<Vec<Counted>>>,
-}
-
-/// A text as recounted: its tokens (None if the tokenizer failed) and its SHA-256.
-type Counted = (Arc<str>, Option<usize>, String);
-
-/// Re-encodes and hashes texts on every core.
-fn count_in_parallel(tokenizer: &dyn Tokenizer, texts: &[Arc<str>]) -> Vec<Counted> {
-    crate::parallel::map_in_parallel(texts, |text| {
-        let tokens = tokenizer.encode(text).ok().map(|t| t.len());
-        (text.clone(), tokens, sha256(&**text))
-    })
-}
-
-/// A text's identity while its `Arc` is alive: the ledger shares one `Arc` per memory.
-fn address(text: &Arc<str>) -> usize {
-    Arc::as_ptr(text) as *const u8 as usize
-}
-
-impl Recount {
-    /// Starts recounting, with the dataset's sources first.
-    pub(crate) fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset) -> Recount {
-        let (sender, receiver) = mpsc::channel::<Arc<str>>();
-        let receiver = Arc::new(Mutex::new(receiver));
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = (0..threads)
-            .map(|_| {
-                let (tokenizer, receiver) = (tokenizer.clone(), receiver.clone());
-                std::thread::spawn(move || {
-                    let mut counted = Vec::new();
-                    loop {
-                        let next = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok(text) = next else { break };
-                        let tokens = tokenizer.encode(&text).ok().map(|t| t.len());
-                        let sha = sha256(&*text);
-                        counted.push((text, tokens, sha));
-                    }
-                    counted
-                })
-            })
-            .collect();
-        let sources: Vec<Arc<str>> = dataset
-            .sources
-            .iter()
-            .map(|s| Arc::from(s.text.as_str()))
-            .collect();
-        for text in &sources {
-            let _ = sender.send(text.clone());
-        }
-        Recount {
-            texts: Some(sender),
-            sources,
-            workers,
-        }
-    }
-
-    /// Somewhere to hand memory texts over as they are made (each distinct `Arc` once);
-    /// every copy must be dropped before [`Recount::errors`], which waits for them.
-    pub(crate) fn feed(&self) -> Option<mpsc::Sender<Arc<str>>> {
-        self.texts.clone()
-    }
-
-    /// Ledger rows whose counts disagree with the recount: the source re-encoded for `N`, the
-    /// budget recomputed, the memory re-encoded and hashed. Memories never handed over are
-    /// recounted here, each distinct one once.
-    pub(crate) fn errors(
-        mut self,
-        tokenizer: &dyn Tokenizer,
-        dataset: &Dataset,
-        ledger: &[LedgerRow],
-    ) -> usize {
-        drop(self.texts.take());
-        // Each entry keeps its text alive, so no other text can take its address meanwhile.
-        let mut counted: HashMap<usize, Counted> = self
-            .workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .map(|counted| (address(&counted.0), counted))
-            .collect();
-        let mut missing = std::collections::HashSet::new();
-        let missing: Vec<Arc<str>> = ledger
-            .iter()
-            .map(|row| &row.memory)
-            .chain(&self.sources)
-            .filter(|text| !counted.contains_key(&address(text)) && missing.insert(address(text)))
-            .cloned()
-            .collect();
-        for text in count_in_parallel(tokenizer, &missing) {
-            counted.insert(address(&text.0), text);
-        }
-        let count = |text: &Arc<str>| match counted.get(&address(text)) {
-            Some((_, tokens, sha)) => (*tokens, sha.as_str()),
-            None => (None, ""),
-        };
-        let source_tokens: HashMap<&str, Option<usize>> = dataset
-            .sources
-            .iter()
-            .zip(&self.sources)
-            .map(|(s, text)| (s.id.as_str(), count(text).0))
-            .collect();
-        ledger
-            .iter()
-            .filter(|row| {
-                let n = source_tokens
-                    .get(row.memory_id.source_id.as_str())
-                    .copied()
-                    .flatten();
-                let (memory_tokens, memory_sha256) = count(&row.memory);
-                n != Some(row.source_tokens)
-                    || row.budget != row.memory_id.cell.ratio.budget(row.source_tokens)
-                    || row.retained_tokens > row.budget
-                    || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
-                    || Some(row.memory_tokens) != memory_tokens
-                    || row.memory_sha256 != memory_sha256
-                    || row.padding_tokens != 0
-            })
-            .count()
-    }
-}
-
-/// Renders a template over a report (and the run's own record as `run`), with undefined
-/// variables as errors that name the template line.
-pub(crate) fn render(
-    template: &str,
-    template_name: &str,
-    report: &Value,
-    run: &Value,
-) -> Result<String, String> {
-    let mut env = minijinja::Environment::new();
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .keep_trailing_newline(true)
-        .build()
-    {
-        env.set_syntax(syntax);
-    }
-    // Absent values (a condition not run) print as a dash rather than failing the template.
-    env.add_filter("fixed", |value: Option<f64>, places: Option<usize>| match value {
-        Some(value) => format!("{value:.*}", places.unwrap_or(3)),
-        None => "—".to_owned(),
-    });
-    env.add_filter("signed", |value: Option<f64>| match value {
-        Some(value) => format!("{value:+.3}"),
-        None => "—".to_owned(),
-    });
-    env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
-    env.add_template(template_name, template)
-        .map_err(describe_template_error)?;
-    let template = env.get_template(template_name).map_err(describe_template_error)?;
-    let mut context = report.clone();
-    if let Value::Object(fields) = &mut context {
-        fields.insert("run".into(), run.clone());
-    }
-    let mut text = template
-        .render(minijinja::Value::from(minijinja::value::Serde(&context)))
-        .map_err(describe_template_error)?;
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    Ok(text)
-}
-
-fn describe_template_error(error: minijinja::Error) -> String {
-    let place = match (error.name(), error.line()) {
-        (Some(name), Some(line)) => format!("{name}:{line}: "),
-        (Some(name), None) => format!("{name}: "),
-        _ => String::new(),
-    };
-    let detail = error.detail().map(|d| format!(" ({d})")).unwrap_or_default();
-    format!("{place}{}{detail}", error.kind())
-}
-
-/// Reads a template file, or the compiled-in default when `path` is None.
-pub(crate) fn load_template(path: Option<&Path>) -> Result<(String, String), String> {
-    match path {
-        None => Ok((DEFAULT_TEMPLATE.to_owned(), "report.md.j2".to_owned())),
-        Some(path) => std::fs::read_to_string(path)
-            .map(|text| (text, path.display().to_string()))
-            .map_err(|error| format!("{}: cannot read the template: {error}", path.display())),
-    }
 }

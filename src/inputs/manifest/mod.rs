@@ -9,18 +9,12 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::builtin;
 use crate::error::{Invalid, Problem};
 use crate::inputs::records::SourceRecord;
+
+mod check;
 use crate::protocol::{Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
-
-/// Names a manifest's `name` may take: `[a-z0-9][a-z0-9_-]*`.
-fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
-        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
-}
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_RETRIES: u32 = 2;
@@ -395,6 +389,20 @@ pub(crate) struct Loaded {
     pub folder: PathBuf,
 }
 
+impl Manifest {
+    /// Every callback: its manifest key (`compressors.NAME`, `reader`, `judge`), role and settings.
+    pub(crate) fn callbacks(&self) -> Vec<(String, Role, &CallbackSpec)> {
+        self.compressors
+            .iter()
+            .map(|(name, spec)| (format!("compressors.{name}"), Role::Compressor, spec))
+            .chain([
+                ("reader".to_owned(), Role::Reader, &self.reader),
+                ("judge".to_owned(), Role::Judge, &self.judge),
+            ])
+            .collect()
+    }
+}
+
 impl Loaded {
     /// The Slurm executor's work folder, when the manifest runs on Slurm.
     pub(crate) fn slurm_work_dir(&self) -> Option<PathBuf> {
@@ -476,7 +484,7 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
         path: path.to_path_buf(),
         folder,
     };
-    let problems = check(&loaded);
+    let problems = check::check(&loaded);
     Ok((loaded, problems))
 }
 
@@ -527,175 +535,6 @@ fn parse_set(set: &str) -> Result<(String, figment::value::Value), Invalid> {
 }
 
 /// Everything wrong with a manifest's values, all at once.
-fn check(loaded: &Loaded) -> Vec<Problem> {
-    let manifest = &loaded.manifest;
-    let file = loaded.path.display().to_string();
-    let mut problems = Vec::new();
-    let mut problem = |key: &str, message: String| {
-        problems.push(Problem {
-            place: format!("{file}: key `{key}`"),
-            message,
-        })
-    };
-    if !valid_name(&manifest.name) {
-        problem(
-            "name",
-            format!(
-                "`{}` is not a valid name: expected [a-z0-9][a-z0-9_-]*",
-                manifest.name
-            ),
-        );
-    }
-    for (key, empty, duplicate) in [
-        (
-            "seeds",
-            manifest.seeds.is_empty(),
-            has_duplicates(&manifest.seeds),
-        ),
-        (
-            "ratios",
-            manifest.ratios.is_empty(),
-            has_duplicates(&manifest.ratios),
-        ),
-        (
-            "conditions",
-            manifest.conditions.is_empty(),
-            has_duplicates(&manifest.conditions),
-        ),
-    ] {
-        if empty {
-            problem(key, "must list at least one value".into());
-        }
-        if duplicate {
-            problem(key, "lists a value twice".into());
-        }
-    }
-    match &manifest.tokenizer.command {
-        None if manifest.tokenizer.name != "cl100k_base" => problem(
-            "tokenizer.name",
-            format!(
-                "`{}` is not built in: expected `cl100k_base`, or a `command` for an external tokenizer",
-                manifest.tokenizer.name
-            ),
-        ),
-        Some(command) => match command.first() {
-            None => problem(
-                "tokenizer.command",
-                "is empty: expected [program, args...]".into(),
-            ),
-            Some(program) if find_program(program, &loaded.folder).is_none() => problem(
-                "tokenizer.command",
-                format!("program `{program}` not found (searched the manifest's folder and PATH)"),
-            ),
-            Some(_) => {}
-        },
-        None => {}
-    }
-    match (&manifest.dataset.path, &manifest.dataset.sources) {
-        (None, None) => problem("dataset", "expected `path` or `[[dataset.sources]]`".into()),
-        (Some(_), Some(_)) => problem(
-            "dataset",
-            "expected `path` or `[[dataset.sources]]`, not both".into(),
-        ),
-        _ => {}
-    }
-    if manifest.compressors.is_empty() {
-        problem(
-            "compressors",
-            "expected at least one compressor, e.g. [compressors.mine]".into(),
-        );
-    }
-    let callbacks = manifest
-        .compressors
-        .iter()
-        .map(|(name, spec)| (format!("compressors.{name}"), spec, Role::Compressor))
-        .chain([
-            ("reader".to_owned(), &manifest.reader, Role::Reader),
-            ("judge".to_owned(), &manifest.judge, Role::Judge),
-        ]);
-    for (key, spec, role) in callbacks {
-        for message in check_callback(spec, role, &loaded.folder) {
-            problem(&key, message);
-        }
-    }
-    for name in manifest.compressors.keys() {
-        if !valid_name(name) {
-            problem(
-                &format!("compressors.{name}"),
-                "is not a valid compressor name: expected [a-z0-9][a-z0-9_-]*".into(),
-            );
-        }
-    }
-    if manifest.run.concurrency == 0 {
-        problem("run.concurrency", "must be at least 1".into());
-    }
-    if let Some(slurm) = &manifest.run.slurm {
-        if slurm.array_limit == 0 {
-            problem("run.slurm.array_limit", "must be at least 1".into());
-        }
-        if slurm.calls_per_task == 0 {
-            problem("run.slurm.calls_per_task", "must be at least 1".into());
-        }
-        for (role, resources) in [
-            ("compressor", &slurm.compressor),
-            ("reader", &slurm.reader),
-            ("judge", &slurm.judge),
-        ] {
-            if resources.as_ref().and_then(|r| r.parallel) == Some(0) {
-                problem(&format!("run.slurm.{role}.parallel"), "must be at least 1".into());
-            }
-        }
-    }
-    problems
-}
-
-fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
-    values.iter().enumerate().any(|(i, v)| values[..i].contains(v))
-}
-
-fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String> {
-    let mut problems = Vec::new();
-    match (&spec.command, &spec.builtin) {
-        (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),
-        (Some(_), Some(_)) => problems.push("expected `command` or `builtin`, not both".into()),
-        (Some(command), None) => match command.first() {
-            None => problems.push("`command` is empty: expected [program, args...]".into()),
-            Some(program) => {
-                if find_program(program, folder).is_none() {
-                    problems.push(format!(
-                        "program `{program}` not found (searched the manifest's folder and PATH)"
-                    ));
-                }
-            }
-        },
-        (None, Some(name)) => {
-            if !builtin::names(role).contains(&name.as_str()) {
-                problems.push(format!(
-                    "`{name}` is not a built-in {role}: expected one of {}",
-                    builtin::names(role).join(", ")
-                ));
-            }
-        }
-    }
-    if spec.concurrency == Some(0) {
-        problems.push("`concurrency` must be at least 1".into());
-    }
-    if !spec.params.is_object() {
-        problems.push("`params` must be a table".into());
-    }
-    if let Some(sandbox) = &spec.sandbox {
-        for (key, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
-            for path in paths.iter().filter(|p| !folder.join(p).exists()) {
-                problems.push(format!(
-                    "`sandbox.{key}` path `{}` does not exist (paths are relative to the manifest's folder; create it first)",
-                    path.display()
-                ));
-            }
-        }
-    }
-    problems
-}
-
 /// A path as a user would like to read it: relative to the current folder when inside it.
 pub(crate) fn shown(path: &Path) -> String {
     std::env::current_dir()
@@ -723,15 +562,6 @@ pub(crate) fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names() {
-        assert!(valid_name("fixture"));
-        assert!(valid_name("0a_b-c"));
-        for bad in ["", "Fixture", "-a", "_a", "a b", "a.b"] {
-            assert!(!valid_name(bad), "{bad:?}");
-        }
-    }
 
     #[test]
     fn timeouts() {

@@ -1,0 +1,213 @@
+//! Every check of a manifest's values that its types cannot express (SPEC §2), each problem
+//! naming the file and key.
+
+use std::path::Path;
+
+use crate::builtin;
+use crate::error::Problem;
+use crate::inputs::manifest::{CallbackSpec, Loaded, find_program};
+use crate::protocol::Role;
+
+/// Names a manifest's `name` may take: `[a-z0-9][a-z0-9_-]*`.
+fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+}
+
+/// Every problem of a loaded manifest, in the order of its keys.
+pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
+    let file = loaded.path.display().to_string();
+    let mut problems = Vec::new();
+    let mut problem = |key: &str, message: String| {
+        problems.push(Problem {
+            place: format!("{file}: key `{key}`"),
+            message,
+        })
+    };
+    check_lists(loaded, &mut problem);
+    check_tokenizer_and_dataset(loaded, &mut problem);
+    check_callbacks(loaded, &mut problem);
+    check_run(loaded, &mut problem);
+    problems
+}
+
+type Report<'a> = dyn FnMut(&str, String) + 'a;
+
+fn check_lists(loaded: &Loaded, problem: &mut Report) {
+    let manifest = &loaded.manifest;
+    if !valid_name(&manifest.name) {
+        problem(
+            "name",
+            format!(
+                "`{}` is not a valid name: expected [a-z0-9][a-z0-9_-]*",
+                manifest.name
+            ),
+        );
+    }
+    for (key, empty, duplicate) in [
+        (
+            "seeds",
+            manifest.seeds.is_empty(),
+            has_duplicates(&manifest.seeds),
+        ),
+        (
+            "ratios",
+            manifest.ratios.is_empty(),
+            has_duplicates(&manifest.ratios),
+        ),
+        (
+            "conditions",
+            manifest.conditions.is_empty(),
+            has_duplicates(&manifest.conditions),
+        ),
+    ] {
+        if empty {
+            problem(key, "must list at least one value".into());
+        }
+        if duplicate {
+            problem(key, "lists a value twice".into());
+        }
+    }
+}
+
+fn check_tokenizer_and_dataset(loaded: &Loaded, problem: &mut Report) {
+    let manifest = &loaded.manifest;
+    match &manifest.tokenizer.command {
+        None if manifest.tokenizer.name != "cl100k_base" => problem(
+            "tokenizer.name",
+            format!(
+                "`{}` is not built in: expected `cl100k_base`, or a `command` for an external tokenizer",
+                manifest.tokenizer.name
+            ),
+        ),
+        Some(command) => match command.first() {
+            None => problem(
+                "tokenizer.command",
+                "is empty: expected [program, args...]".into(),
+            ),
+            Some(program) if find_program(program, &loaded.folder).is_none() => problem(
+                "tokenizer.command",
+                format!("program `{program}` not found (searched the manifest's folder and PATH)"),
+            ),
+            Some(_) => {}
+        },
+        None => {}
+    }
+    match (&manifest.dataset.path, &manifest.dataset.sources) {
+        (None, None) => problem("dataset", "expected `path` or `[[dataset.sources]]`".into()),
+        (Some(_), Some(_)) => problem(
+            "dataset",
+            "expected `path` or `[[dataset.sources]]`, not both".into(),
+        ),
+        _ => {}
+    }
+}
+
+fn check_callbacks(loaded: &Loaded, problem: &mut Report) {
+    let manifest = &loaded.manifest;
+    if manifest.compressors.is_empty() {
+        problem(
+            "compressors",
+            "expected at least one compressor, e.g. [compressors.mine]".into(),
+        );
+    }
+    for (key, role, spec) in manifest.callbacks() {
+        for message in check_callback(spec, role, &loaded.folder) {
+            problem(&key, message);
+        }
+    }
+    for name in manifest.compressors.keys() {
+        if !valid_name(name) {
+            problem(
+                &format!("compressors.{name}"),
+                "is not a valid compressor name: expected [a-z0-9][a-z0-9_-]*".into(),
+            );
+        }
+    }
+}
+
+fn check_run(loaded: &Loaded, problem: &mut Report) {
+    let run = &loaded.manifest.run;
+    if run.concurrency == 0 {
+        problem("run.concurrency", "must be at least 1".into());
+    }
+    if let Some(slurm) = &run.slurm {
+        if slurm.array_limit == 0 {
+            problem("run.slurm.array_limit", "must be at least 1".into());
+        }
+        if slurm.calls_per_task == 0 {
+            problem("run.slurm.calls_per_task", "must be at least 1".into());
+        }
+        for (role, resources) in [
+            ("compressor", &slurm.compressor),
+            ("reader", &slurm.reader),
+            ("judge", &slurm.judge),
+        ] {
+            if resources.as_ref().and_then(|r| r.parallel) == Some(0) {
+                problem(&format!("run.slurm.{role}.parallel"), "must be at least 1".into());
+            }
+        }
+    }
+}
+
+fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
+    values.iter().enumerate().any(|(i, v)| values[..i].contains(v))
+}
+
+fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    match (&spec.command, &spec.builtin) {
+        (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),
+        (Some(_), Some(_)) => problems.push("expected `command` or `builtin`, not both".into()),
+        (Some(command), None) => match command.first() {
+            None => problems.push("`command` is empty: expected [program, args...]".into()),
+            Some(program) => {
+                if find_program(program, folder).is_none() {
+                    problems.push(format!(
+                        "program `{program}` not found (searched the manifest's folder and PATH)"
+                    ));
+                }
+            }
+        },
+        (None, Some(name)) => {
+            if !builtin::names(role).contains(&name.as_str()) {
+                problems.push(format!(
+                    "`{name}` is not a built-in {role}: expected one of {}",
+                    builtin::names(role).join(", ")
+                ));
+            }
+        }
+    }
+    if spec.concurrency == Some(0) {
+        problems.push("`concurrency` must be at least 1".into());
+    }
+    if !spec.params.is_object() {
+        problems.push("`params` must be a table".into());
+    }
+    if let Some(sandbox) = &spec.sandbox {
+        for (key, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
+            for path in paths.iter().filter(|p| !folder.join(p).exists()) {
+                problems.push(format!(
+                    "`sandbox.{key}` path `{}` does not exist (paths are relative to the manifest's folder; create it first)",
+                    path.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_name("fixture"));
+        assert!(valid_name("0a_b-c"));
+        for bad in ["", "Fixture", "-a", "_a", "a b", "a.b"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
+}
