@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::{call_files, response_file};
+use super::files::{call_files, response_file};
 use crate::exec::callback::{Attempt, Callback, FailureKind};
 use crate::exec::process::Process;
 use crate::exec::sandbox::Policy;

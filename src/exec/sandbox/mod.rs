@@ -14,12 +14,19 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
 use crate::inputs::manifest::{Loaded, SandboxSpec};
 use crate::protocol::Role;
+
+mod enter;
+mod scratch;
+
+pub use enter::SANDBOX_EXEC;
+pub(crate) use enter::{exec, kernel_abi};
+pub(crate) use scratch::Scratch;
+use scratch::ScratchRoot;
 
 /// Set (to anything) to behave as on a kernel without Landlock: callbacks run unsandboxed and
 /// the report says so. It exists to see and test that path.
@@ -50,35 +57,6 @@ const DEVICES: &[&str] = &[
 ];
 /// Folder names whose parent is a program's installation (`/usr/bin`, `.venv/bin`, pyenv's `shims`).
 const INSTALLATION_FOLDERS: &[&str] = &["bin", "sbin", "shims"];
-
-/// The Landlock ABI this kernel answers; 0 without Landlock (or with `GACC_NO_LANDLOCK` set).
-pub(crate) fn kernel_abi() -> i32 {
-    if std::env::var_os(NO_LANDLOCK_VARIABLE).is_some() {
-        return 0;
-    }
-    landlock_abi()
-}
-
-#[cfg(target_os = "linux")]
-fn landlock_abi() -> i32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
-    // SAFETY: this form of landlock_create_ruleset(2) reads no memory; it returns the ABI
-    // version, or -1 with ENOSYS or EOPNOTSUPP when the kernel has no Landlock.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    i32::try_from(abi.max(0)).unwrap_or(0)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn landlock_abi() -> i32 {
-    0
-}
 
 /// Makes this process undumpable, so other unprivileged processes (an unsandboxed judge
 /// included) cannot read its `/proc/<pid>/environ`, memory or file descriptors. Children get
@@ -323,7 +301,7 @@ impl Sandboxing {
     pub(crate) fn new(abi: i32, protected: Protected) -> std::io::Result<Sandboxing> {
         let scratch = Arc::new(ScratchRoot::create()?);
         let mut protected = protected;
-        protected.add(&scratch.path, "the scratch folders");
+        protected.add(scratch.path(), "the scratch folders");
         let exposed_system = SYSTEM_FOLDERS.iter().find_map(|folder| {
             let folder = Path::new(folder);
             let what = folder.exists().then(|| protected.exposed_by(folder)).flatten()?;
@@ -490,89 +468,6 @@ fn installation(program: &Path) -> Option<PathBuf> {
     .then(|| installation.to_path_buf())
 }
 
-/// Where the scratch folders of one run go: a private folder under the system's temporary
-/// folder, removed when the run ends.
-#[derive(Debug)]
-struct ScratchRoot {
-    path: PathBuf,
-    next: AtomicU64,
-}
-
-/// The prefix of a scratch root's name, followed by the pid of the gacc that made it.
-const SCRATCH_PREFIX: &str = "gacc-sandbox-";
-
-impl ScratchRoot {
-    fn create() -> std::io::Result<ScratchRoot> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        remove_stale_scratch(&base);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let mut attempt = 0u32;
-        loop {
-            let path = base.join(format!(
-                "{SCRATCH_PREFIX}{}-{:08x}",
-                std::process::id(),
-                nanos.wrapping_add(attempt)
-            ));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    return Ok(ScratchRoot {
-                        path,
-                        next: AtomicU64::new(0),
-                    });
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
-                    attempt += 1;
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-}
-
-/// Removes the scratch roots of gacc processes that are gone (killed before they could).
-fn remove_stale_scratch(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let pid = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<i32>().ok());
-        // SAFETY: kill(2) with signal 0 only asks whether the process exists.
-        if let Some(pid) = pid.filter(|pid| *pid > 0)
-            && unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-impl Drop for ScratchRoot {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// A process's private scratch folder, removed with everything in it when dropped.
-#[derive(Debug)]
-pub(crate) struct Scratch {
-    pub path: PathBuf,
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 /// One callback's sandbox: what it may reach, and where its processes' scratch folders go.
 #[derive(Debug)]
 pub(crate) struct Policy {
@@ -626,10 +521,7 @@ impl Policy {
     /// A fresh scratch folder for one process, and the command line that starts the callback
     /// `argv` inside the sandbox: `gacc sandbox-exec RULES -- ARGV` (or `--builtin NAME`).
     pub(crate) fn jail(&self, argv: &[String]) -> std::io::Result<(Scratch, Vec<OsString>)> {
-        use std::os::unix::fs::DirBuilderExt;
-        let number = self.scratch.next.fetch_add(1, Ordering::Relaxed);
-        let path = self.scratch.path.join(number.to_string());
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let path = self.scratch.new_folder()?;
         let mut line: Vec<OsString> = vec![self.gacc.clone().into(), SANDBOX_EXEC.into()];
         for path in &self.grants.read {
             line.extend(["--read".into(), path.clone().into()]);
@@ -648,144 +540,6 @@ impl Policy {
             }
         }
         Ok((Scratch { path }, line))
-    }
-}
-
-/// The hidden subcommand that enters a sandbox and becomes the callback.
-pub const SANDBOX_EXEC: &str = "sandbox-exec";
-/// The exit status of a process that could not enter its sandbox or start its program.
-pub(crate) const SANDBOX_EXEC_FAILED: u8 = 125;
-
-/// `gacc sandbox-exec [--read PATH]... [--write PATH]... [--no-network] (-- ARGV... |
-/// --builtin NAME)`: enters a Landlock domain with those rules (and the system's), then execs
-/// ARGV or serves the built-in NAME. It runs as a fresh small process started with
-/// `posix_spawn`, which costs far less than forking a large gacc to apply the rules between
-/// fork and exec; the callback still never runs a single instruction outside the sandbox.
-pub(crate) fn exec(args: &[OsString]) -> u8 {
-    let fail = |message: String| {
-        eprintln!("gacc sandbox-exec: {message}");
-        SANDBOX_EXEC_FAILED
-    };
-    let mut grants = Grants {
-        network: true,
-        ..Grants::default()
-    };
-    let mut rest = args.iter();
-    let target = loop {
-        match rest.next().and_then(|a| a.to_str()) {
-            Some("--read") => grants.read.extend(rest.next().map(PathBuf::from)),
-            Some("--write") => grants.write.extend(rest.next().map(PathBuf::from)),
-            Some("--no-network") => grants.network = false,
-            Some("--builtin") => match rest.next().and_then(|a| a.to_str()) {
-                Some(name) => break Target::Builtin(name.to_owned()),
-                None => return fail("--builtin needs a name".into()),
-            },
-            Some("--") => break Target::Program(rest.cloned().collect()),
-            other => return fail(format!("unexpected argument {other:?}")),
-        }
-    };
-    if let Err(message) = enter(&grants) {
-        return fail(format!("could not enter the Landlock sandbox: {message}"));
-    }
-    match target {
-        Target::Builtin(name) => u8::try_from(crate::builtin::serve(&name).clamp(0, 255)).unwrap_or(1),
-        Target::Program(argv) => {
-            use std::os::unix::process::CommandExt;
-            let Some((program, arguments)) = argv.split_first() else {
-                return fail("no program to run".into());
-            };
-            let error = std::process::Command::new(program).args(arguments).exec();
-            fail(format!(
-                "could not start `{}`: {error}",
-                Path::new(program).display()
-            ))
-        }
-    }
-}
-
-enum Target {
-    Program(Vec<OsString>),
-    Builtin(String),
-}
-
-#[cfg(target_os = "linux")]
-fn enter(grants: &Grants) -> Result<(), String> {
-    landlock_rules::enter(grants)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn enter(_grants: &Grants) -> Result<(), String> {
-    Err("sandboxing needs Linux".into())
-}
-
-#[cfg(target_os = "linux")]
-mod landlock_rules {
-    //! The Landlock side: the rules of one process, entered for good.
-
-    use std::path::Path;
-
-    use landlock::{
-        ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
-        RulesetCreatedAttr, RulesetStatus, Scope,
-    };
-
-    use super::{DEVICES, Grants, SYSTEM_FOLDERS, SYSTEM_INFO};
-
-    /// The ABI whose rights gacc asks for (tested here); older kernels enforce what they can.
-    const ABI_TESTED: ABI = ABI::V7;
-
-    /// Opens a path for a rule; the rights are narrowed to those a file can have when it is one.
-    fn rule(path: &Path, access: BitFlags<AccessFs>) -> Result<PathBeneath<PathFd>, String> {
-        let fd = PathFd::new(path).map_err(|error| error.to_string())?;
-        let access = if path.is_dir() {
-            access
-        } else {
-            access & AccessFs::from_file(ABI_TESTED)
-        };
-        Ok(PathBeneath::new(fd, access))
-    }
-
-    /// Restricts this process (and what it execs) to the system's paths and `grants`.
-    pub(super) fn enter(grants: &Grants) -> Result<(), String> {
-        let read = AccessFs::from_read(ABI_TESTED);
-        let all = AccessFs::from_all(ABI_TESTED);
-        let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
-        // System paths a machine lacks are skipped; the callback's own must all exist.
-        let system = SYSTEM_FOLDERS
-            .iter()
-            .map(|path| (path, read))
-            .chain(
-                SYSTEM_INFO
-                    .iter()
-                    .map(|path| (path, AccessFs::ReadFile | AccessFs::ReadDir)),
-            )
-            .chain(DEVICES.iter().map(|path| (path, device)))
-            .filter_map(|(path, access)| rule(Path::new(path), access).ok());
-        let mut own = Vec::new();
-        for (paths, access) in [(&grants.read, read), (&grants.write, all)] {
-            for path in paths {
-                own.push(rule(path, access).map_err(|error| format!("{}: {error}", path.display()))?);
-            }
-        }
-        let mut ruleset = Ruleset::default()
-            .handle_access(all)
-            .and_then(|r| r.scope(Scope::from_all(ABI_TESTED)))
-            .map_err(|error| error.to_string())?;
-        if !grants.network {
-            ruleset = ruleset
-                .handle_access(AccessNet::from_all(ABI_TESTED))
-                .map_err(|error| error.to_string())?;
-        }
-        let status = ruleset
-            .create()
-            .and_then(|r| r.add_rules(system.map(Ok::<_, landlock::RulesetError>)))
-            .and_then(|r| r.add_rules(own.into_iter().map(Ok::<_, landlock::RulesetError>)))
-            .and_then(|r| r.restrict_self())
-            .map_err(|error| error.to_string())?;
-        match status.ruleset {
-            RulesetStatus::NotEnforced => Err("this kernel enforces none of its rules".into()),
-            RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
-        }
     }
 }
 

@@ -1,0 +1,89 @@
+//! The Slurm work folder's files of one call: its request, the task that makes it, and its
+//! response, each written whole; and the call's name there.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::exec::callback::{Attempt, Callback, FailureKind};
+use crate::exec::sandbox::Policy;
+use crate::protocol::STDERR_TAIL_BYTES;
+
+/// The files of one call in the work folder.
+pub(super) struct CallFiles {
+    pub(super) request: PathBuf,
+    pub(super) response: PathBuf,
+    pub(super) task: PathBuf,
+}
+
+pub(super) fn call_files(calls: &Path, key: &str) -> CallFiles {
+    let folder = calls.join(&key[..2]);
+    CallFiles {
+        request: folder.join(format!("{key}.request.json")),
+        response: folder.join(format!("{key}.response.json")),
+        task: folder.join(format!("{key}.task")),
+    }
+}
+
+/// The last `STDERR_TAIL_BYTES` of a file, or nothing.
+pub(super) fn tail_of(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// What a task writes for one call: the answer, or why there is none.
+pub(super) fn response_file(attempt: &Attempt) -> Value {
+    match &attempt.result {
+        Ok(response) => json!({"ok": response, "stderr_tail": attempt.stderr_tail}),
+        Err(kind) => json!({"error": kind, "stderr_tail": attempt.stderr_tail}),
+    }
+}
+
+/// Reads a response file back into an attempt; a file that is not one is a failure to report.
+pub(super) fn read_response(bytes: &[u8]) -> Attempt {
+    let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
+    let stderr_tail = parsed
+        .as_ref()
+        .and_then(|v| v["stderr_tail"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let result = match parsed {
+        Some(mut value) if value.get("ok").is_some() => Ok(value["ok"].take()),
+        Some(mut value) if value.get("error").is_some() => Err(serde_json::from_value(value["error"].take())
+            .unwrap_or_else(|error| {
+                FailureKind::InvalidJson(format!("an unreadable worker failure: {error}"))
+            })),
+        _ => Err(FailureKind::InvalidJson(
+            "the worker's response file is not one".into(),
+        )),
+    };
+    Attempt { result, stderr_tail }
+}
+
+/// What a worker needs to make a callback's calls on another machine. Values of passed-through
+/// variables are not written: the task inherits them from the environment gacc submits from.
+pub(super) fn describe(callback: &Callback) -> Value {
+    json!({
+        "name": callback.name,
+        "role": callback.role,
+        "argv": callback.argv,
+        "cwd": callback.cwd,
+        "env": callback.env.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+        "timeout_ms": callback.timeout.as_millis() as u64,
+        "mode": callback.mode,
+        "sandbox": callback.sandbox.as_ref().map(Policy::describe),
+    })
+}
+
+/// A call's name in the work folder: its callback's name and identity, and its request.
+pub(super) fn call_key(callback: &Callback, request: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(callback.name.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(callback.identity.to_string().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(request);
+    crate::hash::hex(&hasher.finalize())
+}
