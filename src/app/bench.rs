@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::app::run::{self, RunOptions};
-use crate::error::Error;
+use crate::error::{Error, io};
 use crate::exec::callback::Callback;
 use crate::exec::process::Process;
 use crate::inputs::tokenizer::{Cl100k, Tokenizer};
@@ -54,14 +54,15 @@ pub(crate) struct Measurement {
 
 /// Runs every benchmark and returns the measurements; writes its experiment under `folder`.
 pub(crate) fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurement>, Error> {
+    let mut out = experiment(folder, shape)?;
+    out.extend(call_costs(folder, shape.concurrency, spawns)?);
+    out.extend(where_time_goes(folder));
+    Ok(out)
+}
+
+/// The synthetic experiment: made, planned, run in full, and run again from the cache.
+fn experiment(folder: &Path, shape: &Shape) -> Result<Vec<Measurement>, Error> {
     let mut out = Vec::new();
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error: std::io::Error| Error::Io {
-            path,
-            message: error.to_string(),
-        }
-    };
     let _ = std::fs::remove_dir_all(folder);
     std::fs::create_dir_all(folder).map_err(io(folder))?;
     let started = Instant::now();
@@ -107,12 +108,17 @@ pub(crate) fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<M
         seconds: 0.0,
         detail: json!({"mib": peak_memory_kib() / 1024}),
     });
+    Ok(out)
+}
 
+/// What calling a callback at all costs: bare spawns beside oneshot, sandboxed, persistent
+/// and sleeping callbacks.
+fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Measurement>, Error> {
+    let mut out = Vec::new();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(io(folder))?;
-    let concurrency = shape.concurrency;
     let bare = runtime.block_on(spawn_true(spawns, concurrency));
     let piped = runtime.block_on(spawn_piped(spawns, concurrency));
     let oneshot = runtime.block_on(call_many(
@@ -176,7 +182,6 @@ pub(crate) fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<M
         seconds: sleeping.as_secs_f64(),
         detail: json!({"per_second": sleepers as f64 / sleeping.as_secs_f64(), "ideal_per_second": 80.0}),
     });
-    out.extend(where_time_goes(folder));
     Ok(out)
 }
 

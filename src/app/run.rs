@@ -123,20 +123,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     folder.write(REPORT_JSON, pretty(&report).as_bytes())?;
-    // The page is made from the rows still in memory: the page `gacc report` makes from the
-    // rows just written.
-    let rows = Rows {
-        sources: &prepared.dataset.sources,
-        ledger: &outcome.ledger,
-        texts: &texts,
-        results: &outcome.results,
-    };
-    let pictures = RunView {
-        report: &report_json,
-        run: &Value::Null,
-        rows: Some(rows),
-    };
-    let views = write_views(&folder, &pictures, &[&Charts, &Html(Packing::Auto)]);
+    let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts);
     let (this_run, paid, failures, cancelled) = (
         outcome.this_run.clone(),
         outcome.paid.clone(),
@@ -153,7 +140,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         "host": hostname(),
         "gacc_version": env!("CARGO_PKG_VERSION"),
         "manifest": options.manifest.display().to_string(),
-        "cache": prepared.loaded.manifest.run.cache.as_ref().map(|p| p.display().to_string()).unwrap_or(".gacc/cache".into()),
+        "cache": cache_shown(&prepared),
         "calls": this_run,
         "paid": paid,
         "failures": failures,
@@ -177,6 +164,37 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         folder: folder.path().to_path_buf(),
         views,
     })
+}
+
+/// The charts and report.html, the page made from the rows still in memory: the page
+/// `gacc report` makes from the rows just written.
+fn write_pictures(
+    folder: &RunFolder,
+    report: &Value,
+    prepared: &Prepared,
+    outcome: &runner::Outcome,
+    texts: &[MemoryText],
+) -> Result<(), Error> {
+    let rows = Rows {
+        sources: &prepared.dataset.sources,
+        ledger: &outcome.ledger,
+        texts,
+        results: &outcome.results,
+    };
+    let pictures = RunView {
+        report,
+        run: &Value::Null,
+        rows: Some(rows),
+    };
+    write_views(folder, &pictures, &[&Charts, &Html(Packing::Auto)])
+}
+
+/// The cache's place as the manifest wrote it, for `run.json`.
+fn cache_shown(prepared: &Prepared) -> String {
+    match &prepared.loaded.manifest.run.cache {
+        Some(path) => path.display().to_string(),
+        None => ".gacc/cache".into(),
+    }
 }
 
 /// `report.md`'s view: the template of `--templates`, else `templates/report.md.j2` in the

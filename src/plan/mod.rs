@@ -3,13 +3,15 @@
 
 pub(crate) mod keys;
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::Invalid;
 use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
-use crate::inputs::manifest::Loaded;
+use crate::inputs::manifest::{Loaded, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
 use crate::protocol::Ratio;
@@ -100,15 +102,11 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
             "cross-goal shows each goal of a different source, and the dataset has a single source",
         ));
     }
-    let tokenizer_identity = keys::tokenizer_identity(tokenizer);
-    let compressor_identities: std::collections::BTreeMap<String, Value> = manifest
+    let compressor_identities: BTreeMap<String, Value> = manifest
         .compressors
         .iter()
         .map(|(name, spec)| (name.clone(), keys::callback_identity(spec)))
         .collect();
-    let reader_identity = keys::callback_identity(&manifest.reader);
-    let judge_identity = keys::callback_identity(&manifest.judge);
-
     let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
         tokenizer.count(&s.text).map_err(|error| {
             Invalid::one(
@@ -119,116 +117,37 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
     })
     .into_iter()
     .collect::<Result<_, _>>()?;
-    let source_sha: Vec<String> = dataset.sources.iter().map(|s| s.sha256()).collect();
-    let goals: Vec<(usize, usize)> = dataset
-        .sources
-        .iter()
-        .enumerate()
-        .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
-        .collect();
-
+    let expansion = Expansion {
+        manifest,
+        dataset,
+        tokenizer_identity: keys::tokenizer_identity(tokenizer),
+        source_tokens,
+        source_sha256: dataset.sources.iter().map(|s| s.sha256()).collect(),
+        goals: dataset
+            .sources
+            .iter()
+            .enumerate()
+            .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
+            .collect(),
+    };
     let crosses: Vec<(u64, Vec<GoalRef>)> = manifest
         .seeds
         .iter()
-        .map(|&seed| (seed, derangement(&goals, seed)))
+        .map(|&seed| (seed, derangement(&expansion.goals, seed)))
         .collect();
     // Each (seed, compressor)'s jobs are made on whichever core is free, then put in order.
     let parts: Vec<_> = crosses
         .iter()
         .flat_map(|cross| compressor_identities.iter().map(move |c| (cross, c)))
         .collect();
-    let memories: Vec<MemoryJob> = map_in_parallel(
-        &parts,
-        |&(&(seed, ref shown_for_cross), (compressor, compressor_identity))| {
-            let mut memories = Vec::new();
-            for &condition in &manifest.conditions {
-                for &ratio in &manifest.ratios {
-                    let mut units: Vec<Unit> = Vec::new();
-                    match condition {
-                        Condition::OwnGoal => {
-                            units.extend(goals.iter().map(|&(s, g)| (s, Some(g), Some((s, g)))))
-                        }
-                        Condition::NoGoal => {
-                            units.extend((0..dataset.sources.len()).map(|s| (s, None, None)))
-                        }
-                        Condition::CrossGoal => units.extend(
-                            goals
-                                .iter()
-                                .zip(shown_for_cross.iter())
-                                .map(|(&(s, g), &shown)| (s, Some(g), Some(shown))),
-                        ),
-                    }
-                    for (s, goal, shown) in units {
-                        let source = &dataset.sources[s];
-                        let budget = ratio.budget(source_tokens[s]);
-                        let shown_goal = shown.map(|(ss, gg)| &dataset.sources[ss].goals[gg]);
-                        let goal_sha = shown_goal.map(|g| sha256(&g.text));
-                        let cache_key = keys::compressor_key(
-                            compressor_identity,
-                            &tokenizer_identity,
-                            &source_sha[s],
-                            goal_sha.as_deref(),
-                            budget,
-                            seed,
-                        );
-                        let goal_id = goal.map(|g| source.goals[g].id.clone());
-                        let shown_goal_id = shown_goal.map(|g| g.id.clone());
-                        let key = keys::memory_job(
-                            seed,
-                            compressor,
-                            condition,
-                            ratio,
-                            &source.id,
-                            goal_id.as_deref(),
-                        );
-                        let answered: Vec<usize> = match goal {
-                            Some(g) => vec![g],
-                            None => (0..source.goals.len()).collect(),
-                        };
-                        let questions = answered
-                            .into_iter()
-                            .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
-                            .map(|(g, q)| {
-                                let question_id = &source.goals[g].questions[q].id;
-                                let read_key = keys::read_job(&key, question_id);
-                                let judge_key = keys::judge_job(&read_key);
-                                QuestionJob {
-                                    read_key,
-                                    judge_key,
-                                    goal: g,
-                                    question: q,
-                                }
-                            })
-                            .collect();
-                        memories.push(MemoryJob {
-                            key,
-                            cache_key,
-                            id: MemoryId {
-                                seed,
-                                cell: CellId {
-                                    compressor: compressor.clone(),
-                                    condition,
-                                    ratio,
-                                },
-                                source_id: source.id.clone(),
-                                goal_id,
-                                shown_goal_id,
-                            },
-                            source_tokens: source_tokens[s],
-                            budget,
-                            source: s,
-                            shown_goal: shown,
-                            questions,
-                        });
-                    }
-                }
-            }
-            memories
-        },
-    )
+    let memories: Vec<MemoryJob> = map_in_parallel(&parts, |&(&(seed, ref shown), (name, identity))| {
+        expansion.memories(seed, shown, name, identity)
+    })
     .into_iter()
     .flatten()
     .collect();
+    let reader_identity = keys::callback_identity(&manifest.reader);
+    let judge_identity = keys::callback_identity(&manifest.judge);
     Ok(Plan {
         memories,
         compressor_identities,
@@ -236,26 +155,9 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         judge_identity_json: judge_identity.to_string(),
         reader_identity,
         judge_identity,
-        tokenizer_identity,
-        source_sha256: source_sha,
-        question_sha256: dataset
-            .sources
-            .iter()
-            .map(|s| {
-                s.goals
-                    .iter()
-                    .map(|g| {
-                        g.questions
-                            .iter()
-                            .map(|q| QuestionHashes {
-                                question: sha256(&q.question),
-                                reference: sha256(&q.reference),
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
-            .collect(),
+        tokenizer_identity: expansion.tokenizer_identity,
+        source_sha256: expansion.source_sha256,
+        question_sha256: question_hashes(dataset),
         held_out: dataset
             .sources
             .iter()
@@ -268,6 +170,136 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
             })
             .collect(),
     })
+}
+
+/// What every memory job of a plan is made from.
+struct Expansion<'a> {
+    manifest: &'a Manifest,
+    dataset: &'a Dataset,
+    tokenizer_identity: Value,
+    source_tokens: Vec<usize>,
+    source_sha256: Vec<String>,
+    /// Every goal, in dataset order.
+    goals: Vec<GoalRef>,
+}
+
+impl Expansion<'_> {
+    /// The memory jobs of one seed and compressor: per condition and ratio, one per unit.
+    fn memories(
+        &self,
+        seed: u64,
+        shown_for_cross: &[GoalRef],
+        compressor: &str,
+        identity: &Value,
+    ) -> Vec<MemoryJob> {
+        let mut memories = Vec::new();
+        for &condition in &self.manifest.conditions {
+            let units: Vec<Unit> = match condition {
+                Condition::OwnGoal => self
+                    .goals
+                    .iter()
+                    .map(|&(s, g)| (s, Some(g), Some((s, g))))
+                    .collect(),
+                Condition::NoGoal => (0..self.dataset.sources.len()).map(|s| (s, None, None)).collect(),
+                Condition::CrossGoal => self
+                    .goals
+                    .iter()
+                    .zip(shown_for_cross)
+                    .map(|(&(s, g), &shown)| (s, Some(g), Some(shown)))
+                    .collect(),
+            };
+            for &ratio in &self.manifest.ratios {
+                let cell = CellId {
+                    compressor: compressor.to_owned(),
+                    condition,
+                    ratio,
+                };
+                memories.extend(units.iter().map(|&unit| self.memory(seed, &cell, identity, unit)));
+            }
+        }
+        memories
+    }
+
+    /// One memory job: its keys, budget and questions.
+    fn memory(&self, seed: u64, cell: &CellId, identity: &Value, (s, goal, shown): Unit) -> MemoryJob {
+        let source = &self.dataset.sources[s];
+        let budget = cell.ratio.budget(self.source_tokens[s]);
+        let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
+        let goal_sha = shown_goal.map(|g| sha256(&g.text));
+        let cache_key = keys::compressor_key(
+            identity,
+            &self.tokenizer_identity,
+            &self.source_sha256[s],
+            goal_sha.as_deref(),
+            budget,
+            seed,
+        );
+        let goal_id = goal.map(|g| source.goals[g].id.clone());
+        let key = keys::memory_job(
+            seed,
+            &cell.compressor,
+            cell.condition,
+            cell.ratio,
+            &source.id,
+            goal_id.as_deref(),
+        );
+        let answered: Vec<usize> = match goal {
+            Some(g) => vec![g],
+            None => (0..source.goals.len()).collect(),
+        };
+        let questions = answered
+            .into_iter()
+            .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
+            .map(|(g, q)| {
+                let read_key = keys::read_job(&key, &source.goals[g].questions[q].id);
+                let judge_key = keys::judge_job(&read_key);
+                QuestionJob {
+                    read_key,
+                    judge_key,
+                    goal: g,
+                    question: q,
+                }
+            })
+            .collect();
+        MemoryJob {
+            key,
+            cache_key,
+            id: MemoryId {
+                seed,
+                cell: cell.clone(),
+                source_id: source.id.clone(),
+                goal_id,
+                shown_goal_id: shown_goal.map(|g| g.id.clone()),
+            },
+            source_tokens: self.source_tokens[s],
+            budget,
+            source: s,
+            shown_goal: shown,
+            questions,
+        }
+    }
+}
+
+/// SHA-256 of each question's text and reference, by [source][goal][question].
+fn question_hashes(dataset: &Dataset) -> Vec<Vec<Vec<QuestionHashes>>> {
+    dataset
+        .sources
+        .iter()
+        .map(|s| {
+            s.goals
+                .iter()
+                .map(|g| {
+                    g.questions
+                        .iter()
+                        .map(|q| QuestionHashes {
+                            question: sha256(&q.question),
+                            reference: sha256(&q.reference),
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl Plan {

@@ -215,172 +215,234 @@ fn columns(
     texts: &[MemoryText],
     results: &[ResultRow],
 ) -> Result<(Index, Vec<Vec<String>>), Error> {
-    let inconsistent = |file: &str, message: String| Error::Io {
-        path: folder.join(file),
-        message,
+    let mut columns = Columns {
+        folder,
+        index: Index::default(),
+        cells: HashMap::new(),
+        source_of: HashMap::new(),
+        goal_of: HashMap::new(),
+        question_of: HashMap::new(),
+        memory_of: HashMap::new(),
     };
-    let mut index = Index::default();
-    let mut cells = HashMap::new();
-    for (number, cell) in report["cells"].as_array().into_iter().flatten().enumerate() {
-        let ratio = cell["ratio"].as_f64().and_then(|r| Ratio::try_from(r).ok());
-        let (Some(compressor), Some(condition), Some(ratio)) =
-            (cell["compressor"].as_str(), cell["condition"].as_str(), ratio)
-        else {
-            return Err(inconsistent(
-                REPORT_JSON,
-                format!("cells[{number}] lacks a compressor, condition or ratio"),
-            ));
-        };
-        cells.insert(cell_key(compressor, condition, &ratio), number);
+    columns.cells(report)?;
+    columns.sources(sources);
+    let chunks = columns.memories(ledger, texts, sources.len())?;
+    columns.results(results)?;
+    Ok((columns.index, chunks))
+}
+
+/// The index being built, and where each id went in it.
+struct Columns<'a> {
+    folder: &'a Path,
+    index: Index,
+    cells: HashMap<String, usize>,
+    source_of: HashMap<&'a str, usize>,
+    goal_of: HashMap<&'a str, usize>,
+    question_of: HashMap<&'a str, usize>,
+    memory_of: HashMap<&'a str, usize>,
+}
+
+impl<'a> Columns<'a> {
+    fn inconsistent(&self, file: &str, message: String) -> Error {
+        Error::Io {
+            path: self.folder.join(file),
+            message,
+        }
     }
-    let mut source_of = HashMap::new();
-    let mut goal_of = HashMap::new();
-    let mut question_of = HashMap::new();
-    for (s, source) in sources.iter().enumerate() {
-        source_of.insert(source.id.as_str(), s);
-        index.sources.push(source.id.clone());
-        for goal in &source.goals {
-            goal_of.insert(goal.id.as_str(), index.goals.id.len());
-            index.goals.id.push(goal.id.clone());
-            index.goals.text.push(goal.text.clone());
-            index.goals.source.push(s);
-            index.goals.question_start.push(index.questions.id.len());
-            for question in &goal.questions {
-                question_of.insert(question.id.as_str(), index.questions.id.len());
-                index.questions.id.push(question.id.clone());
-                index.questions.text.push(question.question.clone());
-                index.questions.reference.push(question.reference.clone());
+
+    /// Each cell of report.json by its name.
+    fn cells(&mut self, report: &Value) -> Result<(), Error> {
+        for (number, cell) in report["cells"].as_array().into_iter().flatten().enumerate() {
+            let ratio = cell["ratio"].as_f64().and_then(|r| Ratio::try_from(r).ok());
+            let (Some(compressor), Some(condition), Some(ratio)) =
+                (cell["compressor"].as_str(), cell["condition"].as_str(), ratio)
+            else {
+                return Err(self.inconsistent(
+                    REPORT_JSON,
+                    format!("cells[{number}] lacks a compressor, condition or ratio"),
+                ));
+            };
+            self.cells.insert(cell_key(compressor, condition, &ratio), number);
+        }
+        Ok(())
+    }
+
+    /// Sources, goals and questions, numbered in dataset order.
+    fn sources(&mut self, sources: &'a [Source]) {
+        let index = &mut self.index;
+        for (s, source) in sources.iter().enumerate() {
+            self.source_of.insert(source.id.as_str(), s);
+            index.sources.push(source.id.clone());
+            for goal in &source.goals {
+                self.goal_of.insert(goal.id.as_str(), index.goals.id.len());
+                index.goals.id.push(goal.id.clone());
+                index.goals.text.push(goal.text.clone());
+                index.goals.source.push(s);
+                index.goals.question_start.push(index.questions.id.len());
+                for question in &goal.questions {
+                    self.question_of
+                        .insert(question.id.as_str(), index.questions.id.len());
+                    index.questions.id.push(question.id.clone());
+                    index.questions.text.push(question.question.clone());
+                    index.questions.reference.push(question.reference.clone());
+                }
+            }
+        }
+        index.goals.question_start.push(index.questions.id.len());
+    }
+
+    fn goal_number(&self, id: &Option<String>, what: &str) -> Result<i64, Error> {
+        match id {
+            None => Ok(-1),
+            Some(id) => {
+                self.goal_of.get(id.as_str()).map(|&g| g as i64).ok_or_else(|| {
+                    self.inconsistent(MEMORIES, format!("{what} `{id}` is not in dataset.jsonl"))
+                })
             }
         }
     }
-    index.goals.question_start.push(index.questions.id.len());
 
-    let text_of: HashMap<&str, &str> = texts.iter().map(|t| (t.sha256.as_str(), &*t.memory)).collect();
-    let mut chunks: Vec<Vec<String>> = vec![Vec::new(); sources.len()];
-    let mut chunk_slot: HashMap<(usize, &str), usize> = HashMap::new();
-    let mut memory_of = HashMap::new();
-    let goal_number = |id: &Option<String>, what: &str| -> Result<i64, Error> {
-        match id {
-            None => Ok(-1),
-            Some(id) => goal_of
-                .get(id.as_str())
-                .map(|&g| g as i64)
-                .ok_or_else(|| inconsistent(MEMORIES, format!("{what} `{id}` is not in dataset.jsonl"))),
+    /// One column entry per ledger row; each source's distinct memory texts, once each.
+    fn memories(
+        &mut self,
+        ledger: &'a [LedgerRow],
+        texts: &'a [MemoryText],
+        sources: usize,
+    ) -> Result<Vec<Vec<String>>, Error> {
+        let text_of: HashMap<&str, &str> = texts.iter().map(|t| (t.sha256.as_str(), &*t.memory)).collect();
+        let mut chunks: Vec<Vec<String>> = vec![Vec::new(); sources];
+        let mut chunk_slot: HashMap<(usize, &str), usize> = HashMap::new();
+        for (number, row) in ledger.iter().enumerate() {
+            let id = &row.memory_id;
+            let key = id.cell.to_string();
+            let cell = *self.cells.get(&key).ok_or_else(|| {
+                self.inconsistent(
+                    MEMORIES,
+                    format!("line {}: no cell in report.json for {key}", number + 1),
+                )
+            })?;
+            let source = *self.source_of.get(id.source_id.as_str()).ok_or_else(|| {
+                self.inconsistent(
+                    MEMORIES,
+                    format!(
+                        "line {}: source `{}` is not in dataset.jsonl",
+                        number + 1,
+                        id.source_id
+                    ),
+                )
+            })?;
+            let text = *text_of.get(row.memory_sha256.as_str()).ok_or_else(|| {
+                self.inconsistent(
+                    MEMORY_TEXTS,
+                    format!(
+                        "no text for memory {} (memories.jsonl line {})",
+                        row.memory_sha256,
+                        number + 1
+                    ),
+                )
+            })?;
+            let slot = *chunk_slot
+                .entry((source, row.memory_sha256.as_str()))
+                .or_insert_with(|| {
+                    chunks[source].push(text.to_owned());
+                    chunks[source].len() - 1
+                });
+            let (goal, shown) = (
+                self.goal_number(&id.goal_id, "goal")?,
+                self.goal_number(&id.shown_goal_id, "shown goal")?,
+            );
+            let memories = &mut self.index.memories;
+            memories.cell.push(cell);
+            memories.seed.push(id.seed);
+            memories.source.push(source);
+            memories.goal.push(goal);
+            memories.shown.push(shown);
+            memories.source_tokens.push(row.source_tokens);
+            memories.budget.push(row.budget);
+            memories.generated.push(row.generated_tokens);
+            memories.retained.push(row.retained_tokens);
+            memories.memory_tokens.push(row.memory_tokens);
+            memories.flags.push(
+                u8::from(row.truncated) | u8::from(row.utf8_split) << 1 | u8::from(row.budget_violation) << 2,
+            );
+            memories.text.push(slot);
+            self.memory_of.insert(row.key.as_str(), number);
         }
-    };
-    for (number, row) in ledger.iter().enumerate() {
-        let id = &row.memory_id;
-        let key = id.cell.to_string();
-        let cell = *cells.get(&key).ok_or_else(|| {
-            inconsistent(
-                MEMORIES,
-                format!("line {}: no cell in report.json for {key}", number + 1),
-            )
-        })?;
-        let source = *source_of.get(id.source_id.as_str()).ok_or_else(|| {
-            inconsistent(
-                MEMORIES,
-                format!(
-                    "line {}: source `{}` is not in dataset.jsonl",
-                    number + 1,
-                    id.source_id
-                ),
-            )
-        })?;
-        let text = *text_of.get(row.memory_sha256.as_str()).ok_or_else(|| {
-            inconsistent(
-                MEMORY_TEXTS,
-                format!(
-                    "no text for memory {} (memories.jsonl line {})",
-                    row.memory_sha256,
-                    number + 1
-                ),
-            )
-        })?;
-        let slot = *chunk_slot
-            .entry((source, row.memory_sha256.as_str()))
-            .or_insert_with(|| {
-                chunks[source].push(text.to_owned());
-                chunks[source].len() - 1
-            });
-        let memories = &mut index.memories;
-        memories.cell.push(cell);
-        memories.seed.push(id.seed);
-        memories.source.push(source);
-        memories.goal.push(goal_number(&id.goal_id, "goal")?);
-        memories.shown.push(goal_number(&id.shown_goal_id, "shown goal")?);
-        memories.source_tokens.push(row.source_tokens);
-        memories.budget.push(row.budget);
-        memories.generated.push(row.generated_tokens);
-        memories.retained.push(row.retained_tokens);
-        memories.memory_tokens.push(row.memory_tokens);
-        memories.flags.push(
-            u8::from(row.truncated) | u8::from(row.utf8_split) << 1 | u8::from(row.budget_violation) << 2,
-        );
-        memories.text.push(slot);
-        memory_of.insert(row.key.as_str(), number);
+        Ok(chunks)
     }
 
-    // (goal, memory, question, result) so that each goal's results are one run of rows.
-    let mut order = Vec::with_capacity(results.len());
-    for (number, row) in results.iter().enumerate() {
-        let place = |what: &str, id: &str| {
-            inconsistent(
-                RESULTS,
-                format!("line {}: {what} `{id}` is not in dataset.jsonl", number + 1),
-            )
-        };
-        let goal = *goal_of
-            .get(row.goal_id.as_str())
-            .ok_or_else(|| place("goal", &row.goal_id))?;
-        let question = *question_of
-            .get(row.question_id.as_str())
-            .ok_or_else(|| place("question", &row.question_id))?;
-        let memory = memory_of.get(row.memory_key.as_str()).map_or(usize::MAX, |&m| m);
-        order.push((goal, memory, question, number));
-    }
-    order.sort_unstable();
-    let mut answers = HashMap::new();
-    let mut next_goal = 0;
-    for (position, &(goal, memory, question, number)) in order.iter().enumerate() {
-        while next_goal <= goal {
-            index.goals.result_start.push(position);
+    /// The results, ordered (goal, memory, question) so that each goal's are one run of rows.
+    fn results(&mut self, results: &'a [ResultRow]) -> Result<(), Error> {
+        let mut order = Vec::with_capacity(results.len());
+        for (number, row) in results.iter().enumerate() {
+            let place = |what: &str, id: &str| {
+                self.inconsistent(
+                    RESULTS,
+                    format!("line {}: {what} `{id}` is not in dataset.jsonl", number + 1),
+                )
+            };
+            let goal = *self
+                .goal_of
+                .get(row.goal_id.as_str())
+                .ok_or_else(|| place("goal", &row.goal_id))?;
+            let question = *self
+                .question_of
+                .get(row.question_id.as_str())
+                .ok_or_else(|| place("question", &row.question_id))?;
+            let memory = self
+                .memory_of
+                .get(row.memory_key.as_str())
+                .map_or(usize::MAX, |&m| m);
+            order.push((goal, memory, question, number));
+        }
+        order.sort_unstable();
+        let index = &mut self.index;
+        let mut answers = HashMap::new();
+        let mut next_goal = 0;
+        for (position, &(goal, memory, question, number)) in order.iter().enumerate() {
+            while next_goal <= goal {
+                index.goals.result_start.push(position);
+                next_goal += 1;
+            }
+            let row = &results[number];
+            let out = &mut index.results;
+            out.memory
+                .push(if memory == usize::MAX { -1 } else { memory as i64 });
+            out.question.push(question);
+            out.answer.push(match &row.answer {
+                None => -1,
+                Some(answer) => *answers.entry(answer.as_str()).or_insert_with(|| {
+                    index.answers.push(answer.clone());
+                    index.answers.len() as i64 - 1
+                }),
+            });
+            out.verdict.push(match row.correct {
+                Some(true) => 1,
+                Some(false) => 0,
+                None => -1,
+            });
+            if let Some(score) = row.score {
+                out.score.insert(position, score);
+            }
+            if memory == usize::MAX || row.failure.is_some() {
+                let cell = self
+                    .cells
+                    .get(&row.cell.to_string())
+                    .copied()
+                    .unwrap_or(usize::MAX);
+                let failure = row
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "no memory was made".to_owned());
+                out.unscored.insert(position, (cell, row.seed, failure));
+            }
+        }
+        while next_goal <= index.goals.id.len() {
+            index.goals.result_start.push(order.len());
             next_goal += 1;
         }
-        let row = &results[number];
-        let out = &mut index.results;
-        out.memory
-            .push(if memory == usize::MAX { -1 } else { memory as i64 });
-        out.question.push(question);
-        out.answer.push(match &row.answer {
-            None => -1,
-            Some(answer) => *answers.entry(answer.as_str()).or_insert_with(|| {
-                index.answers.push(answer.clone());
-                index.answers.len() as i64 - 1
-            }),
-        });
-        out.verdict.push(match row.correct {
-            Some(true) => 1,
-            Some(false) => 0,
-            None => -1,
-        });
-        if let Some(score) = row.score {
-            out.score.insert(position, score);
-        }
-        if memory == usize::MAX || row.failure.is_some() {
-            let cell = cells.get(&row.cell.to_string()).copied().unwrap_or(usize::MAX);
-            let failure = row
-                .failure
-                .clone()
-                .unwrap_or_else(|| "no memory was made".to_owned());
-            out.unscored.insert(position, (cell, row.seed, failure));
-        }
+        Ok(())
     }
-    while next_goal <= index.goals.id.len() {
-        index.goals.result_start.push(order.len());
-        next_goal += 1;
-    }
-    Ok((index, chunks))
 }
 
 /// A cell of report.json named as `CellId` displays itself.

@@ -19,7 +19,7 @@ use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::plan::MemoryJob;
-use crate::protocol::{PROTOCOL, Role, Stage};
+use crate::protocol::{PROTOCOL, Role, Stage, TruncationMode};
 use crate::store::ledger::LedgerRow;
 
 pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
@@ -113,10 +113,15 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
         Some(origin),
         None,
     );
-    let memory_sha256 = measured.memory_sha256.clone();
-    let memory = measured.memory.clone();
-    let memory_tokens = measured.memory_tokens;
-    outcome.ledger = Some(LedgerRow {
+    outcome.ledger = Some(ledger_row(job, &measured, run.truncation, origin));
+
+    answer_questions(shared, index, &measured, &mut outcome).await;
+    outcome
+}
+
+/// The ledger row of a memory made (or found) for `job`.
+fn ledger_row(job: &MemoryJob, measured: &Measured, truncation: TruncationMode, origin: Origin) -> LedgerRow {
+    LedgerRow {
         memory_id: job.id.clone(),
         source_tokens: job.source_tokens,
         budget: job.budget,
@@ -124,18 +129,28 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
         retained_tokens: measured.retained_tokens,
         unused_budget: job.budget - measured.retained_tokens,
         truncated: measured.truncated,
-        memory_tokens,
+        memory_tokens: measured.memory_tokens,
         padding_tokens: 0,
         utf8_split: measured.utf8_split,
-        truncation: run.truncation,
-        budget_violation: memory_tokens > job.budget,
-        memory_sha256: memory_sha256.clone(),
+        truncation,
+        budget_violation: measured.memory_tokens > job.budget,
+        memory_sha256: measured.memory_sha256.clone(),
         key: job.key.clone(),
         cache_key: job.cache_key.clone(),
         cached: origin != Origin::Called,
         memory: measured.memory.clone(),
-    });
+    }
+}
 
+/// Reads and judges every question of memory job `index` from its memory.
+async fn answer_questions(
+    shared: &Arc<Shared>,
+    index: usize,
+    measured: &Measured,
+    outcome: &mut MemoryOutcome,
+) {
+    let job = &shared.run.plan.memories[index];
+    let (memory, memory_sha256) = (&measured.memory, &measured.memory_sha256);
     let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
     let mut questions = JoinSet::new();
     for (position, _) in job.questions.iter().enumerate() {
@@ -170,7 +185,6 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
             .jobs
             .extend([Role::Reader, Role::Judge].into_iter().take(question.jobs));
     }
-    outcome
 }
 
 /// A memory and the counts the ledger records about it.

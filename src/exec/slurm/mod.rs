@@ -387,9 +387,9 @@ impl Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use cluster::{lost_call, shell_quote, slurm_time};
     use files::response_file;
+    use serde_json::json;
 
     #[test]
     fn time_limits_round_up_to_whole_minutes() {
