@@ -272,3 +272,240 @@ fn fold(
         *outcome.jobs.entry(role).or_default() += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scheduler in process: a scripted launcher answers every attempt (as the fixture's
+    //! built-ins would, or as a test says), so dedupe, fail-fast and resume are seen call by call.
+
+    use std::future::Future;
+    use std::path::{Path, PathBuf};
+    use std::pin::Pin;
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::exec::callback::{Attempt, Launcher};
+    use crate::inputs::tokenizer::Cl100k;
+    use crate::protocol::Mode;
+
+    type Answer = dyn Fn(&Callback, &Value) -> Result<Value, FailureKind> + Send + Sync;
+
+    /// Answers each attempt with `answer` and logs it: (callback name, request).
+    struct Scripted {
+        answer: Box<Answer>,
+        log: Mutex<Vec<(String, Value)>>,
+    }
+
+    impl std::fmt::Debug for Scripted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Scripted")
+        }
+    }
+
+    impl Launcher for Scripted {
+        fn attempt<'a>(
+            &'a self,
+            callback: &'a Callback,
+            request: &'a [u8],
+        ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+            let request: Value = serde_json::from_slice(request).unwrap_or(Value::Null);
+            let result = (self.answer)(callback, &request);
+            // Compressor calls last long enough that identical ones of the run overlap.
+            let lasts = match callback.role {
+                Role::Compressor => Duration::from_millis(100),
+                _ => Duration::from_millis(2),
+            };
+            self.log.lock().unwrap().push((callback.name.clone(), request));
+            Box::pin(async move {
+                tokio::time::sleep(lasts).await;
+                Attempt {
+                    result,
+                    stderr_tail: String::new(),
+                }
+            })
+        }
+    }
+
+    impl Scripted {
+        fn new(
+            answer: impl Fn(&Callback, &Value) -> Result<Value, FailureKind> + Send + Sync + 'static,
+        ) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                answer: Box::new(answer),
+                log: Mutex::default(),
+            })
+        }
+
+        /// Attempts made, per callback name.
+        fn count(&self, name: &str) -> usize {
+            self.log.lock().unwrap().iter().filter(|(n, _)| n == name).count()
+        }
+    }
+
+    /// The answer of the built-in a callback names in its identity.
+    fn builtin(callback: &Callback, request: &Value) -> Result<Value, FailureKind> {
+        let name = callback.identity["program"]["builtin"]
+            .as_str()
+            .unwrap_or_default();
+        crate::builtin::respond(name, request).map_err(|message| FailureKind::Reported {
+            message,
+            retryable: false,
+        })
+    }
+
+    fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/fixture.toml")
+    }
+
+    /// The fixture's plan (with `sets`) and callbacks on `launcher`, over the cache in `cache`.
+    fn setup(sets: &[&str], launcher: Arc<Scripted>, cache: &Path, fail_fast: bool) -> Setup {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let (loaded, problems) = crate::inputs::manifest::load(&fixture(), &sets).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let dataset = crate::inputs::dataset::load(&loaded).unwrap();
+        let tokenizer: Arc<dyn Tokenizer> = Arc::new(Cl100k::new());
+        let plan = crate::plan::plan(&loaded, &dataset, tokenizer.as_ref()).unwrap();
+        let callback = |name: String, role: Role, spec: &crate::inputs::manifest::CallbackSpec| Callback {
+            name,
+            role,
+            argv: Vec::new(),
+            cwd: PathBuf::from("."),
+            env: Vec::new(),
+            timeout: Duration::from_secs(5),
+            retries: spec.retries,
+            params: spec.params.clone(),
+            identity: crate::plan::keys::callback_identity(spec),
+            limit: Arc::new(Semaphore::new(4)),
+            mode: Mode::Oneshot,
+            sandbox: None,
+            launcher: launcher.clone(),
+        };
+        let manifest = &loaded.manifest;
+        let callbacks = Callbacks {
+            compressors: manifest
+                .compressors
+                .iter()
+                .map(|(name, spec)| {
+                    let key = format!("compressors.{name}");
+                    (name.clone(), callback(key, Role::Compressor, spec))
+                })
+                .collect(),
+            reader: callback("reader".into(), Role::Reader, &manifest.reader),
+            judge: callback("judge".into(), Role::Judge, &manifest.judge),
+        };
+        Setup {
+            plan: Arc::new(plan),
+            dataset: Arc::new(dataset),
+            callbacks,
+            cache: Cache::open(cache).unwrap(),
+            tokenizer,
+            truncation: manifest.truncation,
+            concurrency: 4,
+            progress: Arc::new(Progress::default()),
+            fail_fast,
+            memories: None,
+        }
+    }
+
+    fn run(setup: Setup) -> Outcome {
+        tokio::runtime::Runtime::new().unwrap().block_on(execute(setup))
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("gacc-runner-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        path
+    }
+
+    #[test]
+    fn identical_calls_are_made_once_and_a_rerun_makes_none() {
+        let cache = scratch("dedupe");
+        // Two compressors with one identity make identical calls: each is made once.
+        let twin = [
+            "compressors.twin.builtin=goal-line",
+            "compressors.twin.revision=1",
+        ];
+        let launcher = Scripted::new(builtin);
+        let outcome = run(setup(&twin, launcher.clone(), &cache, false));
+        // 4 goals × 3 seeds: one call each, shared by both compressors' jobs.
+        assert_eq!(
+            launcher.count("compressors.goal-line") + launcher.count("compressors.twin"),
+            12
+        );
+        assert_eq!(launcher.count("reader"), 36);
+        assert_eq!(launcher.count("judge"), 36);
+        // The twin's jobs waited on the identical call in flight rather than making it.
+        let compress = &outcome.this_run[&Role::Compressor];
+        assert_eq!((compress.made, compress.shared, compress.failed), (12, 12, 0));
+        assert_eq!(outcome.ledger.len(), 24);
+        assert_eq!(outcome.results.len(), 72);
+        assert!(outcome.failures.is_empty());
+        let correct = outcome.results.iter().filter(|r| r.correct == Some(true)).count();
+        assert_eq!(
+            correct, 48,
+            "2 of 3 answers right per goal, as the fixture's Micro says"
+        );
+
+        let again = Scripted::new(builtin);
+        let outcome = run(setup(&twin, again.clone(), &cache, false));
+        assert!(again.log.lock().unwrap().is_empty(), "a re-run makes no call");
+        assert_eq!(outcome.this_run[&Role::Reader].cached, 72);
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
+
+    #[test]
+    fn fail_fast_starts_no_call_after_the_first_failure() {
+        let cache = scratch("fail-fast");
+        let launcher = Scripted::new(|callback, request| {
+            if callback.role == Role::Compressor {
+                return Err(FailureKind::Exit(1));
+            }
+            builtin(callback, request)
+        });
+        let outcome = run(setup(&[], launcher.clone(), &cache, true));
+        let made = launcher.count("compressors.goal-line");
+        // Calls already started when the first failed may finish; no new one starts.
+        assert!((1..=4).contains(&made), "{made} compressor calls");
+        assert_eq!(launcher.count("reader") + launcher.count("judge"), 0);
+        assert_eq!(outcome.failures.len(), made);
+        assert_eq!(outcome.failures.len() + outcome.cancelled, 12);
+        assert!(outcome.ledger.is_empty());
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
+
+    #[test]
+    fn a_rerun_makes_exactly_the_calls_that_failed() {
+        let cache = scratch("resume");
+        // The reader fails on every question about the reactor (retryable, but retried out).
+        let reactor = |request: &Value| request["question"].as_str().unwrap_or("").contains("reactor");
+        let launcher = Scripted::new(move |callback, request| {
+            if callback.role == Role::Reader && reactor(request) {
+                return Err(FailureKind::Reported {
+                    message: "model busy".into(),
+                    retryable: true,
+                });
+            }
+            builtin(callback, request)
+        });
+        let outcome = run(setup(&["reader.retries=1"], launcher.clone(), &cache, false));
+        let failed: Vec<&FailureRow> = outcome.failures.iter().collect();
+        assert!(!failed.is_empty());
+        assert!(
+            failed.iter().all(|f| f.stage == "read" && f.attempts == 2),
+            "{failed:?}"
+        );
+        let failed_reads = failed.len();
+        // Each failed read was tried twice; every other read once.
+        assert_eq!(launcher.count("reader"), 36 + failed_reads);
+
+        let fixed = Scripted::new(builtin);
+        let outcome = run(setup(&["reader.retries=1"], fixed.clone(), &cache, false));
+        assert_eq!(fixed.count("compressors.goal-line"), 0);
+        assert_eq!(fixed.count("reader"), failed_reads);
+        assert_eq!(fixed.count("judge"), failed_reads);
+        assert!(outcome.failures.is_empty());
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
+}
