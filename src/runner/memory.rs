@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -13,7 +12,7 @@ use super::audit::exposes;
 use super::calls::{Origin, obtain};
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
-use super::rows::{failure_row, result_row, trace_job};
+use super::rows::{failure_row, finished, result_row};
 use super::{MemoryOutcome, Shared};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
@@ -60,19 +59,22 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
         make_memory(shared, callback, job, skeleton).await
     };
     let progress = run.progress.stage(Role::Compressor);
+    let ended = made
+        .as_ref()
+        .map(|(_, origin, _)| *origin)
+        .map_err(|(failure, _)| failure);
+    finished(
+        progress,
+        job,
+        Stage::Compress,
+        &job.key,
+        &job.cache_key,
+        started,
+        ended,
+    );
     let (measured, origin, usage) = match made {
         Ok(made) => made,
         Err((failure, culprit)) => {
-            progress.failed.fetch_add(1, Ordering::Relaxed);
-            trace_job(
-                job,
-                Stage::Compress,
-                &job.key,
-                &job.cache_key,
-                started,
-                None,
-                Some(&failure),
-            );
             outcome.failures.push(failure_row(
                 job,
                 Stage::Compress,
@@ -95,24 +97,11 @@ pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutc
             return outcome;
         }
     };
-    progress.done.fetch_add(1, Ordering::Relaxed);
-    if matches!(origin, Origin::Cache | Origin::Shared) {
-        progress.cached.fetch_add(1, Ordering::Relaxed);
-    }
     if origin != Origin::Skipped {
         outcome
             .calls
             .push((Role::Compressor, job.cache_key.clone(), usage));
     }
-    trace_job(
-        job,
-        Stage::Compress,
-        &job.key,
-        &job.cache_key,
-        started,
-        Some(origin),
-        None,
-    );
     outcome.ledger = Some(ledger_row(job, &measured, run.truncation, origin));
 
     answer_questions(shared, index, &measured, &mut outcome).await;

@@ -2,15 +2,14 @@
 //! reference. Each step is answered by the cache or an identical call where it can be.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::calls::{note_done, obtain};
+use super::calls::obtain;
 use super::progress::Usage;
-use super::rows::{failure_row, result_row, trace_job};
+use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
 use crate::plan::MemoryJob;
 use crate::protocol::{PROTOCOL, Role, Stage};
@@ -46,33 +45,23 @@ impl QuestionOutcome {
         let description = json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
         let made = obtain(shared, step.callback, &step.cache_key, &description, request).await;
         let progress = shared.run.progress.stage(step.stage.role());
+        let ended = made.as_ref().map(|(_, origin)| *origin);
+        finished(
+            progress,
+            job,
+            step.stage,
+            step.job_key,
+            &step.cache_key,
+            started,
+            ended,
+        );
         match made {
-            Ok((response, origin)) => {
-                note_done(progress, origin);
-                trace_job(
-                    job,
-                    step.stage,
-                    step.job_key,
-                    &step.cache_key,
-                    started,
-                    Some(origin),
-                    None,
-                );
+            Ok((response, _)) => {
                 self.calls
                     .push((step.stage.role(), step.cache_key, Usage::of(&response)));
                 Some(response)
             }
             Err(failure) => {
-                progress.failed.fetch_add(1, Ordering::Relaxed);
-                trace_job(
-                    job,
-                    step.stage,
-                    step.job_key,
-                    &step.cache_key,
-                    started,
-                    None,
-                    Some(&failure),
-                );
                 self.row.failure = Some(format!("{} {}", step.callback.name, failure.kind));
                 let question_id = self.row.question_id.clone();
                 self.failure = Some(failure_row(

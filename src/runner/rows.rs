@@ -2,7 +2,10 @@
 
 use std::time::Instant;
 
-use super::calls::Origin;
+use std::sync::atomic::Ordering;
+
+use super::calls::{Origin, note_done};
+use super::progress::StageProgress;
 use crate::exec::callback::Failure;
 use crate::inputs::records::Source;
 use crate::plan::{MemoryJob, QuestionJob};
@@ -63,15 +66,27 @@ pub(super) fn failure_row(
     }
 }
 
-pub(super) fn trace_job(
+/// Records a finished step of a job: its stage's progress (done and cached, or failed) and its
+/// trace line.
+pub(super) fn finished(
+    progress: &StageProgress,
     job: &MemoryJob,
     stage: Stage,
     key: &str,
     cache_key: &str,
     started: Instant,
-    origin: Option<Origin>,
-    failure: Option<&Failure>,
+    ended: Result<Origin, &Failure>,
 ) {
+    match ended {
+        Ok(origin) => note_done(progress, origin),
+        Err(_) => {
+            progress.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let (origin, failure) = match ended {
+        Ok(origin) => (Some(origin), None),
+        Err(failure) => (None, Some(failure)),
+    };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
     let skipped = origin == Some(Origin::Skipped);
