@@ -427,7 +427,7 @@ impl<'a> Columns<'a> {
             if memory == usize::MAX || row.failure.is_some() {
                 let cell = self
                     .cells
-                    .get(&row.cell.to_string())
+                    .get(&row.cell().to_string())
                     .copied()
                     .unwrap_or(usize::MAX);
                 let failure = row

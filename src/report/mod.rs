@@ -346,7 +346,7 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     // cell -> seed -> goal -> verdicts, each in first-seen order
     let mut verdicts: HashMap<CellId, SeedVerdicts> = HashMap::new();
     for row in results {
-        let id = &row.cell;
+        let id = row.cell();
         let seeds = verdicts.entry(id.clone()).or_insert_with(|| {
             order.push(id.clone());
             Vec::new()

@@ -23,7 +23,9 @@ pub(super) fn result_row(
     let goal = &source.goals[question.goal];
     ResultRow {
         seed: job.id.seed,
-        cell: job.id.cell.clone(),
+        compressor: job.id.cell.compressor.clone(),
+        condition: job.id.cell.condition,
+        ratio: job.id.cell.ratio,
         source_id: job.id.source_id.clone(),
         goal_id: goal.id.clone(),
         question_id: goal.questions[question.question].id.clone(),
