@@ -109,9 +109,10 @@ enum Command {
         #[arg(long, default_value = "text")]
         format: TraceFormat,
     },
-    /// Make the calls of one Slurm array task (run by the tasks gacc submits).
-    #[command(hide = true)]
-    Worker {
+    /// Make the calls of one Slurm array task (run by the tasks gacc submits; `worker` is its
+    /// name in arrays an earlier gacc submitted).
+    #[command(name = "array-task", alias = "worker", hide = true)]
+    ArrayTask {
         /// The batch folder in the Slurm work folder.
         batch: PathBuf,
         /// The array task (default: SLURM_ARRAY_TASK_ID).
@@ -207,7 +208,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Callback { name } => ExitCode::from(app::callback(name.as_deref())),
-        Command::Worker { batch, task } => ExitCode::from(app::worker(&batch, task)),
+        Command::ArrayTask { batch, task } => ExitCode::from(app::array_task(&batch, task)),
         command => {
             app::init_tracing(cli.verbose, cli.quiet);
             exit_status(dispatch(command, cli.quiet))
@@ -293,7 +294,7 @@ fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
             };
             app::trace(&run_dir, &app::trace_filter(stage, callback, job), format)
         }
-        Command::Callback { .. } | Command::Worker { .. } => Ok(Ended::Success),
+        Command::Callback { .. } | Command::ArrayTask { .. } => Ok(Ended::Success),
     }
 }
 

@@ -137,15 +137,15 @@ pub fn callback(name: Option<&str>) -> u8 {
     }
 }
 
-/// `gacc worker BATCH`: the calls of one Slurm array task; the exit status.
-pub fn worker(batch: &Path, task: Option<usize>) -> u8 {
+/// `gacc array-task BATCH`: the calls of one Slurm array task; the exit status.
+pub fn array_task(batch: &Path, task: Option<usize>) -> u8 {
     match crate::exec::slurm::task::work(batch, task) {
         Ok(made) => {
-            eprintln!("gacc worker: {made} call(s) made");
+            eprintln!("gacc array-task: {made} call(s) made");
             0
         }
         Err(message) => {
-            eprintln!("gacc worker: {}: {message}", batch.display());
+            eprintln!("gacc array-task: {}: {message}", batch.display());
             1
         }
     }

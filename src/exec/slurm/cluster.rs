@@ -142,7 +142,7 @@ impl Slurm {
                 }
             }
             let script = format!(
-                "#!/bin/sh\nexec {} worker {}\n",
+                "#!/bin/sh\nexec {} array-task {}\n",
                 shell_quote(&self.gacc.to_string_lossy()),
                 shell_quote(&folder.to_string_lossy())
             );

@@ -52,16 +52,16 @@ pub(super) fn read_response(bytes: &[u8]) -> Attempt {
         Some(mut value) if value.get("ok").is_some() => Ok(value["ok"].take()),
         Some(mut value) if value.get("error").is_some() => Err(serde_json::from_value(value["error"].take())
             .unwrap_or_else(|error| {
-                FailureKind::InvalidJson(format!("an unreadable worker failure: {error}"))
+                FailureKind::InvalidJson(format!("an unreadable array-task failure: {error}"))
             })),
         _ => Err(FailureKind::InvalidJson(
-            "the worker's response file is not one".into(),
+            "the array task's response file is not one".into(),
         )),
     };
     Attempt { result, stderr_tail }
 }
 
-/// What a worker needs to make a callback's calls on another machine. Values of passed-through
+/// What an array task needs to make a callback's calls on another machine. Values of passed-through
 /// variables are not written: the task inherits them from the environment gacc submits from.
 pub(super) fn describe(callback: &Callback) -> Value {
     json!({

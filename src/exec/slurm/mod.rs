@@ -1,5 +1,5 @@
 //! The Slurm executor: calls are handed to a cluster as job arrays whose tasks run
-//! `gacc worker` on the nodes. Requests and responses are files in a work folder every node
+//! `gacc array-task` on the nodes. Requests and responses are files in a work folder every node
 //! sees; gacc polls Slurm itself (`squeue`), takes responses as they appear, and hands each
 //! failure to the same retries and accounting as a local call.
 //!
@@ -8,7 +8,7 @@
 //! ```text
 //! calls/<ab>/<key>.request.json   a request, written before its array is submitted
 //! calls/<ab>/<key>.task           "<batch> <index>": the array task that makes the call
-//! calls/<ab>/<key>.response.json  the worker's answer, written whole (temporary file + rename)
+//! calls/<ab>/<key>.response.json  the task's answer, written whole (temporary file + rename)
 //! batches/<batch>/batch.json      the callback to run and where the calls are
 //! batches/<batch>/tasks/<index>   the call keys of one array task, one per line
 //! batches/<batch>/job             the Slurm job id, once sbatch has accepted the array
@@ -60,7 +60,7 @@ struct State {
     answered: Vec<String>,
     /// Batches this gacc submitted or adopted.
     batches: BTreeSet<String>,
-    /// Each callback's description for the workers, made once.
+    /// Each callback's description for its array tasks, made once.
     described: HashMap<String, Arc<Value>>,
     /// Job ids of earlier batches found by name (None: that batch never reached Slurm).
     found: HashMap<String, Option<String>>,

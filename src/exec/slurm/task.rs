@@ -1,4 +1,4 @@
-//! The other side of the Slurm launcher: `gacc worker BATCH`, run by each array task on a
+//! The other side of the Slurm launcher: `gacc array-task BATCH`, run by each array task on a
 //! node. It rebuilds the batch's callback from its description (secrets come from the task's
 //! environment, never from a file), makes the task's calls, and writes each response whole.
 
@@ -19,7 +19,7 @@ use crate::protocol::{Mode, Role};
 /// Where Slurm tells an array task its index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 
-/// `gacc worker BATCH_DIR`: makes the calls of one array task (its index from `--task` or
+/// `gacc array-task BATCH_DIR`: makes the calls of one array task (its index from `--task` or
 /// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
 pub(crate) fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
     let index = match task {
@@ -88,7 +88,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
         Ok(request) => callback.launcher.attempt(callback, &request).await,
         Err(error) => Attempt {
             result: Err(FailureKind::Spawn {
-                program: "gacc worker".into(),
+                program: "gacc array-task".into(),
                 error: format!("cannot read {}: {error}", files.request.display()),
             }),
             stderr_tail: String::new(),
@@ -99,7 +99,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
         Err(kind) => format!("failed: {kind}"),
     };
     eprintln!(
-        "gacc worker: {} {key}: {outcome} in {:.2?}",
+        "gacc array-task: {} {key}: {outcome} in {:.2?}",
         callback.name,
         started.elapsed()
     );
