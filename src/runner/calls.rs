@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
-use super::Shared;
+use super::RunState;
 use super::progress::{CallCounts, StageProgress, Usage};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::protocol::Role;
@@ -20,23 +20,25 @@ pub(super) enum Origin {
     Called,
     Cache,
     /// Another job of this run needed the identical call.
-    Shared,
+    RunState,
     /// `L = 0`: nothing to call.
     Skipped,
 }
 
-pub(super) type Slot = Arc<OnceCell<Result<(Value, bool), Failure>>>;
+/// A call in flight: its response and whether it came from the cache, or its failure, once known.
+pub(super) type InFlight = Arc<OnceCell<Result<(Value, bool), Failure>>>;
 
-/// Identical calls in flight share one slot, so each is made once.
+/// The run's calls: identical calls in flight share one entry, so each is made once; and
+/// what was made, found and paid, per role.
 #[derive(Default)]
-pub(super) struct Calls {
-    pub(super) slots: Mutex<HashMap<(Role, String), Slot>>,
+pub(super) struct CallBook {
+    pub(super) slots: Mutex<HashMap<(Role, String), InFlight>>,
     pub(super) counts: Mutex<BTreeMap<Role, CallCounts>>,
     pub(super) paid: Mutex<BTreeMap<Role, Usage>>,
 }
 
-impl Calls {
-    pub(super) fn slot(&self, role: Role, key: &str) -> Slot {
+impl CallBook {
+    pub(super) fn slot(&self, role: Role, key: &str) -> InFlight {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.entry((role, key.to_owned())).or_default().clone()
     }
@@ -49,14 +51,14 @@ impl Calls {
 
 pub(super) fn note_done(progress: &StageProgress, origin: Origin) {
     progress.done.fetch_add(1, Ordering::Relaxed);
-    if matches!(origin, Origin::Cache | Origin::Shared) {
+    if matches!(origin, Origin::Cache | Origin::RunState) {
         progress.cached.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Answers a call from the cache, from an identical call of this run, or by calling.
 pub(super) async fn obtain(
-    shared: &Shared,
+    shared: &RunState,
     callback: &Callback,
     key: &str,
     description: &Value,
@@ -76,7 +78,7 @@ pub(super) async fn obtain(
         });
     }
     let slot = shared.calls.slot(role, key);
-    let mut origin = Origin::Shared;
+    let mut origin = Origin::RunState;
     let result = slot
         .get_or_init(|| {
             origin = Origin::Called;
@@ -124,7 +126,7 @@ pub(super) async fn obtain(
                 shared.calls.count(role, |c| c.failed += 1);
                 if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
                     shared.stopped.store(true, Ordering::Relaxed);
-                    // Calls already waiting for a slot are cancelled too, not started.
+                    // CallBook already waiting for a slot are cancelled too, not started.
                     shared.run_limit.close();
                 }
             }

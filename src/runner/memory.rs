@@ -13,7 +13,7 @@ use super::calls::{Origin, obtain};
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
 use super::rows::{failure_row, finished, result_row};
-use super::{MemoryOutcome, Shared};
+use super::{MemoryOutcome, RunState};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
@@ -21,7 +21,7 @@ use crate::plan::MemoryJob;
 use crate::protocol::{PROTOCOL, Role, Stage, TruncationMode};
 use crate::store::ledger::LedgerRow;
 
-pub(super) async fn run_memory(shared: &Arc<Shared>, index: usize) -> MemoryOutcome {
+pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOutcome {
     let run = &shared.run;
     let job = &run.plan.memories[index];
     let source = &run.dataset.sources[job.source];
@@ -133,7 +133,7 @@ fn ledger_row(job: &MemoryJob, measured: &Measured, truncation: TruncationMode, 
 
 /// Reads and judges every question of memory job `index` from its memory.
 async fn answer_questions(
-    shared: &Arc<Shared>,
+    shared: &Arc<RunState>,
     index: usize,
     measured: &Measured,
     outcome: &mut MemoryOutcome,
@@ -215,7 +215,7 @@ impl Measured {
         })
     }
 
-    fn from_json(shared: &Shared, entry: &Value) -> Option<(Measured, Usage)> {
+    fn from_json(shared: &RunState, entry: &Value) -> Option<(Measured, Usage)> {
         let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
         // The recount verifies this hash when the report is built.
         let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
@@ -237,7 +237,7 @@ impl Measured {
 /// Makes a memory: from the cache of truncated memories, or by obtaining the generation
 /// (cache or call) and cutting it to its budget, which is then stored for next time.
 pub(super) async fn make_memory<'a>(
-    shared: &Shared,
+    shared: &RunState,
     callback: &'a Callback,
     job: &MemoryJob,
     skeleton: Value,
@@ -291,7 +291,7 @@ pub(super) async fn make_memory<'a>(
 /// (tokenizing is CPU work, and an external tokenizer blocks); identical generations of a
 /// run are measured once.
 pub(super) async fn measure(
-    shared: &Shared,
+    shared: &RunState,
     response: &Value,
     budget: usize,
 ) -> Result<Arc<Measured>, Failure> {

@@ -25,7 +25,7 @@ use crate::protocol::Role;
 use crate::protocol::TruncationMode;
 use crate::store::cache::Cache;
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
-use calls::Calls;
+use calls::CallBook;
 use memory::{Measured, run_memory};
 
 /// The callbacks of one run, ready to call.
@@ -74,14 +74,15 @@ pub(crate) struct Outcome {
     pub compressor_calls: BTreeMap<String, BTreeMap<String, Usage>>,
 }
 
-/// A call's response and whether it came from the cache, or its failure.
 /// Memory jobs in flight per slot of run concurrency (each with all its questions).
 const JOBS_IN_FLIGHT_PER_SLOT: usize = 16;
+/// Memory jobs in flight at the least, however small the run's concurrency.
 const MIN_JOBS_IN_FLIGHT: usize = 64;
 
-pub(super) struct Shared {
+/// What a run's tasks share: the setup, the book of calls, the limits and what is measured.
+pub(super) struct RunState {
     run: Setup,
-    calls: Calls,
+    calls: CallBook,
     run_limit: Semaphore,
     /// Memories already measured in this run, by (SHA-256 of the generation, budget).
     measured: Mutex<HashMap<(String, usize), Arc<Measured>>>,
@@ -93,7 +94,7 @@ pub(super) struct Shared {
     stopped: std::sync::atomic::AtomicBool,
 }
 
-impl Shared {
+impl RunState {
     /// A memory's text by its hash: from this run's copies, else from the cache.
     fn memory_text(&self, sha256: &str) -> Option<Arc<str>> {
         if let Some(text) = self
@@ -145,10 +146,10 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             .total
             .fetch_add(memory.questions.len(), Ordering::Relaxed);
     }
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(RunState {
         run_limit: Semaphore::new(run.concurrency.max(1)),
         run,
-        calls: Calls::default(),
+        calls: CallBook::default(),
         measured: Mutex::default(),
         memories: Mutex::default(),
         tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
@@ -168,7 +169,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         results: Vec::with_capacity(shared.run.plan.question_jobs()),
         ..Outcome::default()
     };
-    let mut distinct = Distinct::default();
+    let mut distinct = DistinctCalls::default();
     loop {
         while next < total && tasks.len() < window {
             let shared = shared.clone();
@@ -221,9 +222,10 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     outcome
 }
 
-/// Distinct calls while a run's outcomes are gathered: hashed, then sorted once at the end.
+/// The distinct calls the results rest on, gathered with the outcomes: hashed, then sorted
+/// once at the end.
 #[derive(Default)]
-struct Distinct {
+struct DistinctCalls {
     calls: BTreeMap<Role, HashMap<String, Usage>>,
     compressor_calls: BTreeMap<String, HashMap<String, Usage>>,
     /// Memory texts handed over already, by address (rows of one memory share its `Arc`).
@@ -233,7 +235,7 @@ struct Distinct {
 /// Adds one memory's rows, failures and calls to the run's outcome.
 fn fold(
     outcome: &mut Outcome,
-    distinct: &mut Distinct,
+    distinct: &mut DistinctCalls,
     compressor: &str,
     memory: MemoryOutcome,
     memories: Option<&std::sync::mpsc::Sender<Arc<str>>>,
@@ -466,7 +468,7 @@ mod tests {
         });
         let outcome = run(setup(&[], launcher.clone(), &cache, true));
         let made = launcher.count("compressors.goal-line");
-        // Calls already started when the first failed may finish; no new one starts.
+        // CallBook already started when the first failed may finish; no new one starts.
         assert!((1..=4).contains(&made), "{made} compressor calls");
         assert_eq!(launcher.count("reader") + launcher.count("judge"), 0);
         assert_eq!(outcome.failures.len(), made);

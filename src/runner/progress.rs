@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::protocol::Role;
 
-/// Calls made, served from the cache, shared and failed, per role, in this run.
+/// CallBook made, served from the cache, shared and failed, per role, in this run.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub(crate) struct CallCounts {
     pub made: usize,

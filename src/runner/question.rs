@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::Shared;
+use super::RunState;
 use super::calls::obtain;
 use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
@@ -36,7 +36,7 @@ impl QuestionOutcome {
     /// result row's reason and a failure row). The response, when there is one.
     async fn step(
         &mut self,
-        shared: &Shared,
+        shared: &RunState,
         job: &MemoryJob,
         step: Step<'_>,
         request: impl Fn() -> Value,
@@ -79,7 +79,7 @@ impl QuestionOutcome {
 }
 
 pub(super) async fn run_question(
-    shared: &Arc<Shared>,
+    shared: &Arc<RunState>,
     index: usize,
     position: usize,
     memory: &str,

@@ -90,7 +90,7 @@ pub(super) fn finished(
         Err(failure) => (None, Some(failure)),
     };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let cache_hit = matches!(origin, Some(Origin::Cache | Origin::Shared));
+    let cache_hit = matches!(origin, Some(Origin::Cache | Origin::RunState));
     let skipped = origin == Some(Origin::Skipped);
     let failed = failure.is_some();
     // The job's seed, condition, ratio and source are in plan.json under its key.
