@@ -27,6 +27,9 @@ struct Cli {
     /// No progress or summary on the terminal.
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Where past runs are found for `latest` and -N (the folder `run --out` writes to).
+    #[arg(long, global = true, value_name = "DIR", default_value = "runs", value_hint = clap::ValueHint::DirPath)]
+    runs: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,6 +38,7 @@ struct Cli {
 enum Command {
     /// Plan, run (resuming from the cache) and report; prints the run folder.
     Run {
+        #[arg(value_hint = clap::ValueHint::FilePath)]
         manifest: PathBuf,
         /// Override a manifest value: key.path=value (value read as TOML, else a string).
         #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -57,9 +61,13 @@ enum Command {
         /// Where calls run: local or slurm (the same as --set run.executor=…).
         #[arg(long, value_name = "EXECUTOR")]
         executor: Option<String>,
+        /// Print the final summary as one JSON object on stdout (progress stays on stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// The job graph's size per stage and how much is cached, without calling anything.
     Plan {
+        #[arg(value_hint = clap::ValueHint::FilePath)]
         manifest: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
@@ -69,12 +77,15 @@ enum Command {
     },
     /// Check a manifest and its dataset, reporting every problem.
     Validate {
+        #[arg(value_hint = clap::ValueHint::FilePath)]
         manifest: PathBuf,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
     /// Re-render the report of a finished run.
     Report {
+        /// A run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
         run_dir: PathBuf,
         /// Render this template to stdout instead of rewriting report.md.
         #[arg(long, value_name = "FILE")]
@@ -83,8 +94,10 @@ enum Command {
     /// What changed between two runs: settings, per-cell metrics with paired tests, flipped
     /// questions. Exit 0 either way, unless --fail-on-regression.
     Diff {
-        /// A run folder, a `latest` link, or a report.json.
+        /// A run folder, a `latest` link, a report.json, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
         run_a: PathBuf,
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
         run_b: PathBuf,
         /// markdown (the default) or json.
         #[arg(long, default_value = "markdown")]
@@ -95,6 +108,8 @@ enum Command {
     },
     /// Review a run's trace: slowest calls, failures, latency per callback, cache hits per stage.
     Trace {
+        /// A run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
         run_dir: PathBuf,
         /// Only this stage (compress, read, judge).
         #[arg(long)]
@@ -145,6 +160,28 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         spawns: usize,
     },
+    /// Past runs under --runs (default runs/): list them, or show one.
+    Runs {
+        #[command(subcommand)]
+        command: Option<RunsCommand>,
+    },
+    /// A run's rows as one table: a row per question (or per memory), CSV or JSON Lines.
+    Export {
+        /// A run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
+        run_dir: PathBuf,
+        /// csv or jsonl.
+        #[arg(long, default_value = "csv")]
+        format: ExportFormat,
+        /// One row per memory (its ledger fields and text) instead of one per question.
+        #[arg(long)]
+        memories: bool,
+        /// Write to this file instead of stdout.
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+        output: Option<PathBuf>,
+    },
+    /// Print a completion script for bash, zsh or fish (e.g. `gacc completions bash > /etc/bash_completion.d/gacc`).
+    Completions { shell: clap_complete::Shell },
     /// Look at a cache.
     Cache {
         #[command(subcommand)]
@@ -172,6 +209,32 @@ enum DiffFormat {
 /// `--json` or not.
 fn format(json: bool) -> Format {
     if json { Format::Json } else { Format::Text }
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Every run, newest last: time, experiment, manifest hash, cells, Micro and Macro range,
+    /// failures, cost, calls made and cached.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: its summary and every cell.
+    Show {
+        /// A run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
+        run_dir: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Csv,
+    Jsonl,
 }
 
 #[derive(Subcommand)]
@@ -211,12 +274,12 @@ fn main() -> ExitCode {
         Command::ArrayTask { batch, task } => ExitCode::from(app::array_task(&batch, task)),
         command => {
             app::init_tracing(cli.verbose, cli.quiet);
-            exit_status(dispatch(command, cli.quiet))
+            exit_status(dispatch(command, cli.quiet, &cli.runs))
         }
     }
 }
 
-fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
+fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<Ended, Error> {
     match command {
         Command::Run {
             manifest,
@@ -227,6 +290,7 @@ fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
             keep_going: _,
             require_sandbox,
             executor,
+            json,
         } => app::run(&RunOptions {
             manifest,
             sets: sets
@@ -238,10 +302,11 @@ fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
             quiet,
             fail_fast,
             require_sandbox,
+            json,
         }),
         Command::Plan { manifest, sets, json } => app::plan(&manifest, &sets, format(json)),
         Command::Validate { manifest, sets } => app::validate(&manifest, &sets),
-        Command::Report { run_dir, template } => app::report(&run_dir, template.as_deref()),
+        Command::Report { run_dir, template } => app::report(runs, &run_dir, template.as_deref()),
         Command::Dataset {
             command: DatasetCommand::Stats { path, json },
         } => app::dataset_stats(&path, format(json)),
@@ -279,7 +344,7 @@ fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
                 DiffFormat::Markdown => Format::Text,
                 DiffFormat::Json => Format::Json,
             };
-            app::diff(&run_a, &run_b, format, fail_on_regression)
+            app::diff(runs, &run_a, &run_b, format, fail_on_regression)
         }
         Command::Trace {
             run_dir,
@@ -292,7 +357,23 @@ fn dispatch(command: Command, quiet: bool) -> Result<Ended, Error> {
                 TraceFormat::Text => Format::Text,
                 TraceFormat::Json => Format::Json,
             };
-            app::trace(&run_dir, &app::trace_filter(stage, callback, job), format)
+            app::trace(runs, &run_dir, &app::trace_filter(stage, callback, job), format)
+        }
+        Command::Runs { command } => match command.unwrap_or(RunsCommand::List { json: false }) {
+            RunsCommand::List { json } => app::runs_list(runs, format(json)),
+            RunsCommand::Show { run_dir, json } => app::runs_show(runs, &run_dir, format(json)),
+        },
+        Command::Export {
+            run_dir,
+            format,
+            memories,
+            output,
+        } => {
+            let csv = matches!(format, ExportFormat::Csv);
+            app::export(runs, &run_dir, csv, memories, output.as_deref())
+        }
+        Command::Completions { shell } => {
+            app::completions(&mut <Cli as clap::CommandFactory>::command(), shell)
         }
         Command::Callback { .. } | Command::ArrayTask { .. } => Ok(Ended::Success),
     }

@@ -14,6 +14,7 @@ use std::path::Path;
 use crate::error::{Error, io};
 pub use crate::exec::sandbox::SANDBOX_EXEC;
 use crate::review::trace::Filter;
+use crate::store::run_folder::resolve;
 pub use run::RunOptions;
 pub use terminal::init_tracing;
 
@@ -39,7 +40,11 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
     if !options.quiet {
         eprintln!("{}", finished.summary);
     }
-    println!("{}", finished.folder.display());
+    if options.json {
+        print!("{}", crate::files::pretty(&finished.summary_json));
+    } else {
+        println!("{}", finished.folder.display());
+    }
     finished.views?;
     if finished.failures + finished.cancelled > 0 {
         eprintln!(
@@ -64,9 +69,9 @@ pub fn validate(manifest: &Path, sets: &[String]) -> Result<Ended, Error> {
     Ok(Ended::Success)
 }
 
-/// `gacc report RUN_DIR`: rewrites a run's views, or renders `template` to stdout.
-pub fn report(folder: &Path, template: Option<&Path>) -> Result<Ended, Error> {
-    if let Some(text) = report::rerender(folder, template)? {
+/// `gacc report RUN`: rewrites a run's views, or renders `template` to stdout.
+pub fn report(runs: &Path, run: &Path, template: Option<&Path>) -> Result<Ended, Error> {
+    if let Some(text) = report::rerender(resolve(run, runs)?.path(), template)? {
         terminal::emit(&text);
     }
     Ok(Ended::Success)
@@ -99,9 +104,16 @@ pub fn bench(folder: &Path, shape: &bench::Shape, spawns: usize) -> Result<Ended
     Ok(Ended::Success)
 }
 
-/// `gacc diff A B`.
-pub fn diff(a: &Path, b: &Path, format: Format, fail_on_regression: bool) -> Result<Ended, Error> {
-    let diff = crate::review::diff::diff(a, b)?;
+/// `gacc diff A B` (each a folder, `latest` or `-N` of the runs under `runs`).
+pub fn diff(
+    runs: &Path,
+    a: &Path,
+    b: &Path,
+    format: Format,
+    fail_on_regression: bool,
+) -> Result<Ended, Error> {
+    let (a, b) = (resolve(a, runs)?, resolve(b, runs)?);
+    let diff = crate::review::diff::diff(a.path(), b.path())?;
     match format {
         Format::Json => terminal::emit(&crate::files::pretty(&diff)),
         Format::Text => terminal::emit(&crate::review::diff::render(
@@ -116,13 +128,68 @@ pub fn diff(a: &Path, b: &Path, format: Format, fail_on_regression: bool) -> Res
     Ok(Ended::Success)
 }
 
-/// `gacc trace RUN_DIR`.
-pub fn trace(folder: &Path, filter: &Filter, format: Format) -> Result<Ended, Error> {
-    let review = crate::review::trace::review(folder, filter)?;
+/// `gacc trace RUN`.
+pub fn trace(runs: &Path, run: &Path, filter: &Filter, format: Format) -> Result<Ended, Error> {
+    let review = crate::review::trace::review(resolve(run, runs)?.path(), filter)?;
     match format {
         Format::Json => terminal::emit(&crate::files::pretty(&review)),
         Format::Text => terminal::emit(&crate::review::trace::render(&review, filter)),
     }
+    Ok(Ended::Success)
+}
+
+/// `gacc runs list`: every run under `runs`, oldest first, numbered back from the newest.
+pub fn runs_list(runs: &Path, format: Format) -> Result<Ended, Error> {
+    let all = crate::review::runs::list(runs);
+    match format {
+        Format::Json => terminal::emit(&crate::files::pretty(&all)),
+        Format::Text => terminal::emit(&crate::review::runs::render_list(&all)),
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc runs show RUN`.
+pub fn runs_show(runs: &Path, run: &Path, format: Format) -> Result<Ended, Error> {
+    let folder = resolve(run, runs)?;
+    match format {
+        Format::Json => terminal::emit(&crate::files::pretty(&crate::review::runs::summarize(&folder))),
+        Format::Text => terminal::emit(&crate::review::runs::render_show(&folder)?),
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc export RUN`: its question rows (or memory rows) on stdout, or into `out`.
+pub fn export(
+    runs: &Path,
+    run: &Path,
+    csv: bool,
+    memories: bool,
+    out: Option<&Path>,
+) -> Result<Ended, Error> {
+    use crate::review::export::{Table, read, write};
+    let rows = read(&resolve(run, runs)?, memories)?;
+    let table = if csv { Table::Csv } else { Table::JsonLines };
+    match out {
+        Some(path) => crate::files::write_with(path, |file| write(&rows, table, memories, file))?,
+        None => {
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            match write(&rows, table, memories, &mut stdout) {
+                // A reader that went away (`| head`) is not an error.
+                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+                    return Err(io(Path::new("stdout"))(error));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(Ended::Success)
+}
+
+/// `gacc completions SHELL`: the completion script of `command` for bash, zsh or fish.
+pub fn completions(command: &mut clap::Command, shell: clap_complete::Shell) -> Result<Ended, Error> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, command, "gacc", &mut script);
+    terminal::emit(&String::from_utf8_lossy(&script));
     Ok(Ended::Success)
 }
 

@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub fail_fast: bool,
     /// Refuse to run a compressor or reader outside its sandbox.
     pub require_sandbox: bool,
+    /// Print the final summary as JSON on stdout.
+    pub json: bool,
 }
 
 /// What a finished run left behind.
@@ -53,6 +55,8 @@ pub(crate) struct Finished {
     /// Jobs not run because `--fail-fast` stopped the run.
     pub(crate) cancelled: usize,
     pub(crate) summary: String,
+    /// The same summary as one JSON object (`gacc run --json`).
+    pub(crate) summary_json: Value,
     /// Whether every view (charts, report.html, report.md) was written.
     pub(crate) views: Result<(), Error>,
 }
@@ -157,8 +161,26 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     folder.point_latest();
     tracing::info!(folder = %folder.path().display(), failures, "run finished");
     crate::trace::close();
+    let summary_json = json!({
+        "folder": folder.path(),
+        "failures": failures,
+        "cancelled": cancelled,
+        "seconds": started.elapsed().as_secs_f64(),
+        "cells": report_json["cells"].as_array().into_iter().flatten().map(|cell| json!({
+            "compressor": cell["compressor"],
+            "condition": cell["condition"],
+            "ratio": cell["ratio"],
+            "complete": cell["complete"],
+            "micro": cell["micro"],
+            "macro": cell["macro"],
+        })).collect::<Vec<_>>(),
+        "calls": this_run,
+        "integrity": report_json["integrity"],
+        "identity_verified": report_json["tokenizer"]["identity_verified"],
+    });
     Ok(Finished {
         summary: summary(&report, &this_run, started.elapsed()),
+        summary_json,
         failures,
         cancelled,
         folder: folder.path().to_path_buf(),

@@ -132,6 +132,65 @@ impl RunFolder {
     }
 }
 
+/// Every run folder under `runs` (`runs/<name>/<time>-<hash8>`), oldest first: by the UTC
+/// time its name starts with, then by name.
+pub(crate) fn all_runs(runs: &Path) -> Vec<RunFolder> {
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for experiment in std::fs::read_dir(runs).into_iter().flatten().flatten() {
+        let experiment = experiment.path();
+        if experiment.is_symlink() || !experiment.is_dir() {
+            continue;
+        }
+        for run in std::fs::read_dir(&experiment).into_iter().flatten().flatten() {
+            let path = run.path();
+            let name = run.file_name().to_string_lossy().into_owned();
+            // A run folder is named `<UTC time>-<hash8>`; `latest` and temporaries are not.
+            if path.is_symlink() || !path.is_dir() || !name.starts_with(|c: char| c.is_ascii_digit()) {
+                continue;
+            }
+            let experiment_name = experiment
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            found.push((format!("{name} {experiment_name}"), path));
+        }
+    }
+    found.sort();
+    found.into_iter().map(|(_, path)| RunFolder { path }).collect()
+}
+
+/// A run as a command line names it: a folder (or a file in one, or a `latest` link) that
+/// exists, else `latest` (the newest run under `runs`) or `-N` (the N-th newest: `-1` is
+/// `latest`, `-2` the one before).
+pub(crate) fn resolve(given: &Path, runs: &Path) -> Result<RunFolder, Error> {
+    if given.exists() {
+        return Ok(RunFolder::open(given));
+    }
+    let text = given.to_string_lossy();
+    let back = match text.as_ref() {
+        "latest" => Some(1),
+        other => other
+            .strip_prefix('-')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n > 0),
+    };
+    let Some(back) = back else {
+        return Err(Error::Io {
+            path: given.to_path_buf(),
+            message: "no such run folder (a run is a folder, `latest`, or -N for the N-th newest)".into(),
+        });
+    };
+    let all = all_runs(runs);
+    all.len()
+        .checked_sub(back)
+        .and_then(|at| all.into_iter().nth(at))
+        .ok_or_else(|| Error::Io {
+            path: runs.to_path_buf(),
+            message: format!("`{text}` names a run that does not exist: found none that far back"),
+        })
+}
+
 fn unreadable(path: &Path, error: std::io::Error) -> Error {
     Error::Io {
         path: path.to_path_buf(),
@@ -147,8 +206,8 @@ mod tests {
     fn rows_are_read_back_and_a_bad_one_names_its_file_and_line() {
         let runs = std::env::temp_dir().join(format!("gacc-run-folder-{}", std::process::id()));
         let at = SystemTime::UNIX_EPOCH;
-        let folder = RunFolder::create(&runs, at, "0123456789abcdef").unwrap();
-        let again = RunFolder::create(&runs, at, "0123456789abcdef").unwrap();
+        let folder = RunFolder::create(&runs.join("x"), at, "0123456789abcdef").unwrap();
+        let again = RunFolder::create(&runs.join("x"), at, "0123456789abcdef").unwrap();
         assert!(folder.path().ends_with("19700101T000000Z-01234567"));
         assert!(again.path().ends_with("19700101T000000Z-01234567-1"));
         folder.write(RESULTS, b"{\"a\":1}\n\n{\"a\":2}\n").unwrap();
@@ -161,12 +220,36 @@ mod tests {
         assert!(error.contains("report.json: cannot read"), "{error}");
         again.point_latest();
         folder.point_latest();
-        let latest = RunFolder::open(&runs.join(LATEST));
+        let latest = RunFolder::open(&runs.join("x").join(LATEST));
         assert_eq!(latest.read_rows::<Value>(RESULTS).unwrap().len(), 2);
         assert_eq!(
             RunFolder::open(&latest.file(REPORT_JSON)).file(RESULTS),
             latest.file(RESULTS)
         );
+        let other = RunFolder::create(
+            &runs.join("other"),
+            at + std::time::Duration::from_secs(60),
+            "fedcba9876543210",
+        )
+        .unwrap();
+        let all: Vec<PathBuf> = all_runs(&runs).iter().map(|r| r.path().to_path_buf()).collect();
+        assert_eq!(all, [folder.path(), again.path(), other.path()]);
+        assert_eq!(resolve(Path::new("latest"), &runs).unwrap().path(), other.path());
+        assert_eq!(resolve(Path::new("-1"), &runs).unwrap().path(), other.path());
+        assert_eq!(resolve(Path::new("-3"), &runs).unwrap().path(), folder.path());
+        assert!(
+            resolve(Path::new("-4"), &runs)
+                .unwrap_err()
+                .to_string()
+                .contains("does not exist")
+        );
+        assert!(
+            resolve(Path::new("nowhere"), &runs)
+                .unwrap_err()
+                .to_string()
+                .contains("no such run folder")
+        );
+        assert_eq!(resolve(folder.path(), &runs).unwrap().path(), folder.path());
         std::fs::remove_dir_all(&runs).unwrap();
     }
 }

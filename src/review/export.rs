@@ -1,0 +1,204 @@
+//! `gacc export RUN`: a run's rows as one table, for pandas, R, DuckDB or a spreadsheet: one
+//! row per question (its ids, cell, seed, answer and verdict, and its memory's ledger fields),
+//! or with `--memories` one row per memory (its ledger fields and text). CSV (RFC 4180) or
+//! JSON Lines, columns in the order of `QUESTION_COLUMNS` / `MEMORY_COLUMNS`.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
+use crate::store::run_folder::{MEMORIES, MEMORY_TEXTS, RESULTS, RunFolder};
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    Csv,
+    JsonLines,
+}
+
+/// The columns of a question row: the result's fields, then its memory's ledger fields
+/// (empty when no memory was made).
+pub(crate) const QUESTION_COLUMNS: &[&str] = &[
+    "seed",
+    "compressor",
+    "condition",
+    "ratio",
+    "source_id",
+    "goal_id",
+    "question_id",
+    "answer",
+    "correct",
+    "score",
+    "failure",
+    "memory_key",
+    "shown_goal_id",
+    "source_tokens",
+    "budget",
+    "generated_tokens",
+    "retained_tokens",
+    "unused_budget",
+    "truncated",
+    "memory_tokens",
+    "utf8_split",
+    "budget_violation",
+    "memory_sha256",
+    "cached",
+];
+
+/// The columns of a memory row: its ledger row (SPEC §5), then the memory's text.
+pub(crate) const MEMORY_COLUMNS: &[&str] = &[
+    "seed",
+    "compressor",
+    "condition",
+    "ratio",
+    "source_id",
+    "goal_id",
+    "shown_goal_id",
+    "source_tokens",
+    "budget",
+    "generated_tokens",
+    "retained_tokens",
+    "unused_budget",
+    "truncated",
+    "memory_tokens",
+    "padding_tokens",
+    "utf8_split",
+    "truncation",
+    "budget_violation",
+    "memory_sha256",
+    "key",
+    "cache_key",
+    "cached",
+    "memory",
+];
+
+/// The rows a run's tables are made of, read from its folder.
+pub(crate) struct Rows {
+    ledger: Vec<LedgerRow>,
+    results: Vec<ResultRow>,
+    texts: Vec<MemoryText>,
+}
+
+/// Reads what `write` needs (the memory texts only for memory rows).
+pub(crate) fn read(folder: &RunFolder, memories: bool) -> Result<Rows, Error> {
+    Ok(Rows {
+        ledger: folder.read_rows(MEMORIES)?,
+        results: if memories {
+            Vec::new()
+        } else {
+            folder.read_rows(RESULTS)?
+        },
+        texts: if memories {
+            folder.read_rows(MEMORY_TEXTS)?
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// Writes the question rows (or memory rows) to `out`.
+pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Write) -> std::io::Result<()> {
+    if memories {
+        let text_of: HashMap<&str, &str> = rows
+            .texts
+            .iter()
+            .map(|t| (t.sha256.as_str(), &*t.memory))
+            .collect();
+        let lines = rows.ledger.iter().map(|row| {
+            let mut fields = as_object(row);
+            let text = text_of
+                .get(row.memory_sha256.as_str())
+                .copied()
+                .unwrap_or_default();
+            fields.insert("memory".into(), Value::String(text.to_owned()));
+            fields
+        });
+        write_table(out, table, MEMORY_COLUMNS, lines)
+    } else {
+        let memory_of: HashMap<&str, &LedgerRow> =
+            rows.ledger.iter().map(|row| (row.key.as_str(), row)).collect();
+        let lines = rows.results.iter().map(|result| {
+            let mut fields = as_object(result);
+            if let Some(memory) = memory_of.get(result.memory_key.as_str()) {
+                for (name, value) in as_object(*memory) {
+                    fields.entry(name).or_insert(value);
+                }
+            }
+            fields
+        });
+        write_table(out, table, QUESTION_COLUMNS, lines)
+    }
+}
+
+/// A row's fields as a JSON object.
+fn as_object(row: &impl serde::Serialize) -> Map<String, Value> {
+    match serde_json::to_value(row) {
+        Ok(Value::Object(fields)) => fields,
+        _ => Map::new(),
+    }
+}
+
+fn write_table(
+    out: &mut impl Write,
+    table: Table,
+    columns: &[&str],
+    rows: impl Iterator<Item = Map<String, Value>>,
+) -> std::io::Result<()> {
+    if table == Table::Csv {
+        let header: Vec<String> = columns.iter().map(|c| csv_field(c)).collect();
+        writeln!(out, "{}", header.join(","))?;
+    }
+    for row in rows {
+        let cell = |name: &str| row.get(name).unwrap_or(&Value::Null);
+        match table {
+            Table::Csv => {
+                let fields: Vec<String> = columns.iter().map(|c| csv_field(&csv_text(cell(c)))).collect();
+                writeln!(out, "{}", fields.join(","))?;
+            }
+            Table::JsonLines => {
+                let fields: Vec<String> = columns
+                    .iter()
+                    .map(|c| format!("{}:{}", Value::from(*c), cell(c)))
+                    .collect();
+                writeln!(out, "{{{}}}", fields.join(","))?;
+            }
+        }
+    }
+    out.flush()
+}
+
+/// A JSON value as a CSV field's text: null empty, strings as they are, the rest as JSON.
+fn csv_text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A field quoted as RFC 4180 asks when it holds a comma, a quote or a line break.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_quoted_only_when_they_must_be() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\"\nnow"), "\"say \"\"hi\"\"\nnow\"");
+        assert_eq!(csv_text(&Value::Null), "");
+        assert_eq!(csv_text(&serde_json::json!(0.15)), "0.15");
+        assert_eq!(csv_text(&serde_json::json!(true)), "true");
+    }
+}

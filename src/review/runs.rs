@@ -1,0 +1,172 @@
+//! Past runs (`gacc runs list|show`): each run folder under `runs/` summed up from its
+//! `report.json` and `run.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::store::run_folder::{REPORT_JSON, RUN, RunFolder, all_runs};
+
+/// One run, as `gacc runs` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RunSummary {
+    pub folder: PathBuf,
+    pub name: String,
+    /// When it started (UTC), from `run.json`.
+    pub started: String,
+    /// The experiment's identity (`report.json`'s manifest SHA-256, without `[run]`).
+    pub manifest_sha256: String,
+    pub cells: usize,
+    /// The lowest and highest mean Micro (and Macro) over its cells.
+    pub micro: [f64; 2],
+    #[serde(rename = "macro")]
+    pub macro_: [f64; 2],
+    pub failures: usize,
+    /// What its results rest on cost, summed over roles (`report.json` usage).
+    pub cost_usd: f64,
+    /// Calls this run made and took from the cache (or an identical call), summed over roles.
+    pub calls_made: u64,
+    pub calls_cached: u64,
+    /// Why the summary is partial (the folder lacks or has a broken `report.json`), if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+/// The runs under `runs`, oldest first.
+pub(crate) fn list(runs: &Path) -> Vec<RunSummary> {
+    all_runs(runs).iter().map(summarize).collect()
+}
+
+/// One run's summary; a folder without a readable `report.json` (a run still going, or
+/// stopped before its report) is listed with what it has.
+pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
+    let run = folder.read_json(RUN).unwrap_or(Value::Null);
+    let (report, incomplete) = match folder.read_json(REPORT_JSON) {
+        Ok(report) => (report, None),
+        Err(error) => (Value::Null, Some(error.to_string())),
+    };
+    let cells: Vec<&Value> = report["cells"].as_array().into_iter().flatten().collect();
+    let range = |metric: &str| {
+        let values = cells.iter().filter_map(|c| c[metric]["mean"].as_f64());
+        values.fold([f64::INFINITY, f64::NEG_INFINITY], |[low, high], v| {
+            [low.min(v), high.max(v)]
+        })
+    };
+    let nothing = |[low, high]: [f64; 2]| if low > high { [0.0, 0.0] } else { [low, high] };
+    let sum = |value: &Value, field: &str| -> u64 {
+        value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, role)| role[field].as_u64())
+            .sum()
+    };
+    RunSummary {
+        folder: folder.path().to_path_buf(),
+        name: report["experiment"]["name"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| {
+                folder
+                    .path()
+                    .parent()?
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default(),
+        started: run["started"].as_str().unwrap_or_default().to_owned(),
+        manifest_sha256: report["experiment"]["manifest_sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        cells: cells.len(),
+        micro: nothing(range("micro")),
+        macro_: nothing(range("macro")),
+        failures: report["failures"].as_array().map_or(0, Vec::len),
+        cost_usd: report["usage"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, role)| role["cost_usd"].as_f64())
+            .sum(),
+        calls_made: sum(&run["calls"], "made"),
+        calls_cached: sum(&run["calls"], "cached") + sum(&run["calls"], "shared"),
+        incomplete,
+    }
+}
+
+/// `gacc runs list`'s table.
+pub(crate) fn render_list(runs: &[RunSummary]) -> String {
+    if runs.is_empty() {
+        return "no runs yet\n".into();
+    }
+    let mut out = format!(
+        "{:<4} {:<20} {:<16} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10} {:>14}\n",
+        "",
+        "started",
+        "experiment",
+        "manifest",
+        "cells",
+        "Micro",
+        "Macro",
+        "failures",
+        "cost USD",
+        "calls made/hit"
+    );
+    for (back, run) in runs.iter().rev().enumerate() {
+        let range = |[low, high]: [f64; 2]| format!("{low:.3}–{high:.3}");
+        out.push_str(&format!(
+            "{:<4} {:<20} {:<16} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10.4} {:>14}{}\n",
+            format!("-{}", back + 1),
+            run.started,
+            run.name,
+            run.manifest_sha256.get(..8).unwrap_or("-"),
+            run.cells,
+            range(run.micro),
+            range(run.macro_),
+            run.failures,
+            run.cost_usd,
+            format!("{}/{}", run.calls_made, run.calls_cached),
+            if run.incomplete.is_some() {
+                "  (no report)"
+            } else {
+                ""
+            },
+        ));
+    }
+    out.push_str("(-1 is `latest`; any of these names a run for diff, report, trace and export)\n");
+    out
+}
+
+/// `gacc runs show RUN`: the summary, then every cell.
+pub(crate) fn render_show(folder: &RunFolder) -> Result<String, Error> {
+    let summary = summarize(folder);
+    let report = folder.read_json(REPORT_JSON)?;
+    let mut out = format!(
+        "{}\n  experiment {} (manifest {})\n  started {}\n  {} failures · cost {:.4} USD · calls {} made, {} cached\n",
+        summary.folder.display(),
+        summary.name,
+        summary.manifest_sha256.get(..8).unwrap_or("-"),
+        summary.started,
+        summary.failures,
+        summary.cost_usd,
+        summary.calls_made,
+        summary.calls_cached,
+    );
+    for cell in report["cells"].as_array().into_iter().flatten() {
+        let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+        out.push_str(&format!(
+            "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}\n",
+            text(&cell["compressor"]),
+            text(&cell["condition"]),
+            text(&cell["ratio"]),
+            cell["micro"]["mean"].as_f64().unwrap_or(0.0),
+            cell["micro"]["std"].as_f64().unwrap_or(0.0),
+            cell["macro"]["mean"].as_f64().unwrap_or(0.0),
+            cell["macro"]["std"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    Ok(out)
+}

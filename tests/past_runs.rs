@@ -1,0 +1,205 @@
+//! The tool around a run: past runs listed and named (`latest`, `-N`), a run's rows exported
+//! as one table, the final summary as JSON, and shell completions.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{Scratch, read_lines};
+use serde_json::Value;
+
+/// Three runs: the fixture, the baselines, the fixture again (from the cache).
+fn three_runs(scratch: &Scratch) -> Vec<std::path::PathBuf> {
+    ["fixture", "baselines", "fixture"]
+        .iter()
+        .map(|name| {
+            let (status, folder, stderr) = scratch.run(&format!("experiments/{name}.toml"), &["-q"]);
+            assert_eq!(status, 0, "{stderr}");
+            folder
+        })
+        .collect()
+}
+
+#[test]
+fn runs_lists_every_run_and_latest_and_minus_n_name_them() {
+    let scratch = Scratch::new();
+    let folders = three_runs(&scratch);
+    let listed = scratch.json(["runs", "list", "--json"]);
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 3);
+    let names: Vec<&str> = listed.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["fixture", "baselines", "fixture"]);
+    for (run, folder) in listed.iter().zip(&folders) {
+        assert!(folder.ends_with(run["folder"].as_str().unwrap()), "{run}");
+    }
+    let first = &listed[0];
+    assert_eq!(first["cells"], 1);
+    assert_eq!(first["micro"][0].as_f64().unwrap(), 2.0 / 3.0);
+    assert_eq!(first["failures"], 0);
+    assert_eq!(
+        (first["calls_made"].as_u64(), first["calls_cached"].as_u64()),
+        (Some(84), Some(0))
+    );
+    assert_eq!(
+        (
+            listed[2]["calls_made"].as_u64(),
+            listed[2]["calls_cached"].as_u64()
+        ),
+        (Some(0), Some(84))
+    );
+    assert_eq!(first["manifest_sha256"], listed[2]["manifest_sha256"]);
+    assert_ne!(first["manifest_sha256"], listed[1]["manifest_sha256"]);
+
+    let table = scratch.gacc().args(["runs"]).output().unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(table.lines().filter(|l| l.starts_with('-')).count(), 3, "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("-2 ") && l.contains("baselines")),
+        "{table}"
+    );
+
+    // `gacc diff -3 latest`: the first fixture run against the last.
+    let diff = scratch.json(["diff", "-3", "latest", "--format", "json"]);
+    assert!(folders[0].ends_with(diff["a"].as_str().unwrap()), "{diff}");
+    assert!(folders[2].ends_with(diff["b"].as_str().unwrap()), "{diff}");
+    let shown = scratch.json(["runs", "show", "-2", "--json"]);
+    assert_eq!(shown["name"], "baselines");
+    let missing = scratch.gacc().args(["diff", "-4", "latest"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("`-4` names a run that does not exist"));
+}
+
+#[test]
+fn export_csv_reads_back_with_every_field_of_the_rows() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let output = scratch
+        .gacc()
+        .args(["export", "latest", "--format", "csv"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut reader = csv::Reader::from_reader(output.stdout.as_slice());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+
+    let results = read_lines(&folder.join("results.jsonl"));
+    let ledger: HashMap<String, Value> = read_lines(&folder.join("memories.jsonl"))
+        .into_iter()
+        .map(|row| (row["key"].as_str().unwrap().to_owned(), row))
+        .collect();
+    assert_eq!(records.len(), results.len());
+    assert_eq!(header.len(), 24, "{header:?}");
+    let text = |value: &Value| match value {
+        Value::Null => String::new(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    for (record, result) in records.iter().zip(&results) {
+        let memory = &ledger[result["memory_key"].as_str().unwrap()];
+        for (column, field) in header.iter().zip(record) {
+            let expected = match result.get(column) {
+                Some(value) => text(value),
+                None => text(&memory[column]),
+            };
+            assert_eq!(field, expected, "column {column} of {result}");
+        }
+    }
+    // A field with a comma, quotes and a line break survives the round trip.
+    let tricky = "one, \"two\"\nthree";
+    let mut rows: Vec<Value> = results.clone();
+    rows[0]["answer"] = Value::from(tricky);
+    let lines: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(folder.join("results.jsonl"), lines.join("\n") + "\n").unwrap();
+    let output = scratch
+        .gacc()
+        .args(["export", folder.to_str().unwrap(), "-o", "rows.csv"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut reader = csv::Reader::from_path(scratch.path("rows.csv")).unwrap();
+    let answer = header.iter().position(|c| c == "answer").unwrap();
+    let first = reader.records().next().unwrap().unwrap();
+    assert_eq!(&first[answer], tricky);
+}
+
+#[test]
+fn export_memories_and_json_lines_hold_each_row_once() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let output = scratch
+        .gacc()
+        .args(["export", "-1", "--memories", "--format", "jsonl"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let rows: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ledger = read_lines(&folder.join("memories.jsonl"));
+    assert_eq!(rows.len(), ledger.len());
+    let texts: HashMap<String, String> = read_lines(&folder.join("memory_texts.jsonl"))
+        .into_iter()
+        .map(|t| {
+            (
+                t["sha256"].as_str().unwrap().to_owned(),
+                t["memory"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (row, memory) in rows.iter().zip(&ledger) {
+        for (name, value) in memory.as_object().unwrap() {
+            assert_eq!(&row[name], value, "{name}");
+        }
+        assert_eq!(
+            row["memory"].as_str().unwrap(),
+            texts[memory["memory_sha256"].as_str().unwrap()]
+        );
+    }
+}
+
+#[test]
+fn run_json_prints_the_summary_as_one_object() {
+    let scratch = Scratch::new();
+    let summary = scratch.json(["run", "experiments/fixture.toml", "--json", "-q"]);
+    assert!(
+        scratch
+            .path(summary["folder"].as_str().unwrap())
+            .join("report.json")
+            .is_file()
+    );
+    assert_eq!(summary["failures"], 0);
+    assert_eq!(summary["cells"][0]["micro"]["mean"].as_f64().unwrap(), 2.0 / 3.0);
+    assert_eq!(summary["calls"]["reader"]["made"], 36);
+    assert_eq!(summary["integrity"]["budget_violations"], 0);
+    assert_eq!(summary["identity_verified"], true);
+}
+
+#[test]
+fn completions_cover_the_subcommands_for_every_shell() {
+    let scratch = Scratch::empty();
+    for shell in ["bash", "zsh", "fish"] {
+        let output = scratch.gacc().args(["completions", shell]).output().unwrap();
+        assert!(output.status.success(), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        for word in ["run", "diff", "export", "runs", "fail-fast", "memories"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let bad = scratch.gacc().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
