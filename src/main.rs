@@ -180,6 +180,12 @@ enum Command {
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         output: Option<PathBuf>,
     },
+    /// Start a new experiment in DIR (default: the current folder): a manifest, a small
+    /// dataset and a Python compressor, ready to run. Never overwrites a file.
+    Init {
+        #[arg(default_value = ".", value_hint = clap::ValueHint::DirPath)]
+        dir: PathBuf,
+    },
     /// Print a completion script for bash, zsh or fish (e.g. `gacc completions bash > /etc/bash_completion.d/gacc`).
     Completions { shell: clap_complete::Shell },
     /// Look at a cache.
@@ -372,6 +378,7 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             let csv = matches!(format, ExportFormat::Csv);
             app::export(runs, &run_dir, csv, memories, output.as_deref())
         }
+        Command::Init { dir } => app::init(&dir),
         Command::Completions { shell } => {
             app::completions(&mut <Cli as clap::CommandFactory>::command(), shell)
         }

@@ -203,3 +203,45 @@ fn completions_cover_the_subcommands_for_every_shell() {
     let bad = scratch.gacc().args(["completions", "tcsh"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn init_makes_an_experiment_that_runs_at_once_and_never_overwrites() {
+    let scratch = Scratch::empty();
+    let output = scratch.gacc().args(["init", "My Study"]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let manifest = scratch.path("My Study/experiment.toml");
+    assert!(
+        std::fs::read_to_string(&manifest)
+            .unwrap()
+            .contains("name = \"my-study\"")
+    );
+    let (status, folder, stderr) = scratch.run("My Study/experiment.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = common::read_json(&folder.join("report.json"));
+    assert_eq!(report["cells"].as_array().unwrap().len(), 12);
+    assert_eq!(report["failures"].as_array().unwrap().len(), 0);
+    // Seeing its goal helps the example compressor where the budget is tight.
+    let micro = |compressor: &str, condition: &str| {
+        report["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["compressor"] == compressor && c["condition"] == condition && c["ratio"] == 0.25)
+            .map(|c| c["micro"]["mean"].as_f64().unwrap())
+            .unwrap()
+    };
+    assert!(micro("keyword-sentences", "own-goal") > micro("keyword-sentences", "no-goal"));
+
+    std::fs::write(scratch.path("My Study/compress.py"), "# mine\n").unwrap();
+    let again = scratch.gacc().args(["init", "My Study"]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("does not overwrite"));
+    assert_eq!(
+        std::fs::read_to_string(scratch.path("My Study/compress.py")).unwrap(),
+        "# mine\n"
+    );
+}

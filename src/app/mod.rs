@@ -3,6 +3,7 @@
 //! message and an exit status.
 
 pub mod bench;
+mod init;
 pub(crate) mod prepare;
 mod report;
 mod run;
@@ -190,6 +191,19 @@ pub fn completions(command: &mut clap::Command, shell: clap_complete::Shell) -> 
     let mut script = Vec::new();
     clap_complete::generate(shell, command, "gacc", &mut script);
     terminal::emit(&String::from_utf8_lossy(&script));
+    Ok(Ended::Success)
+}
+
+/// `gacc init [DIR]`: a new experiment, and what to do next.
+pub fn init(folder: &Path) -> Result<Ended, Error> {
+    let written = init::init(folder)?;
+    for path in &written {
+        println!("{}", path.display());
+    }
+    eprintln!(
+        "run it: gacc run {}\nthen change data/sources.jsonl and compress.py (see README.md there)",
+        folder.join("experiment.toml").display()
+    );
     Ok(Ended::Success)
 }
 
