@@ -180,6 +180,9 @@ enum Command {
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         output: Option<PathBuf>,
     },
+    /// Print the JSON Schema of a manifest (for editors: `#:schema` in Even Better TOML / taplo)
+    /// or of report.json.
+    Schema { which: SchemaKind },
     /// Start a new experiment in DIR (default: the current folder): a manifest, a small
     /// dataset and a Python compressor, ready to run. Never overwrites a file.
     Init {
@@ -235,6 +238,12 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SchemaKind {
+    Manifest,
+    Report,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -379,6 +388,10 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             app::export(runs, &run_dir, csv, memories, output.as_deref())
         }
         Command::Init { dir } => app::init(&dir),
+        Command::Schema { which } => app::schema(match which {
+            SchemaKind::Manifest => app::Schema::Manifest,
+            SchemaKind::Report => app::Schema::Report,
+        }),
         Command::Completions { shell } => {
             app::completions(&mut <Cli as clap::CommandFactory>::command(), shell)
         }

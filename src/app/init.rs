@@ -1,5 +1,6 @@
 //! `gacc init [DIR]`: a new experiment a user can run at once and then edit: a commented
-//! manifest, a small dataset in the right format, a Python compressor and a README line.
+//! manifest (with its JSON Schema for editors), a small dataset in the right format, a Python
+//! compressor and a README line.
 
 use std::path::{Path, PathBuf};
 
@@ -19,12 +20,16 @@ const FILES: &[(&str, &str)] = &[
     ("README.md", include_str!("../../templates/init/README.md")),
 ];
 
+/// The manifest's JSON Schema, beside it.
+const SCHEMA: &str = "gacc.schema.json";
+
 /// Writes a new experiment into `folder` (made if missing); refuses, writing nothing, when
 /// any of its files exists. The paths written.
 pub(crate) fn init(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let existing: Vec<String> = FILES
         .iter()
         .map(|(name, _)| folder.join(name))
+        .chain([folder.join(SCHEMA)])
         .filter(|path| path.exists())
         .map(|path| path.display().to_string())
         .collect();
@@ -48,6 +53,10 @@ pub(crate) fn init(folder: &Path) -> Result<Vec<PathBuf>, Error> {
         crate::files::write(&path, text.replace("{{name}}", &name).as_bytes())?;
         written.push(path);
     }
+    // The manifest's first line names this file for editors (Even Better TOML, taplo).
+    let schema = folder.join(SCHEMA);
+    crate::files::write(&schema, super::schema_text(super::Schema::Manifest).as_bytes())?;
+    written.push(schema);
     let script = folder.join("compress.py");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).map_err(io(&script))?;

@@ -194,6 +194,41 @@ pub fn completions(command: &mut clap::Command, shell: clap_complete::Shell) -> 
     Ok(Ended::Success)
 }
 
+/// Which schema `gacc schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    Manifest,
+    Report,
+}
+
+/// The JSON Schema (draft 2020-12) of a manifest or of `report.json`, made from the types
+/// that read and write them, so it cannot drift from them.
+pub fn schema_text(which: Schema) -> String {
+    let mut schema = match which {
+        Schema::Manifest => schemars::schema_for!(crate::inputs::manifest::Manifest),
+        Schema::Report => schemars::schema_for!(crate::report::Report),
+    };
+    let (title, description) = match which {
+        Schema::Manifest => (
+            "gacc manifest",
+            "A gacc experiment (SPEC §2): the TOML file `gacc run` takes.",
+        ),
+        Schema::Report => (
+            "gacc report.json",
+            "The aggregate of a gacc run, schema gacc.report/1 (SPEC §5).",
+        ),
+    };
+    schema.insert("title".into(), title.into());
+    schema.insert("description".into(), description.into());
+    crate::files::pretty(&schema)
+}
+
+/// `gacc schema manifest|report`.
+pub fn schema(which: Schema) -> Result<Ended, Error> {
+    terminal::emit(&schema_text(which));
+    Ok(Ended::Success)
+}
+
 /// `gacc init [DIR]`: a new experiment, and what to do next.
 pub fn init(folder: &Path) -> Result<Ended, Error> {
     let written = init::init(folder)?;

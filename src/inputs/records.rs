@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::hash::sha256;
 
 /// One source as written: inline text or a path to it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceRecord {
     pub id: String,
@@ -19,7 +19,7 @@ pub(crate) struct SourceRecord {
     pub goals: Vec<Goal>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Goal {
     pub id: String,
@@ -28,7 +28,7 @@ pub(crate) struct Goal {
     pub questions: Vec<Question>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Question {
     pub id: String,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::protocol::{Condition, Ratio};
 
 /// One (compressor, condition, ratio) cell: what Micro and Macro are reported per.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct CellId {
     pub(crate) compressor: String,
     pub(crate) condition: Condition,

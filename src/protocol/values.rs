@@ -126,8 +126,24 @@ impl<'de> Deserialize<'de> for Ratio {
     }
 }
 
+impl schemars::JsonSchema for Ratio {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Ratio".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a retention fraction in 0..=1, read as the exact decimal written",
+            "anyOf": [
+                {"type": "number", "minimum": 0, "maximum": 1},
+                {"type": "string", "pattern": "^[0-9]*(\\.[0-9]*)?$", "minLength": 1}
+            ]
+        })
+    }
+}
+
 /// How a cut inside a multi-byte character is decoded (SPEC §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TruncationMode {
     /// Like tiktoken's `decode(errors="replace")`: the broken tail becomes U+FFFD.
@@ -138,7 +154,9 @@ pub enum TruncationMode {
 }
 
 /// Which goal the compressor sees (SPEC §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 #[allow(clippy::enum_variant_names)] // the SPEC's names: own-goal, no-goal, cross-goal
 pub(crate) enum Condition {
@@ -164,7 +182,7 @@ impl fmt::Display for Condition {
 }
 
 /// How a callback process serves its calls (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Mode {
     #[default]
@@ -195,6 +213,22 @@ impl FromStr for Timeout {
             Some(millis) if millis > 0 => Ok(Timeout(Duration::from_millis(millis))),
             _ => Err(format!("`{text}`: a timeout must be positive and finite")),
         }
+    }
+}
+
+impl schemars::JsonSchema for Timeout {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timeout".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a duration: 500ms, 60s, 2m, 1h, or whole seconds",
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": "^[0-9]+ *(ms|s|m|h)?$"}
+            ]
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use crate::report::stats::{Interval, interval, resample};
 
 /// The verdicts of one cell and seed, grouped by goal: `goals[g][q]` is `c_gq`.
 /// A `None` is a question that was not scored (its job failed).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Score {
     pub micro: f64,
     #[serde(rename = "macro")]

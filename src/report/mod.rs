@@ -29,7 +29,7 @@ use stats::Spread;
 
 pub(crate) const SCHEMA: &str = "gacc.report/1";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Report {
     pub(crate) schema: &'static str,
     pub(crate) experiment: Experiment,
@@ -53,7 +53,7 @@ pub(crate) struct Report {
     pub(crate) cancelled: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Experiment {
     pub(crate) name: String,
     pub(crate) description: Option<String>,
@@ -68,7 +68,7 @@ pub(crate) struct Experiment {
     pub(crate) callbacks: BTreeMap<String, Value>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct DatasetSummary {
     /// SHA-256 over every source's id, text and goals, in order.
     pub(crate) sha256: String,
@@ -80,14 +80,14 @@ pub(crate) struct DatasetSummary {
 /// Calls the results rest on: `made` distinct calls, and `cached` jobs that reused one of
 /// them. Both depend only on the experiment, not on what an earlier run left in the cache;
 /// this run's own counts are in `run.json`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Calls {
     pub(crate) jobs: usize,
     pub(crate) made: usize,
     pub(crate) cached: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Cell {
     #[serde(flatten)]
     pub(crate) id: CellId,
@@ -104,7 +104,7 @@ pub(crate) struct Cell {
     pub(crate) ledger: LedgerSums,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct SeedScore {
     pub(crate) seed: u64,
     #[serde(flatten)]
@@ -112,7 +112,7 @@ pub(crate) struct SeedScore {
 }
 
 /// Ledger totals over a cell's memories (all seeds).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub(crate) struct LedgerSums {
     pub(crate) memories: usize,
     pub(crate) source_tokens: usize,
@@ -144,7 +144,7 @@ impl LedgerSums {
 }
 
 /// Mean Micro or Macro of one compressor and ratio under each condition run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) struct ByCondition {
     pub(crate) own_goal: Option<f64>,
@@ -168,7 +168,7 @@ impl ByCondition {
 }
 
 /// How much seeing its own goal helps a compressor at one ratio.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct ConditionRow {
     pub(crate) compressor: String,
     pub(crate) ratio: Ratio,
@@ -181,7 +181,7 @@ pub(crate) struct ConditionRow {
     pub(crate) gap_cross_goal: Option<Gap>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Gap {
     pub(crate) micro: f64,
     #[serde(rename = "macro")]
@@ -229,7 +229,7 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
     rows
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Integrity {
     pub(crate) exposure_violations: usize,
     pub(crate) budget_violations: usize,

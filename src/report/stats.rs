@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::rng::SplitMix64;
 
 /// Mean and sample standard deviation (n - 1; 0 for a single value) over seeds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Spread {
     pub mean: f64,
     pub std: f64,
@@ -38,7 +38,7 @@ pub(crate) const DIFF_RESAMPLES: usize = 10_000;
 pub(crate) const DIFF_SEED: u64 = 0x6761_6363_6469_6666;
 
 /// A 95% percentile interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Interval {
     pub low: f64,
     pub high: f64,

@@ -19,7 +19,7 @@ pub(crate) struct CallCounts {
 }
 
 /// Token and cost usage reported by callbacks.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

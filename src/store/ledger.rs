@@ -95,7 +95,7 @@ impl ResultRow {
 }
 
 /// A job that failed, with what a user needs to fix it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct FailureRow {
     pub job: String,
     pub stage: String,

@@ -79,7 +79,7 @@ pub(crate) fn wanted(role: Role, spec: Option<&SandboxSpec>) -> bool {
 }
 
 /// How one callback runs, as the report records it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Confinement {
     /// `landlock`, or `off`.
     pub sandbox: &'static str,
@@ -106,7 +106,7 @@ impl Confinement {
 }
 
 /// Per role: whether every callback of the role ran sandboxed, and how each ran.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Holdout {
     pub holdout_enforced: bool,
     pub callbacks: BTreeMap<String, Confinement>,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Invalid, Problem};
@@ -22,7 +23,7 @@ pub(crate) const DEFAULT_RUN_CONCURRENCY: usize = 8;
 /// The prefix of environment variables that override manifest values.
 pub(crate) const ENV_PREFIX: &str = "GACC_";
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Manifest {
     pub name: String,
@@ -54,7 +55,7 @@ fn default_conditions() -> Vec<Condition> {
     vec![Condition::OwnGoal]
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TokenizerSpec {
     #[serde(default = "default_tokenizer_name")]
@@ -90,7 +91,7 @@ impl Default for TokenizerSpec {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DatasetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,7 +101,7 @@ pub(crate) struct DatasetSpec {
 }
 
 /// One callback: a command or a built-in, and how to call it (SPEC §2, §3).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CallbackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +110,7 @@ pub(crate) struct CallbackSpec {
     pub builtin: Option<String>,
     /// The user's declared version: part of every cache key.
     #[serde(default, deserialize_with = "string_or_number")]
+    #[schemars(schema_with = "string_or_number_schema")]
     pub revision: String,
     #[serde(default)]
     pub mode: Mode,
@@ -154,7 +156,7 @@ impl Default for SandboxSpec {
 }
 
 /// The table form of `sandbox`.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SandboxTable {
     #[serde(default)]
@@ -167,6 +169,20 @@ struct SandboxTable {
 
 fn yes() -> bool {
     true
+}
+
+impl JsonSchema for SandboxSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SandboxSpec".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let table = generator.subschema_for::<SandboxTable>();
+        schemars::json_schema!({
+            "description": "false to run unsandboxed, true for the defaults, or what the sandbox adds",
+            "anyOf": [{"type": "boolean"}, table]
+        })
+    }
 }
 
 impl Serialize for SandboxSpec {
@@ -223,7 +239,7 @@ fn empty_params() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum ExecutorKind {
     #[default]
@@ -231,7 +247,7 @@ pub(crate) enum ExecutorKind {
     Slurm,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunSpec {
     #[serde(default = "default_run_concurrency")]
@@ -246,7 +262,7 @@ pub(crate) struct RunSpec {
 }
 
 /// `[run.slurm]`: how calls become Slurm array tasks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SlurmSpec {
     /// A folder every node sees, where requests, responses and task logs are exchanged
@@ -289,7 +305,7 @@ pub(crate) struct SlurmSpec {
 }
 
 /// Resources of one role's array tasks.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SlurmResources {
     /// `--cpus-per-task`
@@ -362,6 +378,11 @@ impl Default for RunSpec {
             slurm: None,
         }
     }
+}
+
+/// A revision is text or a number (kept as text).
+fn string_or_number_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": ["string", "number"]})
 }
 
 /// A revision may be written as `"1"` or `1`; it is kept as text.

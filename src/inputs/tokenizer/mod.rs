@@ -92,7 +92,7 @@ pub fn test_vectors() -> Vec<(String, Vec<u32>)> {
 }
 
 /// What a report says about the tokenizer in use (SPEC §5).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct TokenizerIdentity {
     pub name: String,
     pub revision: String,
