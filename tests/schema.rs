@@ -202,6 +202,13 @@ fn a_report_json_validates_against_the_report_schema() {
     let report = common::read_json(&folder.join("report.json"));
     let found: Vec<String> = validator.iter_errors(&report).map(|e| e.to_string()).collect();
     assert_eq!(found, Vec::<String>::new());
+    // And one with token budgets beside its ratio.
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q", "--set", "budgets=[64]"]);
+    assert_eq!(status, 0, "{stderr}");
+    let budgets = common::read_json(&folder.join("report.json"));
+    assert_eq!(budgets["cells"][1]["budget_tokens"], 64);
+    let found: Vec<String> = validator.iter_errors(&budgets).map(|e| e.to_string()).collect();
+    assert_eq!(found, Vec::<String>::new());
     let mut broken = report.clone();
     broken["cells"][0]["micro"] = Value::from("high");
     assert!(!validator.is_valid(&broken));

@@ -288,6 +288,7 @@ fn write_rows(
         manifest_sha256: &prepared.experiment_sha256,
         seeds: &manifest.seeds,
         ratios: &manifest.ratios,
+        budgets: &manifest.budgets,
         conditions: &manifest.conditions,
         callbacks: callback_identities(&prepared.plan),
         dataset: &prepared.dataset,

@@ -26,10 +26,10 @@ pub(super) fn summary(
     let mut out = String::new();
     for cell in &report.cells {
         out.push_str(&format!(
-            "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
+            "  {:<16} {:<10} {:<8} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
             cell.id.compressor,
             cell.id.condition,
-            cell.id.ratio.to_string(),
+            cell.id.budget.to_string(),
             cell.micro.mean,
             cell.micro.std,
             cell.macro_.mean,

@@ -8,7 +8,7 @@ use crate::hash::sha256;
 use crate::inputs::manifest::CallbackSpec;
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{MemoryJob, Plan, QuestionJob};
-use crate::protocol::{Condition, Ratio, TruncationMode};
+use crate::protocol::{Budget, Condition, TruncationMode};
 
 /// Keeps cache keys apart from any other SHA-256 of the same bytes.
 const KEY_DOMAIN: &str = "gacc/1 cache key\n";
@@ -121,19 +121,27 @@ pub(crate) fn memory_job(
     seed: u64,
     compressor: &str,
     condition: Condition,
-    ratio: Ratio,
+    budget: Budget,
     source_id: &str,
     goal_id: Option<&str>,
 ) -> String {
-    key(&json!({
+    let mut job = json!({
         "job": "compress",
         "seed": seed,
         "compressor": compressor,
         "condition": condition,
-        "ratio": ratio.to_string(),
         "source_id": source_id,
         "goal_id": goal_id,
-    }))
+    });
+    // A ratio cell's key is what it has always been; a token budget names itself apart.
+    job[match budget {
+        Budget::Ratio(_) => "ratio",
+        Budget::Tokens(_) => "budget_tokens",
+    }] = match budget {
+        Budget::Ratio(ratio) => Value::from(ratio.to_string()),
+        Budget::Tokens(tokens) => Value::from(tokens),
+    };
+    key(&job)
 }
 
 /// The job key of a question read from a memory.

@@ -208,11 +208,11 @@ impl Expansion<'_> {
                     .map(|(&(s, g), &shown)| (s, Some(g), Some(shown)))
                     .collect(),
             };
-            for &ratio in &self.manifest.ratios {
+            for budget in self.manifest.cell_budgets() {
                 let cell = CellId {
                     compressor: compressor.to_owned(),
                     condition,
-                    ratio,
+                    budget,
                 };
                 memories.extend(units.iter().map(|&unit| self.memory(seed, &cell, identity, unit)));
             }
@@ -223,7 +223,7 @@ impl Expansion<'_> {
     /// One memory job: its keys, budget and questions.
     fn memory(&self, seed: u64, cell: &CellId, identity: &Value, (s, goal, shown): Unit) -> MemoryJob {
         let source = &self.dataset.sources[s];
-        let budget = cell.ratio.budget(self.source_tokens[s]);
+        let budget = cell.budget.tokens(self.source_tokens[s]);
         let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
         let goal_sha = shown_goal.map(|g| sha256(&g.text));
         let cache_key = keys::compressor_key(
@@ -239,7 +239,7 @@ impl Expansion<'_> {
             seed,
             &cell.compressor,
             cell.condition,
-            cell.ratio,
+            cell.budget,
             &source.id,
             goal_id.as_deref(),
         );
@@ -356,13 +356,16 @@ impl Plan {
 #[derive(Serialize)]
 struct CompressEntry<'a> {
     budget: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget_tokens: Option<usize>,
     cache_key: &'a str,
     compressor: &'a str,
     condition: Condition,
     deps: [&'a str; 0],
     goal_id: &'a Option<String>,
     key: &'a str,
-    ratio: Ratio,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<Ratio>,
     seed: u64,
     shown_goal_id: &'a Option<String>,
     source_id: &'a str,
@@ -374,13 +377,14 @@ impl<'a> CompressEntry<'a> {
     fn of(job: &'a MemoryJob) -> Self {
         CompressEntry {
             budget: job.budget,
+            budget_tokens: job.id.cell.budget.budget_tokens(),
             cache_key: &job.cache_key,
             compressor: &job.id.cell.compressor,
             condition: job.id.cell.condition,
             deps: [],
             goal_id: &job.id.goal_id,
             key: &job.key,
-            ratio: job.id.cell.ratio,
+            ratio: job.id.cell.budget.ratio(),
             seed: job.id.seed,
             shown_goal_id: &job.id.shown_goal_id,
             source_id: &job.id.source_id,
@@ -443,6 +447,7 @@ pub(crate) fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, us
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Budget;
 
     #[test]
     fn plan_entries_print_as_their_json_objects() {
@@ -454,7 +459,7 @@ mod tests {
                 cell: CellId {
                     compressor: "lines".into(),
                     condition: Condition::CrossGoal,
-                    ratio: serde_json::from_value(json!(0.29)).unwrap(),
+                    budget: Budget::Ratio(serde_json::from_value(json!(0.29)).unwrap()),
                 },
                 source_id: "s1".into(),
                 goal_id: Some("g1".into()),

@@ -5,19 +5,20 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Condition, Ratio};
+use crate::protocol::{Budget, Condition};
 
 /// One (compressor, condition, ratio) cell: what Micro and Macro are reported per.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct CellId {
     pub(crate) compressor: String,
     pub(crate) condition: Condition,
-    pub(crate) ratio: Ratio,
+    #[serde(flatten)]
+    pub(crate) budget: Budget,
 }
 
 impl fmt::Display for CellId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} · {} · r={}", self.compressor, self.condition, self.ratio)
+        write!(f, "{} · {} · {}", self.compressor, self.condition, self.budget)
     }
 }
 
@@ -46,7 +47,7 @@ mod tests {
             cell: CellId {
                 compressor: "goal-line".into(),
                 condition: Condition::OwnGoal,
-                ratio: "0.15".parse().unwrap(),
+                budget: Budget::Ratio("0.15".parse().unwrap()),
             },
             source_id: "s1".into(),
             goal_id: Some("g1".into()),
@@ -59,5 +60,18 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<MemoryId>(&text).unwrap(), id);
         assert_eq!(id.cell.to_string(), "goal-line · own-goal · r=0.15");
+        let tokens = MemoryId {
+            cell: CellId {
+                budget: Budget::Tokens(128),
+                ..id.cell.clone()
+            },
+            ..id.clone()
+        };
+        let text = serde_json::to_string(&tokens).unwrap();
+        assert!(
+            text.contains(r#""condition":"own-goal","budget_tokens":128,"source_id""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<MemoryId>(&text).unwrap(), tokens);
     }
 }

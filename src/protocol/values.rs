@@ -142,6 +142,61 @@ impl schemars::JsonSchema for Ratio {
     }
 }
 
+/// A cell's budget: a retention fraction of each source (`L = floor(r · N)`), or a number of
+/// tokens (`L = min(b, N)`). In a cell's JSON it is its `ratio` or its `budget_tokens`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Budget {
+    Ratio(Ratio),
+    #[serde(rename = "budget_tokens")]
+    Tokens(usize),
+}
+
+impl Budget {
+    /// `L` for a source of `source_tokens` tokens.
+    pub(crate) fn tokens(self, source_tokens: usize) -> usize {
+        match self {
+            Budget::Ratio(ratio) => ratio.budget(source_tokens),
+            Budget::Tokens(tokens) => tokens.min(source_tokens),
+        }
+    }
+
+    pub(crate) fn ratio(self) -> Option<Ratio> {
+        match self {
+            Budget::Ratio(ratio) => Some(ratio),
+            Budget::Tokens(_) => None,
+        }
+    }
+
+    pub(crate) fn budget_tokens(self) -> Option<usize> {
+        match self {
+            Budget::Ratio(_) => None,
+            Budget::Tokens(tokens) => Some(tokens),
+        }
+    }
+
+    /// From a row's `ratio` or `budget_tokens`.
+    pub(crate) fn of(ratio: Option<Ratio>, tokens: Option<usize>) -> Budget {
+        match (ratio, tokens) {
+            (Some(ratio), _) => Budget::Ratio(ratio),
+            (None, tokens) => Budget::Tokens(tokens.unwrap_or(0)),
+        }
+    }
+}
+
+impl fmt::Display for Budget {
+    /// `r=0.25` or `L=128`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            Budget::Ratio(ratio) => format!("r={ratio}"),
+            Budget::Tokens(tokens) => format!("L={tokens}"),
+        };
+        f.pad(&text)
+    }
+}
+
 /// How a cut inside a multi-byte character is decoded (SPEC §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -355,6 +410,16 @@ mod tests {
         ratios.sort();
         let shown: Vec<String> = ratios.iter().map(Ratio::to_string).collect();
         assert_eq!(shown, ["0", "0.1", "0.25", "0.5", "1"]);
+    }
+
+    #[test]
+    fn absolute_budgets_never_exceed_the_source() {
+        assert_eq!(Budget::Tokens(128).tokens(1000), 128);
+        assert_eq!(Budget::Tokens(128).tokens(100), 100);
+        assert_eq!(Budget::Tokens(0).tokens(100), 0);
+        assert_eq!(Budget::Ratio(ratio("0.29")).tokens(100), 29);
+        assert_eq!(Budget::Tokens(64).to_string(), "L=64");
+        assert_eq!(format!("{:<6}|", Budget::Ratio(ratio("0.5"))), "r=0.5 |");
     }
 
     #[test]

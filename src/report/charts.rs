@@ -11,6 +11,8 @@ use serde_json::Value;
 pub(crate) const CHARTS: &[(&str, &str)] = &[
     ("micro.svg", "Micro against the retention ratio"),
     ("macro.svg", "Macro against the retention ratio"),
+    ("micro-tokens.svg", "Micro against the budget in tokens"),
+    ("macro-tokens.svg", "Macro against the budget in tokens"),
     ("budget.svg", "Budget: tokens retained and left unused"),
 ];
 
@@ -32,26 +34,76 @@ pub(crate) fn write(folder: &Path, report: &Value) -> Result<(), String> {
         .flatten()
         .map(text)
         .collect();
-    for (metric, file, label) in [
-        ("micro", "micro.svg", "Micro (share of questions right)"),
-        ("macro", "macro.svg", "Macro (share of goals all right)"),
+    let (ratio_cells, token_cells): (Vec<&Value>, Vec<&Value>) =
+        cells.iter().partition(|cell| cell.get("budget_tokens").is_none());
+    let most = token_cells
+        .iter()
+        .filter_map(|c| c["budget_tokens"].as_f64())
+        .fold(0.0, f64::max);
+    let ratio = Axis {
+        field: "ratio",
+        description: "retention ratio r (share of source tokens)",
+        end: 1.0,
+    };
+    let tokens = Axis {
+        field: "budget_tokens",
+        description: "budget L in tokens (at most the source's)",
+        end: (most * 1.05).max(1.0),
+    };
+    for (metric, label) in [
+        ("micro", "Micro (share of questions right)"),
+        ("macro", "Macro (share of goals all right)"),
     ] {
-        metric_chart(&folder.join(file), &cells, &conditions, metric, label)
+        let file = format!("{metric}.svg");
+        metric_chart(
+            &folder.join(&file),
+            &ratio_cells,
+            &conditions,
+            metric,
+            label,
+            &ratio,
+        )
+        .map_err(|e| format!("{file}: {e}"))?;
+        if !token_cells.is_empty() {
+            let file = format!("{metric}-tokens.svg");
+            metric_chart(
+                &folder.join(&file),
+                &token_cells,
+                &conditions,
+                metric,
+                label,
+                &tokens,
+            )
             .map_err(|e| format!("{file}: {e}"))?;
+        }
     }
     budget_chart(&folder.join("budget.svg"), &cells).map_err(|e| format!("budget.svg: {e}"))
 }
 
 type Chart = Result<(), Box<dyn std::error::Error>>;
+
+/// What a metric chart's x axis shows: a cell's field, described, from 0 to `end`.
+struct Axis {
+    field: &'static str,
+    description: &'static str,
+    end: f64,
+}
 /// One panel's lines: compressor -> [(ratio, mean)].
 type Lines = BTreeMap<String, Vec<(f64, f64)>>;
 
-fn metric_chart(path: &Path, cells: &[&Value], conditions: &[String], metric: &str, label: &str) -> Chart {
+fn metric_chart(
+    path: &Path,
+    cells: &[&Value],
+    conditions: &[String],
+    metric: &str,
+    label: &str,
+    axis: &Axis,
+) -> Chart {
     // condition -> compressor -> [(ratio, mean)]
     let mut panels: BTreeMap<String, Lines> = BTreeMap::new();
     for cell in cells {
         let point = (
-            cell["ratio"].as_f64().unwrap_or(0.0),
+            cell[axis.field].as_f64().unwrap_or(0.0),
             cell[metric]["mean"].as_f64().unwrap_or(0.0),
         );
         panels
@@ -85,10 +137,10 @@ fn metric_chart(path: &Path, cells: &[&Value], conditions: &[String], metric: &s
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(50)
-            .build_cartesian_2d(0f64..1f64, 0f64..1f64)?;
+            .build_cartesian_2d(0f64..axis.end, 0f64..1f64)?;
         chart
             .configure_mesh()
-            .x_desc("retention ratio r (share of source tokens)")
+            .x_desc(axis.description)
             .y_desc(label)
             .draw()?;
         for (name, points) in lines {

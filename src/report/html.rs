@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::inputs::records::Source;
-use crate::protocol::Ratio;
+use crate::protocol::CellId;
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
 use crate::store::run_folder::{
     DATASET, MEMORIES, MEMORY_TEXTS, REPORT_HTML, REPORT_JSON, RESULTS, RunFolder,
@@ -253,16 +253,13 @@ impl<'a> Columns<'a> {
     /// Each cell of report.json by its name.
     fn cells(&mut self, report: &Value) -> Result<(), Error> {
         for (number, cell) in report["cells"].as_array().into_iter().flatten().enumerate() {
-            let ratio = cell["ratio"].as_f64().and_then(|r| Ratio::try_from(r).ok());
-            let (Some(compressor), Some(condition), Some(ratio)) =
-                (cell["compressor"].as_str(), cell["condition"].as_str(), ratio)
-            else {
-                return Err(self.inconsistent(
+            let id: CellId = serde_json::from_value(cell.clone()).map_err(|error| {
+                self.inconsistent(
                     REPORT_JSON,
-                    format!("cells[{number}] lacks a compressor, condition or ratio"),
-                ));
-            };
-            self.cells.insert(cell_key(compressor, condition, &ratio), number);
+                    format!("cells[{number}] lacks a compressor, condition, ratio or budget: {error}"),
+                )
+            })?;
+            self.cells.insert(id.to_string(), number);
         }
         Ok(())
     }
@@ -443,11 +440,6 @@ impl<'a> Columns<'a> {
         }
         Ok(())
     }
-}
-
-/// A cell of report.json named as `CellId` displays itself.
-fn cell_key(compressor: &str, condition: &str, ratio: &Ratio) -> String {
-    format!("{compressor} · {condition} · r={ratio}")
 }
 
 /// The data blob's JSON, safe inside a `<script>` element.

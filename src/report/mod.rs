@@ -20,7 +20,7 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
 use crate::protocol::Ratio;
-use crate::protocol::{CellId, Condition};
+use crate::protocol::{Budget, CellId, Condition};
 use crate::protocol::{Role, Stage};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
@@ -63,6 +63,9 @@ pub(crate) struct Experiment {
     pub(crate) gacc_version: &'static str,
     pub(crate) seeds: Vec<u64>,
     pub(crate) ratios: Vec<Ratio>,
+    /// Absolute budgets in tokens (absent when the manifest gave none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) budgets: Vec<usize>,
     pub(crate) conditions: Vec<Condition>,
     /// Each callback's cache identity.
     pub(crate) callbacks: BTreeMap<String, Value>,
@@ -167,11 +170,12 @@ impl ByCondition {
     }
 }
 
-/// How much seeing its own goal helps a compressor at one ratio.
+/// How much seeing its own goal helps a compressor at one budget.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct ConditionRow {
     pub(crate) compressor: String,
-    pub(crate) ratio: Ratio,
+    #[serde(flatten)]
+    pub(crate) budget: Budget,
     pub(crate) micro: ByCondition,
     #[serde(rename = "macro")]
     pub(crate) macro_: ByCondition,
@@ -188,17 +192,17 @@ pub(crate) struct Gap {
     pub(crate) macro_: f64,
 }
 
-/// Pivots cells into one row per (compressor, ratio), in first-seen order.
+/// Pivots cells into one row per (compressor, budget), sorted.
 fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
     let mut rows: Vec<ConditionRow> = Vec::new();
     for cell in cells {
         let position = rows
             .iter()
-            .position(|r| r.compressor == cell.id.compressor && r.ratio == cell.id.ratio)
+            .position(|r| r.compressor == cell.id.compressor && r.budget == cell.id.budget)
             .unwrap_or_else(|| {
                 rows.push(ConditionRow {
                     compressor: cell.id.compressor.clone(),
-                    ratio: cell.id.ratio,
+                    budget: cell.id.budget,
                     micro: ByCondition::default(),
                     macro_: ByCondition::default(),
                     gap_no_goal: None,
@@ -225,7 +229,7 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
             row.macro_.gap(row.macro_.cross_goal),
         );
     }
-    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.ratio.cmp(&b.ratio)));
+    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.budget.cmp(&b.budget)));
     rows
 }
 
@@ -244,6 +248,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) manifest_sha256: &'a str,
     pub(crate) seeds: &'a [u64],
     pub(crate) ratios: &'a [Ratio],
+    pub(crate) budgets: &'a [usize],
     pub(crate) conditions: &'a [Condition],
     pub(crate) callbacks: BTreeMap<String, Value>,
     pub(crate) dataset: &'a Dataset,
@@ -297,6 +302,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             gacc_version: env!("CARGO_PKG_VERSION"),
             seeds: inputs.seeds.to_vec(),
             ratios: inputs.ratios.to_vec(),
+            budgets: inputs.budgets.to_vec(),
             conditions: inputs.conditions.to_vec(),
             callbacks: inputs.callbacks.clone(),
         },

@@ -124,7 +124,7 @@ impl Recount {
                     .flatten();
                 let (memory_tokens, memory_sha256) = count(&row.memory);
                 n != Some(row.source_tokens)
-                    || row.budget != row.memory_id.cell.ratio.budget(row.source_tokens)
+                    || row.budget != row.memory_id.cell.budget.tokens(row.source_tokens)
                     || row.retained_tokens > row.budget
                     || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
                     || Some(row.memory_tokens) != memory_tokens

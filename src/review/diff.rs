@@ -188,7 +188,11 @@ fn cell_of(value: &Value) -> CellLabel {
     CellLabel {
         compressor: text(&value["compressor"]),
         condition: text(&value["condition"]),
-        ratio: text(&value["ratio"]),
+        // A token budget's cell is named by its L.
+        ratio: match value.get("budget_tokens") {
+            Some(tokens) => format!("L={tokens}"),
+            None => text(&value["ratio"]),
+        },
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{CellId, Condition, MemoryId, Ratio, TruncationMode};
+use crate::protocol::{Budget, CellId, Condition, MemoryId, Ratio, TruncationMode};
 
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +69,11 @@ pub(crate) struct ResultRow {
     // scale read 40% slower). `cell()` gives them as one.
     pub compressor: String,
     pub condition: Condition,
-    pub ratio: Ratio,
+    /// The cell's budget: its `ratio`, or its `budget_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<Ratio>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<usize>,
     pub source_id: String,
     pub goal_id: String,
     pub question_id: String,
@@ -89,7 +93,7 @@ impl ResultRow {
         CellId {
             compressor: self.compressor.clone(),
             condition: self.condition,
-            ratio: self.ratio,
+            budget: Budget::of(self.ratio, self.budget_tokens),
         }
     }
 }

@@ -53,16 +53,22 @@ fn check_lists(loaded: &Loaded, problem: &mut Report) {
         ),
         (
             "ratios",
-            manifest.ratios.is_empty(),
+            manifest.ratios.is_empty() && manifest.budgets.is_empty(),
             has_duplicates(&manifest.ratios),
         ),
+        ("budgets", false, has_duplicates(&manifest.budgets)),
         (
             "conditions",
             manifest.conditions.is_empty(),
             has_duplicates(&manifest.conditions),
         ),
     ] {
-        if empty {
+        if empty && key == "ratios" {
+            problem(
+                key,
+                "must list at least one value (or give `budgets` in tokens)".into(),
+            );
+        } else if empty {
             problem(key, "must list at least one value".into());
         }
         if duplicate {

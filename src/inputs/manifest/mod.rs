@@ -14,7 +14,7 @@ use crate::error::{Invalid, Problem};
 use crate::inputs::records::SourceRecord;
 
 mod check;
-use crate::protocol::{Condition, Mode, Role, Timeout};
+use crate::protocol::{Budget, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,7 +31,12 @@ pub(crate) struct Manifest {
     pub description: Option<String>,
     #[serde(default = "default_seeds")]
     pub seeds: Vec<u64>,
+    /// Retention fractions: `L = floor(r · N)`.
+    #[serde(default)]
     pub ratios: Vec<Ratio>,
+    /// Absolute budgets in tokens: `L = min(b, N)`. Beside or instead of `ratios`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<usize>,
     #[serde(default = "default_conditions")]
     pub conditions: Vec<Condition>,
     /// How a cut inside a multi-byte character decodes (SPEC §1).
@@ -411,6 +416,14 @@ pub(crate) struct Loaded {
 }
 
 impl Manifest {
+    /// Every budget a cell is made for: the ratios, then the token budgets, as listed.
+    pub(crate) fn cell_budgets(&self) -> Vec<Budget> {
+        let ratios = self.ratios.iter().map(|&r| Budget::Ratio(r));
+        ratios
+            .chain(self.budgets.iter().map(|&b| Budget::Tokens(b)))
+            .collect()
+    }
+
     /// Every callback: its manifest key (`compressors.NAME`, `reader`, `judge`), role and settings.
     pub(crate) fn callbacks(&self) -> Vec<(String, Role, &CallbackSpec)> {
         self.compressors
@@ -450,6 +463,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "description",
     "seeds",
     "ratios",
+    "budgets",
     "conditions",
     "truncation",
     "tokenizer",
