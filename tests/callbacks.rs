@@ -298,3 +298,29 @@ fn fail_fast_stops_starting_calls_and_keeps_what_finished() {
     );
     assert_eq!(read_json(&folder.join("report.json"))["complete"], true);
 }
+
+#[test]
+fn every_callback_is_told_its_role_protocol_and_mode() {
+    for mode in ["oneshot", "persistent"] {
+        let scratch = Scratch::new();
+        scratch.script(
+            "experiments/reader.sh",
+            "#!/bin/sh\necho \"$GACC_PROTOCOL $GACC_ROLE $GACC_MODE\" >> environment.log\nexec @GACC@ callback field-lookup\n",
+        );
+        let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+            .unwrap()
+            .replace(
+                "[reader]\nbuiltin = \"field-lookup\"",
+                &format!("[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\nmode = \"{mode}\""),
+            );
+        scratch.write("experiments/modes.toml", &manifest);
+        let (status, _, stderr) = scratch.run("experiments/modes.toml", &["-q"]);
+        assert_eq!(status, 0, "{stderr}");
+        let log = std::fs::read_to_string(scratch.path("experiments/environment.log")).unwrap();
+        assert!(!log.is_empty());
+        assert!(
+            log.lines().all(|l| l == format!("gacc/1 reader {mode}")),
+            "{mode}: {log}"
+        );
+    }
+}

@@ -144,6 +144,7 @@ fn command(callback: &Callback) -> Result<(tokio::process::Command, Option<Scrat
         &line,
         &callback.cwd,
         callback.role.as_str(),
+        callback.mode,
         passed,
     ));
     command.kill_on_drop(true);

@@ -21,13 +21,15 @@ pub(crate) const EXIT_TEMPFAIL: i32 = 75;
 pub(crate) const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"];
 
 /// The process of a callback of `role` (SPEC §3): `line` run in `cwd`, its environment cleared
-/// but for `KEPT_VARIABLES`, `passed` (the manifest's `env`), `GACC_PROTOCOL` and `GACC_ROLE`;
+/// but for `KEPT_VARIABLES`, `passed` (the manifest's `env`), `GACC_PROTOCOL`, `GACC_ROLE` and
+/// `GACC_MODE` (`oneshot` or `persistent`, so one script can serve both);
 /// its three pipes to gacc; its own process group, so a timeout can end all it started.
 /// Callback processes and external tokenizers both start this way.
 pub(crate) fn callback_command<'a>(
     line: &[std::ffi::OsString],
     cwd: &std::path::Path,
     role: &str,
+    mode: Mode,
     passed: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> std::process::Command {
     use std::os::unix::process::CommandExt;
@@ -47,6 +49,13 @@ pub(crate) fn callback_command<'a>(
         }
     }
     command.envs(passed);
-    command.env("GACC_PROTOCOL", PROTOCOL).env("GACC_ROLE", role);
+    let mode = match mode {
+        Mode::Oneshot => "oneshot",
+        Mode::Persistent => "persistent",
+    };
+    command
+        .env("GACC_PROTOCOL", PROTOCOL)
+        .env("GACC_ROLE", role)
+        .env("GACC_MODE", mode);
     command
 }

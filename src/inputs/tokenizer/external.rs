@@ -121,7 +121,7 @@ impl External {
 
     fn start(&self) -> Result<Process, TokenizerError> {
         let line: Vec<std::ffi::OsString> = self.argv.iter().map(Into::into).collect();
-        let mut command = crate::protocol::callback_command(&line, &self.cwd, "tokenizer", []);
+        let mut command = crate::protocol::callback_command(&line, &self.cwd, "tokenizer", self.mode, []);
         let mut child = command
             .spawn()
             .map_err(|error| TokenizerError(format!("could not start `{}`: {error}", self.argv[0])))?;
