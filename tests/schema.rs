@@ -42,6 +42,7 @@ revision = "tiktoken 0.14.0"
 mode = "persistent"
 timeout = 30
 allow_unverified = true
+env = ["TIKTOKEN_CACHE_DIR"]
 
 [[dataset.sources]]
 id = "s1"

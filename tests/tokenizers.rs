@@ -117,3 +117,41 @@ fn a_tokenizer_that_crashes_is_a_clear_error() {
     assert!(stderr.contains("ended with exit status: 3"), "{stderr}");
     assert!(stderr.contains("stderr: no model here"), "{stderr}");
 }
+
+/// A tokenizer that, like an offline tiktoken, needs `TIKTOKEN_CACHE_DIR` to find its vocabulary.
+const NEEDS_ITS_CACHE: &str = "#!/bin/sh\nif [ ! -f \"$TIKTOKEN_CACHE_DIR/cl100k_base.tiktoken\" ]; then echo \"no vocabulary in '$TIKTOKEN_CACHE_DIR'\" >&2; exit 1; fi\nexec @GACC@ callback cl100k_base\n";
+
+#[test]
+fn an_external_tokenizer_is_given_the_variables_its_env_lists() {
+    let scratch = Scratch::new();
+    scratch.write("vocab/cl100k_base.tiktoken", "stand-in\n");
+    let vocab = scratch.path("vocab").display().to_string();
+    let manifest = with_tokenizer(
+        &scratch,
+        NEEDS_ITS_CACHE,
+        "mode = \"persistent\"\nenv = [\"TIKTOKEN_CACHE_DIR\"]",
+    );
+    let (status, folder, stderr) = scratch.run_with_env(manifest, &[], &[("TIKTOKEN_CACHE_DIR", &vocab)]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["tokenizer"]["identity_verified"], true);
+    // Without `env`, the variable is cleared like any other: the tokenizer cannot verify.
+    let manifest = with_tokenizer(&scratch, NEEDS_ITS_CACHE, "mode = \"persistent\"");
+    let (status, _, stderr) = scratch.run_with_env(manifest, &[], &[("TIKTOKEN_CACHE_DIR", &vocab)]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(stderr.contains("no vocabulary in ''"), "{stderr}");
+    // Listed but not set: refused before anything runs, naming the key.
+    let manifest = with_tokenizer(&scratch, NEEDS_ITS_CACHE, "env = [\"TIKTOKEN_CACHE_DIR\"]");
+    let output = scratch
+        .gacc()
+        .args(["validate", manifest])
+        .env_remove("TIKTOKEN_CACHE_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("key `tokenizer.env`") && stderr.contains("TIKTOKEN_CACHE_DIR"),
+        "{stderr}"
+    );
+}

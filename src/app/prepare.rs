@@ -44,8 +44,14 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
             None
         }
     };
-    for (key, _, spec) in loaded.manifest.callbacks() {
-        for name in &spec.env {
+    let tokenizer_env = [("tokenizer".to_owned(), &loaded.manifest.tokenizer.env)];
+    let callback_env = loaded
+        .manifest
+        .callbacks()
+        .into_iter()
+        .map(|(key, _, spec)| (key, &spec.env));
+    for (key, env) in tokenizer_env.into_iter().chain(callback_env) {
+        for name in env {
             if std::env::var_os(name).is_none() {
                 problems.push(Problem {
                     place: format!("{}: key `{key}.env`", loaded.path.display()),

@@ -59,3 +59,66 @@ pub(crate) fn callback_command<'a>(
         .env("GACC_MODE", mode);
     command
 }
+
+/// The shortest piece of a secret at either end of a text that is still redacted.
+const SECRET_PIECE: usize = 4;
+
+/// `text` with every secret's value replaced by `[redacted:NAME]`; a text that starts with the
+/// end of a secret, or ends with its start (a tail cut through it), has that piece redacted too.
+pub(crate) fn redact(text: &str, secrets: &[(String, String)]) -> String {
+    let mut secrets: Vec<&(String, String)> = secrets.iter().filter(|(_, v)| !v.is_empty()).collect();
+    // Longest first, so a secret containing another is replaced whole.
+    secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+    let mut text = text.to_owned();
+    for (name, value) in &secrets {
+        if text.contains(value.as_str()) {
+            text = text.replace(value.as_str(), &format!("[redacted:{name}]"));
+        }
+    }
+    for (name, value) in &secrets {
+        let marker = format!("[redacted:{name}]");
+        let cuts = || (1..value.len()).filter(|cut| value.is_char_boundary(*cut));
+        if let Some(cut) =
+            cuts().find(|cut| value.len() - cut >= SECRET_PIECE && text.starts_with(&value[*cut..]))
+        {
+            text.replace_range(..value.len() - cut, &marker);
+        }
+        if let Some(cut) = cuts()
+            .rev()
+            .find(|cut| *cut >= SECRET_PIECE && text.ends_with(&value[..*cut]))
+        {
+            let start = text.len() - cut;
+            text.replace_range(start.., &marker);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_whole_and_in_pieces_at_either_end() {
+        let secrets = vec![
+            ("KEY".to_owned(), "sk-0123456789".to_owned()),
+            ("LONGER".to_owned(), "sk-0123456789-extra".to_owned()),
+            ("EMPTY".to_owned(), String::new()),
+        ];
+        assert_eq!(
+            redact("using sk-0123456789 and sk-0123456789-extra", &secrets),
+            "using [redacted:KEY] and [redacted:LONGER]"
+        );
+        // A tail cut through a secret at its start, or a stream that ended inside one.
+        assert_eq!(
+            redact("456789-extra failed", &secrets),
+            "[redacted:LONGER] failed"
+        );
+        assert_eq!(redact("23456789 failed", &secrets), "[redacted:KEY] failed");
+        // Ambiguous pieces are named after the longest secret they may belong to.
+        assert_eq!(redact("key was sk-01234", &secrets), "key was [redacted:LONGER]");
+        // Pieces shorter than SECRET_PIECE are left alone.
+        assert_eq!(redact("789 apples", &secrets), "789 apples");
+        assert_eq!(redact("nothing to hide", &secrets), "nothing to hide");
+    }
+}

@@ -74,6 +74,10 @@ pub(crate) struct TokenizerSpec {
     pub mode: Mode,
     #[serde(default = "default_timeout")]
     pub timeout: Timeout,
+    /// Variables passed through to an external tokenizer (e.g. `TIKTOKEN_CACHE_DIR`, where an
+    /// offline tiktoken finds its vocabulary); all others are cleared, as for any callback.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// Run even when the tokenizer fails verification (the report says so).
     #[serde(default)]
     pub allow_unverified: bool,
@@ -91,6 +95,7 @@ impl Default for TokenizerSpec {
             revision: None,
             mode: Mode::Oneshot,
             timeout: default_timeout(),
+            env: Vec::new(),
             allow_unverified: false,
         }
     }

@@ -20,6 +20,8 @@ pub(crate) struct External {
     cwd: PathBuf,
     timeout: Duration,
     mode: Mode,
+    /// Passed-through variables (`[tokenizer] env`); their values are never written anywhere.
+    env: Vec<(String, String)>,
     identity: TokenizerIdentity,
     /// The running process in persistent mode.
     worker: Mutex<Option<Process>>,
@@ -92,8 +94,8 @@ impl External {
     pub(crate) fn new(
         argv: Vec<String>,
         cwd: PathBuf,
-        timeout: Duration,
-        mode: Mode,
+        (timeout, mode): (Duration, Mode),
+        env: Vec<(String, String)>,
         name: &str,
         revision: &str,
     ) -> External {
@@ -102,6 +104,7 @@ impl External {
             cwd,
             timeout,
             mode,
+            env,
             identity: TokenizerIdentity {
                 name: name.to_owned(),
                 revision: revision.to_owned(),
@@ -121,7 +124,13 @@ impl External {
 
     fn start(&self) -> Result<Process, TokenizerError> {
         let line: Vec<std::ffi::OsString> = self.argv.iter().map(Into::into).collect();
-        let mut command = crate::protocol::callback_command(&line, &self.cwd, "tokenizer", self.mode, []);
+        let mut command = crate::protocol::callback_command(
+            &line,
+            &self.cwd,
+            "tokenizer",
+            self.mode,
+            self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
         let mut child = command
             .spawn()
             .map_err(|error| TokenizerError(format!("could not start `{}`: {error}", self.argv[0])))?;
@@ -189,7 +198,11 @@ impl External {
                 } else {
                     String::new()
                 };
-                TokenizerError(format!("{reason}{post_mortem}"))
+                // What the tokenizer says is shown: never with a passed-through secret in it.
+                TokenizerError(crate::protocol::redact(
+                    &format!("{reason}{post_mortem}"),
+                    &self.env,
+                ))
             })
     }
 

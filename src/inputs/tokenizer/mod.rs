@@ -34,11 +34,16 @@ pub(crate) fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokeni
         argv[0] = program.display().to_string();
     }
     let revision = spec.revision.clone().unwrap_or_default();
+    let env = spec
+        .env
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+        .collect();
     let mut tokenizer = external::External::new(
         argv,
         folder.to_path_buf(),
-        spec.timeout.0,
-        spec.mode,
+        (spec.timeout.0, spec.mode),
+        env,
         &spec.name,
         &revision,
     );
