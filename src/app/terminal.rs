@@ -71,8 +71,9 @@ pub(super) fn summary(
                 .unwrap_or_default(),
             failure.reason
         ));
-        if let Some(line) = failure.stderr_tail.lines().rev().find(|l| !l.trim().is_empty()) {
-            out.push_str(&format!("         stderr: {line}\n"));
+        for (number, line) in informative_lines(&failure.stderr_tail).iter().enumerate() {
+            let label = if number == 0 { "stderr:" } else { "       " };
+            out.push_str(&format!("         {label} {line}\n"));
         }
     }
     if report.failures.len() > LISTED_FAILURES {
@@ -168,6 +169,51 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
         writeln!(stderr, "{line}")
     };
     let _ = stderr.flush();
+}
+
+/// How many lines of a failed call's stderr the terminal shows.
+const INFORMATIVE_LINES: usize = 4;
+
+/// The lines of a stderr tail that say what went wrong: a traceback's last frame (with its code
+/// line) and its exception, the lines that name an error (`Fatal Python error: …`,
+/// `ModuleNotFoundError: …`, `error: …`), else the last lines written.
+fn informative_lines(tail: &str) -> Vec<&str> {
+    let lines: Vec<&str> = tail
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let names_an_error = |line: &str| {
+        let line = line.trim_start();
+        let head = line.split(':').next().unwrap_or("");
+        line.starts_with("Fatal Python error")
+            || (line.contains(':')
+                && !head.contains(' ')
+                && ["Error", "Exception", "error", "panicked", "Interrupt", "Exit"]
+                    .iter()
+                    .any(|word| head.ends_with(word)))
+    };
+    let mut shown: Vec<&str> = Vec::new();
+    if let Some(start) = lines
+        .iter()
+        .rposition(|l| l.starts_with("Traceback (most recent call last)"))
+    {
+        let frames = &lines[start + 1..];
+        if let Some(frame) = frames.iter().rposition(|l| l.trim_start().starts_with("File \"")) {
+            shown.extend(&frames[frame..(frame + 2).min(frames.len())]);
+        }
+    }
+    for line in &lines {
+        if names_an_error(line) && !shown.contains(line) {
+            shown.push(line);
+        }
+    }
+    if shown.is_empty() {
+        shown = lines[lines.len().saturating_sub(2)..].to_vec();
+    }
+    let excess = shown.len().saturating_sub(INFORMATIVE_LINES);
+    shown.drain(..excess);
+    shown
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
@@ -291,4 +337,44 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         .with_target(false)
         .with_filter(terminal);
     let _ = tracing_subscriber::registry().with(trace).with(stderr).try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceback_shows_its_last_frame_and_its_exception() {
+        let tail = "loading model\nTraceback (most recent call last):\n  File \"/x/compress.py\", line 30, in <module>\n    main()\n  File \"/x/compress.py\", line 12, in main\n    import helpers\nModuleNotFoundError: No module named 'helpers'\n";
+        assert_eq!(
+            informative_lines(tail),
+            [
+                "  File \"/x/compress.py\", line 12, in main",
+                "    import helpers",
+                "ModuleNotFoundError: No module named 'helpers'"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fatal_interpreter_error_is_not_hidden_behind_its_last_line() {
+        let tail = "Python path configuration:\n  PYTHONHOME = (not set)\nFatal Python error: init_fs_encoding: failed to get the Python codec of the filesystem encoding\nPython runtime state: core initialized\nModuleNotFoundError: No module named 'encodings'\n\nCurrent thread 0x00007f (most recent call first):\n  <no Python frame>\n";
+        assert_eq!(
+            informative_lines(tail),
+            [
+                "Fatal Python error: init_fs_encoding: failed to get the Python codec of the filesystem encoding",
+                "ModuleNotFoundError: No module named 'encodings'"
+            ]
+        );
+    }
+
+    #[test]
+    fn other_programs_show_their_error_lines_or_their_last_lines() {
+        assert_eq!(
+            informative_lines("step 1\nerror: model server said no\nbye\n"),
+            ["error: model server said no"]
+        );
+        assert_eq!(informative_lines("a\nb\nc\n"), ["b", "c"]);
+        assert!(informative_lines("\n\n").is_empty());
+    }
 }
