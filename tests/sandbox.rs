@@ -476,6 +476,12 @@ json.dump({"memory": memory, "meta": {"sha256": hashlib.sha256(memory.encode()).
         ],
     );
     assert_eq!(status, 1, "{stderr}");
+    // The terminal says the sandbox did it, names the file and the line that grants it.
+    assert!(
+        stderr.contains("sandbox: the sandbox denied `models/keywords.txt`")
+            && stderr.contains(r#"add `sandbox = { read = ["models/"] }`"#),
+        "{stderr}"
+    );
     let report = read_json(&folder.join("report.json"));
     assert!(
         report["failures"][0]["stderr_tail"]

@@ -123,6 +123,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     phases.end("execute jobs");
 
     let (mut report, texts) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
+    let hints = denial_hints(&report.failures, &confinements, &sandboxing, &prepared);
     report.holdout = holdout;
     phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
@@ -179,7 +180,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         "identity_verified": report_json["tokenizer"]["identity_verified"],
     });
     Ok(Finished {
-        summary: summary(&report, &this_run, started.elapsed()),
+        summary: summary(&report, &this_run, &hints, started.elapsed()),
         summary_json,
         failures,
         cancelled,
@@ -217,6 +218,30 @@ fn cache_shown(prepared: &Prepared) -> String {
         Some(path) => path.display().to_string(),
         None => ".gacc/cache".into(),
     }
+}
+
+/// Per failure, what its sandbox denied, when its callback ran sandboxed and its stderr says.
+fn denial_hints(
+    failures: &[crate::store::ledger::FailureRow],
+    confinements: &Confinements,
+    sandboxing: &Sandboxing,
+    prepared: &Prepared,
+) -> Vec<Option<String>> {
+    let sandboxed = |name: &str| confinements.iter().any(|(_, n, c)| n == name && c.sandboxed());
+    failures
+        .iter()
+        .map(|failure| {
+            sandboxed(&failure.callback)
+                .then(|| {
+                    sandbox::denial_hint(
+                        &failure.stderr_tail,
+                        sandboxing.protected(),
+                        &prepared.loaded.folder,
+                    )
+                })
+                .flatten()
+        })
+        .collect()
 }
 
 /// `report.md`'s view: the template of `--templates`, else `templates/report.md.j2` in the

@@ -18,9 +18,12 @@ use crate::runner::{self, Progress};
 /// How many failures the terminal summary lists; report.md lists them all.
 const LISTED_FAILURES: usize = 10;
 
+/// The terminal's summary of a run; `hints` says, per failure in the report's order, what its
+/// sandbox denied (when it can tell).
 pub(super) fn summary(
     report: &report::Report,
     this_run: &BTreeMap<Role, runner::CallCounts>,
+    hints: &[Option<String>],
     elapsed: Duration,
 ) -> String {
     let mut out = String::new();
@@ -58,7 +61,7 @@ pub(super) fn summary(
             "NOT verified"
         }
     ));
-    for failure in report.failures.iter().take(LISTED_FAILURES) {
+    for (number, failure) in report.failures.iter().enumerate().take(LISTED_FAILURES) {
         out.push_str(&format!(
             "  FAILED {} {} ({}{}): {}\n",
             failure.stage,
@@ -71,9 +74,12 @@ pub(super) fn summary(
                 .unwrap_or_default(),
             failure.reason
         ));
-        for (number, line) in informative_lines(&failure.stderr_tail).iter().enumerate() {
-            let label = if number == 0 { "stderr:" } else { "       " };
+        for (line_number, line) in informative_lines(&failure.stderr_tail).iter().enumerate() {
+            let label = if line_number == 0 { "stderr:" } else { "       " };
             out.push_str(&format!("         {label} {line}\n"));
+        }
+        if let Some(Some(hint)) = hints.get(number) {
+            out.push_str(&format!("         sandbox: {hint}\n"));
         }
     }
     if report.failures.len() > LISTED_FAILURES {
