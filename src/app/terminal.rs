@@ -205,7 +205,15 @@ fn informative_lines(tail: &str) -> Vec<&str> {
         .rposition(|l| l.starts_with("Traceback (most recent call last)"))
     {
         let frames = &lines[start + 1..];
-        if let Some(frame) = frames.iter().rposition(|l| l.trim_start().starts_with("File \"")) {
+        // The last frame in the callback's own code, else the last frame (the interpreter's
+        // library says less about what went wrong).
+        let is_frame = |l: &&str| l.trim_start().starts_with("File \"");
+        let own = |l: &&str| is_frame(l) && !l.contains("/lib/python");
+        if let Some(frame) = frames
+            .iter()
+            .rposition(own)
+            .or_else(|| frames.iter().rposition(is_frame))
+        {
             shown.extend(&frames[frame..(frame + 2).min(frames.len())]);
         }
     }
@@ -359,6 +367,15 @@ mod tests {
                 "    import helpers",
                 "ModuleNotFoundError: No module named 'helpers'"
             ]
+        );
+    }
+
+    #[test]
+    fn the_frame_shown_is_the_callbacks_own_not_the_librarys() {
+        let tail = "Traceback (most recent call last):\n  File \"/x/k.py\", line 2, in <module>\n    keywords = pathlib.Path(\"m.txt\").read_text()\n  File \"/usr/lib/python3.11/pathlib.py\", line 1044, in open\n    return io.open(self)\nPermissionError: [Errno 13] Permission denied: 'm.txt'\n";
+        assert_eq!(
+            informative_lines(tail)[0],
+            "  File \"/x/k.py\", line 2, in <module>"
         );
     }
 
