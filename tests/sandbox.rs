@@ -698,3 +698,41 @@ fn a_killed_runs_scratch_folders_are_swept_by_the_next_run() {
     assert_eq!(status, 0, "{stderr}");
     assert!(roots().is_empty(), "swept: {:?}", roots());
 }
+
+#[test]
+fn a_script_imports_the_modules_beside_it_but_not_the_experiments_files() {
+    require_landlock!();
+    if !std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::new();
+    // Beside the manifest, like `gacc init` lays it out: the dataset's folder is there too.
+    scratch.write("experiments/helpers.py", "def keep(context, goal):\n    return '\\n'.join(l for l in context.splitlines() if goal and goal.split()[-1] in l)\n");
+    scratch.write(
+        "experiments/compress.py",
+        "import json, sys\nimport helpers\nrequest = json.load(sys.stdin)\ntry:\n    open('data/fixture.jsonl').read()\n    print('the dataset was READABLE', file=sys.stderr)\nexcept PermissionError:\n    print('the dataset was denied', file=sys.stderr)\njson.dump({'memory': helpers.keep(request['context'], request['goal'])}, sys.stdout)\n",
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
+            "[compressors.goal-line]\ncommand = [\"python3\", \"compress.py\"]",
+        );
+    scratch.write("experiments/siblings.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/siblings.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(
+        report["holdout"]["compressor"]["callbacks"]["compressors.goal-line"]["sandbox"],
+        "landlock"
+    );
+    // The same memories as the built-in goal-line keeps, so the same Micro.
+    assert_eq!(report["cells"][0]["micro"]["mean"].as_f64().unwrap(), 2.0 / 3.0);
+    assert!(probes_in_trace(&folder, "the dataset was denied"));
+    assert!(!probes_in_trace(&folder, "READABLE"));
+}

@@ -40,7 +40,7 @@ pub const SANDBOX_EXEC: &str = "sandbox-exec";
 /// The exit status of a process that could not enter its sandbox or start its program.
 pub(crate) const SANDBOX_EXEC_FAILED: u8 = 125;
 
-/// `gacc sandbox-exec [--read PATH]... [--write PATH]... [--no-network] (-- ARGV... |
+/// `gacc sandbox-exec [--read PATH]... [--list PATH]... [--write PATH]... [--no-network] (-- ARGV... |
 /// --builtin NAME)`: enters a Landlock domain with those rules (and the system's), then execs
 /// ARGV or serves the built-in NAME. It runs as a fresh small process started with
 /// `posix_spawn`, which costs far less than forking a large gacc to apply the rules between
@@ -59,6 +59,7 @@ pub(crate) fn exec(args: &[OsString]) -> u8 {
         match rest.next().and_then(|a| a.to_str()) {
             Some("--read") => grants.read.extend(rest.next().map(PathBuf::from)),
             Some("--write") => grants.write.extend(rest.next().map(PathBuf::from)),
+            Some("--list") => grants.list.extend(rest.next().map(PathBuf::from)),
             Some("--no-network") => grants.network = false,
             Some("--builtin") => match rest.next().and_then(|a| a.to_str()) {
                 Some(name) => break Target::Builtin(name.to_owned()),
@@ -146,7 +147,8 @@ mod landlock_rules {
             .chain(DEVICES.iter().map(|path| (path, device)))
             .filter_map(|(path, access)| rule(Path::new(path), access).ok());
         let mut own = Vec::new();
-        for (paths, access) in [(&grants.read, read), (&grants.write, all)] {
+        let list = BitFlags::from(AccessFs::ReadDir);
+        for (paths, access) in [(&grants.read, read), (&grants.list, list), (&grants.write, all)] {
             for path in paths {
                 own.push(rule(path, access).map_err(|error| format!("{}: {error}", path.display()))?);
             }

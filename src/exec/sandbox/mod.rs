@@ -217,6 +217,27 @@ impl Protected {
     }
 }
 
+/// The most entries beside a script that are granted one by one.
+const MAX_SIBLINGS: usize = 256;
+
+/// The files and folders beside `script` that hold none of the experiment's files: what a
+/// script imports from its own folder (`import helpers`), never the manifest or the dataset
+/// that may lie there too.
+fn siblings(script: &Path, protected: &Protected) -> Vec<PathBuf> {
+    let Some(folder) = script.parent() else {
+        return Vec::new();
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(folder)
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    entries.sort();
+    entries
+        .into_iter()
+        .filter(|path| path != script && protected.exposed_by(path).is_none())
+        .take(MAX_SIBLINGS)
+        .collect()
+}
+
 /// The folder a glob pattern searches: its path up to the first component with a wildcard.
 fn glob_base(pattern: &Path) -> PathBuf {
     pattern
@@ -284,6 +305,9 @@ pub(crate) struct Grants {
     pub read: Vec<PathBuf>,
     /// Read, write, create and remove.
     pub write: Vec<PathBuf>,
+    /// List only (the names in a folder, not what its files hold): a script's own folder, so
+    /// an interpreter can find the modules beside it.
+    pub list: Vec<PathBuf>,
     pub network: bool,
 }
 
@@ -436,7 +460,8 @@ fn grants(
         {
             out.read.push(installation);
         }
-        // Arguments naming files (an interpreter's script): readable, unless the experiment's.
+        // Arguments naming files (an interpreter's script): readable, unless the experiment's;
+        // and what lies beside a script (the modules it imports), but for the experiment's files.
         for argument in &argv[1..] {
             let path = folder.join(argument);
             if !path.is_file() {
@@ -446,7 +471,11 @@ fn grants(
                 Some(what) => problems.push(format!(
                     "the argument `{argument}` names {what}, which a sandboxed callback cannot read"
                 )),
-                None => out.read.push(path),
+                None => {
+                    out.read.extend(siblings(&path, protected));
+                    out.list.extend(path.parent().map(Path::to_path_buf));
+                    out.read.push(path);
+                }
             }
         }
     }
@@ -487,6 +516,7 @@ impl Policy {
         serde_json::json!({
             "read": self.grants.read,
             "write": self.grants.write,
+            "list": self.grants.list,
             "network": self.grants.network,
             "builtin": self.builtin,
         })
@@ -512,6 +542,7 @@ impl Policy {
             grants: Grants {
                 read: paths("read"),
                 write: paths("write"),
+                list: paths("list"),
                 network: description["network"].as_bool().unwrap_or(false),
             },
             scratch: Arc::new(scratch),
@@ -527,6 +558,9 @@ impl Policy {
         let mut line: Vec<OsString> = vec![self.gacc.clone().into(), SANDBOX_EXEC.into()];
         for path in &self.grants.read {
             line.extend(["--read".into(), path.clone().into()]);
+        }
+        for path in &self.grants.list {
+            line.extend(["--list".into(), path.clone().into()]);
         }
         for path in self.grants.write.iter().chain([&path]) {
             line.extend(["--write".into(), path.clone().into()]);
