@@ -455,10 +455,12 @@ fn grants(
         out.read.push(gacc);
     }
     if !builtin {
-        if let Some(installation) = installation(&program)
-            && protected.exposed_by(&installation).is_none()
-        {
-            out.read.push(installation);
+        // The installation of every hop of the program's symlinks (a venv's python links to
+        // pyenv's, uv's or Homebrew's), and the one a venv's pyvenv.cfg names as its home.
+        for installation in interpreter_installations(&program) {
+            if protected.exposed_by(&installation).is_none() {
+                out.read.push(installation);
+            }
         }
         // Arguments naming files (an interpreter's script): readable, unless the experiment's;
         // and what lies beside a script (the modules it imports), but for the experiment's files.
@@ -487,6 +489,42 @@ fn grants(
 }
 
 /// The installation a program belongs to: the parent of its `bin`, `sbin` or `shims` folder,
+/// The most symlinks followed from a program to the file it runs.
+const MAX_LINKS: usize = 16;
+
+/// Where a program really lives: the installation of each hop of its symlink chain, and for a
+/// virtual environment (its `pyvenv.cfg`: venv, virtualenv, uv, poetry) the installation its
+/// `home` names.
+fn interpreter_installations(program: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut hop = program.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        found.extend(installation(&hop));
+        let Ok(target) = std::fs::read_link(&hop) else {
+            break;
+        };
+        hop = hop.parent().unwrap_or(Path::new("/")).join(target);
+    }
+    for venv in found.clone() {
+        let Ok(config) = std::fs::read_to_string(venv.join("pyvenv.cfg")) else {
+            continue;
+        };
+        for line in config.lines() {
+            let (key, value) = line.split_once('=').unwrap_or((line, ""));
+            let path = PathBuf::from(value.trim());
+            match key.trim() {
+                // The folder of the base interpreter (`…/bin`).
+                "home" => found.extend(installation(&path.join("python"))),
+                "executable" | "base-executable" => found.extend(installation(&path)),
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
 /// never `/` or the home folder.
 fn installation(program: &Path) -> Option<PathBuf> {
     let folder = program.parent()?;
