@@ -736,3 +736,48 @@ fn a_script_imports_the_modules_beside_it_but_not_the_experiments_files() {
     assert!(probes_in_trace(&folder, "the dataset was denied"));
     assert!(!probes_in_trace(&folder, "READABLE"));
 }
+
+#[test]
+fn a_compressor_from_a_venv_beside_the_manifest_runs_sandboxed_with_no_read_line() {
+    require_landlock!();
+    let scratch = Scratch::new();
+    let venv = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(scratch.path("experiments/.venv"))
+        .output();
+    if !venv.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: python3 -m venv is not available");
+        return;
+    }
+    let helper =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
+    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    let manifest = std::fs::read_to_string(scratch.path("experiments/python-example.toml"))
+        .unwrap()
+        .replace("command = [\"python3\",", "command = [\".venv/bin/python\",")
+        .replace("sandbox = { read = [\"../python/\"] }", "");
+    assert!(
+        manifest.contains(".venv/bin/python") && !manifest.contains("read ="),
+        "{manifest}"
+    );
+    scratch.write("experiments/venv.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/venv.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(
+        report["holdout"]["compressor"]["callbacks"]["compressors.goal-sentences"]["sandbox"],
+        "landlock"
+    );
+    // The same results as the system interpreter unsandboxed.
+    let (status, plain, stderr) = scratch.run(
+        "experiments/python-example.toml",
+        &[
+            "--set",
+            "compressors.goal-sentences.sandbox=false",
+            "--set",
+            "run.cache=\"cache-plain\"",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
+}

@@ -1,6 +1,6 @@
 //! `gacc init [DIR]`: a new experiment a user can run at once and then edit: a commented
 //! manifest (with its JSON Schema for editors), a small dataset in the right format, a Python
-//! compressor and a README line.
+//! compressor on the helper (a copy of `python/gacc_callback.py` beside it) and a README line.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +17,7 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../templates/init/sources.jsonl"),
     ),
     ("compress.py", include_str!("../../templates/init/compress.py")),
+    ("gacc_callback.py", include_str!("../../python/gacc_callback.py")),
     ("README.md", include_str!("../../templates/init/README.md")),
 ];
 

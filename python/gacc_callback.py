@@ -1,0 +1,214 @@
+"""Write gacc/1 callbacks in Python: a decorator, and `serve()`.
+
+    from gacc_callback import compressor, serve
+
+    @compressor
+    def compress(context, goal, token_budget, **_):
+        return context[: token_budget * 4]      # or {"memory": ..., "usage": usage(...)}
+
+    if __name__ == "__main__":
+        serve()
+
+`serve()` speaks the protocol in the mode gacc asks for (`GACC_MODE`: one request on stdin,
+or one per line), calls the decorated function with the request's fields as keyword arguments
+(it takes those it names; `**_` takes the rest), and writes its reply. A function may return
+the role's one field (the memory, the answer, the verdict) or a whole response object.
+
+- The reply channel is protected at the file-descriptor level: before anything runs, fd 1 is
+  moved to stderr and a private copy kept for replies, so `print()`, `os.write(1, ...)` and C
+  libraries that write to stdout land in the callback's log, never in the protocol.
+- An exception becomes `{"error": "Type: message", "retryable": false}` (its traceback goes to
+  stderr); raise `Retryable` for a transient failure that gacc should retry.
+- `@setup` functions run once per process, before the first request (load a model once).
+- `python -m gacc_callback try script.py --role compressor --context FILE --goal "..."
+  --budget 200` calls a script's function by hand and prints the reply.
+
+Standard library only: copy this file beside your script, or `pip install ./python`.
+"""
+
+import argparse
+import inspect
+import json
+import os
+import runpy
+import sys
+import traceback
+
+__all__ = [
+    "PROTOCOL",
+    "Retryable",
+    "compressor",
+    "reader",
+    "judge",
+    "tokenizer",
+    "setup",
+    "usage",
+    "serve",
+]
+
+PROTOCOL = "gacc/1"
+
+# The field a role's function may return alone.
+_FIELD = {"compressor": "memory", "reader": "answer", "judge": "correct"}
+
+_handlers = {}
+_setups = []
+_ready = False
+
+
+class Retryable(Exception):
+    """A transient failure (a busy server, a lost connection): gacc retries the call."""
+
+
+def _register(role):
+    def decorate(function):
+        _handlers[role] = function
+        return function
+
+    return decorate
+
+
+compressor = _register("compressor")
+reader = _register("reader")
+judge = _register("judge")
+tokenizer = _register("tokenizer")
+
+
+def setup(function):
+    """Runs `function()` once per process, before its first request."""
+    _setups.append(function)
+    return function
+
+
+def usage(input_tokens=0, output_tokens=0, cost_usd=0.0):
+    """A response's `usage`: what the call cost, summed in gacc's report."""
+    return {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens), "cost_usd": float(cost_usd)}
+
+
+def _role():
+    role = os.environ.get("GACC_ROLE")
+    if role in _handlers:
+        return role
+    if role is None and len(_handlers) == 1:
+        return next(iter(_handlers))
+    known = ", ".join(sorted(_handlers)) or "none"
+    raise RuntimeError(f"no function for role {role!r} (decorated: {known})")
+
+
+def _arguments(function, request):
+    """The request's fields the function takes (all of them when it has **kwargs)."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(request)
+    names = {p.name for p in parameters}
+    return {name: value for name, value in request.items() if name in names}
+
+
+def _respond(role, request):
+    """The reply to one request: the function's answer, or the error it raised."""
+    global _ready
+    try:
+        if not _ready:
+            for function in _setups:
+                function()
+            _ready = True
+        function = _handlers[role]
+        result = function(**_arguments(function, request))
+        if isinstance(result, dict):
+            return result
+        if role in _FIELD:
+            return {_FIELD[role]: result}
+        raise TypeError(f"a {role} function returns a response object, not {type(result).__name__}")
+    except Retryable as error:
+        traceback.print_exc(file=sys.stderr)
+        return {"error": f"{error}", "retryable": True}
+    except Exception as error:  # every failure is explained, never a broken reply
+        traceback.print_exc(file=sys.stderr)
+        return {"error": f"{type(error).__name__}: {error}", "retryable": False}
+
+
+def _reply_channel():
+    """Moves fd 1 to stderr and keeps a private copy of it for replies."""
+    sys.stdout.flush()
+    private = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(private, "w", encoding="utf-8")
+
+
+def serve():
+    """Answers gacc's requests on stdin, in the mode gacc asks for; returns the exit status."""
+    replies = _reply_channel()
+    role = _role()
+    status = 0
+
+    def answer(text):
+        nonlocal status
+        try:
+            request = json.loads(text)
+        except ValueError as error:
+            reply = {"error": f"the request is not JSON: {error}", "retryable": False}
+        else:
+            reply = _respond(role, request)
+        if "error" in reply:
+            status = 1
+        replies.write(json.dumps(reply, ensure_ascii=False) + "\n")
+        replies.flush()
+
+    if os.environ.get("GACC_MODE") == "persistent":
+        for line in sys.stdin:
+            if line.strip():
+                answer(line)
+    else:
+        answer(sys.stdin.read())
+    return status
+
+
+def _try(argv):
+    """`python -m gacc_callback try SCRIPT ...`: one request to a script's function, by hand."""
+    parser = argparse.ArgumentParser(prog="python -m gacc_callback try")
+    parser.add_argument("script")
+    parser.add_argument("--role", default="compressor", choices=sorted(_FIELD) + ["tokenizer"])
+    parser.add_argument("--context", help="a file whose text is the compressor's context")
+    parser.add_argument("--goal")
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--memory", help="a file whose text is the reader's memory")
+    parser.add_argument("--question")
+    parser.add_argument("--reference")
+    parser.add_argument("--answer")
+    parser.add_argument("--source", help="a file whose text is the judge's source")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--params", default="{}", help="params as JSON")
+    options = parser.parse_args(argv)
+    replies = _reply_channel()  # what the script prints goes to stderr, as under gacc
+    read = lambda path: open(path, encoding="utf-8").read() if path else ""
+    request = {"protocol": PROTOCOL, "role": options.role, "seed": options.seed, "params": json.loads(options.params)}
+    if options.role == "compressor":
+        request.update(context=read(options.context), goal=options.goal, token_budget=options.budget)
+    elif options.role == "reader":
+        request.update(memory=read(options.memory), question=options.question or "")
+    elif options.role == "judge":
+        request.update(
+            source=read(options.source),
+            question=options.question or "",
+            reference=options.reference or "",
+            answer=options.answer or "",
+        )
+    # The script's `import gacc_callback` is this module, so its decorators register here; its
+    # folder is importable, as when gacc runs it.
+    sys.modules["gacc_callback"] = sys.modules[__name__]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(options.script)))
+    runpy.run_path(options.script, run_name="gacc_callback_try")
+    if options.role not in _handlers:
+        print(f"{options.script} decorates no {options.role} function", file=sys.stderr)
+        return 2
+    reply = _respond(options.role, request)
+    replies.write(json.dumps(reply, ensure_ascii=False, indent=2) + "\n")
+    replies.flush()
+    return 1 if "error" in reply else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["try"]:
+        sys.exit(_try(sys.argv[2:]))
+    print("usage: python -m gacc_callback try SCRIPT --role ROLE ... (see the module's doc)", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,141 @@
+"""The helper's own tests: each runs a small callback script as gacc would, in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gacc_callback.py")
+
+
+class Callback:
+    """A script written into a scratch folder beside a copy of the helper."""
+
+    def __init__(self, body):
+        self.folder = tempfile.mkdtemp(prefix="gacc-helper-")
+        with open(HELPER, encoding="utf-8") as source, open(os.path.join(self.folder, "gacc_callback.py"), "w", encoding="utf-8") as copy:
+            copy.write(source.read())
+        self.script = os.path.join(self.folder, "callback.py")
+        with open(self.script, "w", encoding="utf-8") as script:
+            script.write(textwrap.dedent(body))
+
+    def run(self, requests, mode="oneshot", role="compressor"):
+        """Sends the requests as gacc does; returns (replies, stderr, status)."""
+        env = {"PATH": os.environ.get("PATH", ""), "GACC_PROTOCOL": "gacc/1", "GACC_ROLE": role, "GACC_MODE": mode}
+        text = "".join(json.dumps(r) + "\n" for r in requests) if mode == "persistent" else json.dumps(requests[0])
+        done = subprocess.run([sys.executable, self.script], input=text, capture_output=True, text=True, env=env, cwd=self.folder, timeout=60)
+        replies = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        return replies, done.stderr, done.returncode
+
+
+COMPRESSOR = """
+    import os
+    from gacc_callback import compressor, serve, setup, usage
+
+    calls = []
+
+    @setup
+    def load():
+        calls.append("setup")
+        print("loading the model")            # to the log, not the protocol
+        os.write(1, b"a C library writing to fd 1\\n")
+
+    @compressor
+    def compress(context, goal, token_budget, **_):
+        print("compressing", goal)
+        os.write(1, b"more noise on fd 1\\n")
+        kept = [line for line in context.splitlines() if goal and goal in line]
+        return {"memory": "\\n".join(kept), "usage": usage(len(context), 3), "meta": {"setups": calls.count("setup")}}
+
+    if __name__ == "__main__":
+        raise SystemExit(serve())
+"""
+
+
+def request(goal, context="a ferry\nthe tide\na ferry pier"):
+    return {"protocol": "gacc/1", "role": "compressor", "context": context, "goal": goal, "token_budget": 5, "seed": 0, "params": {}}
+
+
+class OneshotAndPersistent(unittest.TestCase):
+    def test_oneshot_answers_one_request_and_stdout_noise_goes_to_the_log(self):
+        replies, stderr, status = Callback(COMPRESSOR).run([request("ferry")])
+        self.assertEqual(status, 0, stderr)
+        self.assertEqual(len(replies), 1)
+        self.assertEqual(replies[0]["memory"], "a ferry\na ferry pier")
+        self.assertEqual(replies[0]["usage"], {"input_tokens": 29, "output_tokens": 3, "cost_usd": 0.0})
+        for noise in ["loading the model", "a C library writing to fd 1", "compressing ferry", "more noise on fd 1"]:
+            self.assertIn(noise, stderr)
+
+    def test_persistent_answers_each_line_in_order_with_one_setup(self):
+        replies, stderr, status = Callback(COMPRESSOR).run([request("ferry"), request("tide"), request(None)], mode="persistent")
+        self.assertEqual(status, 0, stderr)
+        self.assertEqual([r["memory"] for r in replies], ["a ferry\na ferry pier", "the tide", ""])
+        self.assertEqual({r["meta"]["setups"] for r in replies}, {1})
+
+
+class Failures(unittest.TestCase):
+    SCRIPT = """
+        from gacc_callback import Retryable, reader, serve
+
+        @reader
+        def read(memory, question, **_):
+            if "busy" in question:
+                raise Retryable("the model server is busy")
+            if "boom" in question:
+                raise ValueError("no such field")
+            return memory.upper()
+
+        if __name__ == "__main__":
+            raise SystemExit(serve())
+    """
+
+    def ask(self, question, mode="oneshot"):
+        item = {"protocol": "gacc/1", "role": "reader", "memory": "blue", "question": question, "seed": 0, "params": {}}
+        return Callback(self.SCRIPT).run([item], mode=mode, role="reader")
+
+    def test_a_returned_value_is_the_roles_field(self):
+        replies, _, status = self.ask("what colour?")
+        self.assertEqual((replies, status), ([{"answer": "BLUE"}], 0))
+
+    def test_an_exception_is_an_explained_failure_with_its_traceback_in_the_log(self):
+        replies, stderr, status = self.ask("boom")
+        self.assertEqual(replies, [{"error": "ValueError: no such field", "retryable": False}])
+        self.assertEqual(status, 1)
+        self.assertIn("Traceback", stderr)
+
+    def test_retryable_asks_for_a_retry_and_a_persistent_worker_serves_on(self):
+        replies, _, _ = self.ask("busy")
+        self.assertEqual(replies, [{"error": "the model server is busy", "retryable": True}])
+        callback = Callback(self.SCRIPT)
+        items = [{"protocol": "gacc/1", "role": "reader", "memory": "m", "question": q, "seed": 0, "params": {}} for q in ["boom", "ok"]]
+        replies, _, _ = callback.run(items, mode="persistent", role="reader")
+        self.assertEqual(replies[1], {"answer": "M"})
+
+    def test_a_request_that_is_not_json_is_answered_with_an_error(self):
+        callback = Callback(self.SCRIPT)
+        env = {"PATH": os.environ.get("PATH", ""), "GACC_ROLE": "reader", "GACC_MODE": "oneshot"}
+        done = subprocess.run([sys.executable, callback.script], input="{not json", capture_output=True, text=True, env=env, cwd=callback.folder, timeout=60)
+        reply = json.loads(done.stdout)
+        self.assertFalse(reply["retryable"])
+        self.assertIn("not JSON", reply["error"])
+
+
+class TryByHand(unittest.TestCase):
+    def test_try_calls_a_scripts_function_and_prints_its_reply(self):
+        callback = Callback(COMPRESSOR)
+        context = os.path.join(callback.folder, "source.txt")
+        with open(context, "w", encoding="utf-8") as file:
+            file.write("one ferry\ntwo\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "gacc_callback", "try", callback.script, "--role", "compressor", "--context", context, "--goal", "ferry", "--budget", "20"],
+            capture_output=True, text=True, cwd=callback.folder, timeout=60,
+        )
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads(done.stdout)["memory"], "one ferry")
+
+
+if __name__ == "__main__":
+    unittest.main()
