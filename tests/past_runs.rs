@@ -236,12 +236,12 @@ fn init_makes_an_experiment_that_runs_at_once_and_never_overwrites() {
     };
     assert!(micro("keyword-sentences", "own-goal") > micro("keyword-sentences", "no-goal"));
 
-    std::fs::write(scratch.path("My Study/compress.py"), "# mine\n").unwrap();
+    std::fs::write(scratch.path("My Study/callbacks/compress.py"), "# mine\n").unwrap();
     let again = scratch.gacc().args(["init", "My Study"]).output().unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("does not overwrite"));
     assert_eq!(
-        std::fs::read_to_string(scratch.path("My Study/compress.py")).unwrap(),
+        std::fs::read_to_string(scratch.path("My Study/callbacks/compress.py")).unwrap(),
         "# mine\n"
     );
 }

@@ -711,17 +711,17 @@ fn a_script_imports_the_modules_beside_it_but_not_the_experiments_files() {
         return;
     }
     let scratch = Scratch::new();
-    // Beside the manifest, like `gacc init` lays it out: the dataset's folder is there too.
-    scratch.write("experiments/helpers.py", "def keep(context, goal):\n    return '\\n'.join(l for l in context.splitlines() if goal and goal.split()[-1] in l)\n");
+    // In a folder of their own, as `gacc init` lays them out; the dataset is a folder up.
+    scratch.write("experiments/callbacks/helpers.py", "def keep(context, goal):\n    return '\\n'.join(l for l in context.splitlines() if goal and goal.split()[-1] in l)\n");
     scratch.write(
-        "experiments/compress.py",
+        "experiments/callbacks/compress.py",
         "import json, sys\nimport helpers\nrequest = json.load(sys.stdin)\ntry:\n    open('data/fixture.jsonl').read()\n    print('the dataset was READABLE', file=sys.stderr)\nexcept PermissionError:\n    print('the dataset was denied', file=sys.stderr)\njson.dump({'memory': helpers.keep(request['context'], request['goal'])}, sys.stdout)\n",
     );
     let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
         .unwrap()
         .replace(
             "[compressors.goal-line]\nbuiltin = \"goal-line\"",
-            "[compressors.goal-line]\ncommand = [\"python3\", \"compress.py\"]",
+            "[compressors.goal-line]\ncommand = [\"python3\", \"callbacks/compress.py\"]",
         );
     scratch.write("experiments/siblings.toml", &manifest);
     let (status, folder, stderr) = scratch.run("experiments/siblings.toml", &[]);
@@ -780,4 +780,57 @@ fn a_compressor_from_a_venv_beside_the_manifest_runs_sandboxed_with_no_read_line
     );
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
+}
+
+#[test]
+fn a_shebang_script_runs_on_the_interpreter_its_first_line_finds() {
+    require_landlock!();
+    if !python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::new();
+    let helper =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
+    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    // goal_sentences.py starts `#!/usr/bin/env python3`: run it as a program.
+    let script = scratch.path("experiments/callbacks/goal_sentences.py");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let manifest = std::fs::read_to_string(scratch.path("experiments/python-example.toml"))
+        .unwrap()
+        .replace(
+            "command = [\"python3\", \"callbacks/goal_sentences.py\"]",
+            "command = [\"callbacks/goal_sentences.py\"]",
+        )
+        .replace("sandbox = { read = [\"../python/\"] }", "");
+    assert!(
+        manifest.contains("command = [\"callbacks/goal_sentences.py\"]"),
+        "{manifest}"
+    );
+    scratch.write("experiments/shebang.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/shebang.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(
+        report["holdout"]["compressor"]["callbacks"]["compressors.goal-sentences"]["sandbox"],
+        "landlock"
+    );
+    let (status, plain, stderr) = scratch.run(
+        "experiments/python-example.toml",
+        &[
+            "--set",
+            "compressors.goal-sentences.sandbox=false",
+            "--set",
+            "run.cache=\"cache-plain\"",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
+}
+
+fn python3_on_path() -> bool {
+    std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }

@@ -16,8 +16,14 @@ const FILES: &[(&str, &str)] = &[
         "data/sources.jsonl",
         include_str!("../../templates/init/sources.jsonl"),
     ),
-    ("compress.py", include_str!("../../templates/init/compress.py")),
-    ("gacc_callback.py", include_str!("../../python/gacc_callback.py")),
+    (
+        "callbacks/compress.py",
+        include_str!("../../templates/init/compress.py"),
+    ),
+    (
+        "callbacks/gacc_callback.py",
+        include_str!("../../python/gacc_callback.py"),
+    ),
     ("README.md", include_str!("../../templates/init/README.md")),
 ];
 
@@ -58,7 +64,7 @@ pub(crate) fn init(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let schema = folder.join(SCHEMA);
     crate::files::write(&schema, super::schema_text(super::Schema::Manifest).as_bytes())?;
     written.push(schema);
-    let script = folder.join("compress.py");
+    let script = folder.join("callbacks/compress.py");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).map_err(io(&script))?;
     Ok(written)

@@ -217,6 +217,17 @@ impl Protected {
     }
 }
 
+/// A script's folder, to list (an interpreter finds its modules by listing), unless it holds
+/// any of the experiment's files: then not even their names are shown, and only what the
+/// script opens by name beside it is readable.
+fn listable_folder(script: &Path, protected: &Protected) -> Option<PathBuf> {
+    let folder = script.parent()?;
+    protected
+        .exposed_by(folder)
+        .is_none()
+        .then(|| folder.to_path_buf())
+}
+
 /// The most entries beside a script that are granted one by one.
 const MAX_SIBLINGS: usize = 256;
 
@@ -457,7 +468,19 @@ fn grants(
     if !builtin {
         // The installation of every hop of the program's symlinks (a venv's python links to
         // pyenv's, uv's or Homebrew's), and the one a venv's pyvenv.cfg names as its home.
-        for installation in interpreter_installations(&program) {
+        let shebang = shebang_interpreter(&program);
+        // A program that is a script: what lies beside it is its modules, as for an argument.
+        if shebang.is_some() && protected.exposed_by(&program).is_none() {
+            out.read.extend(siblings(&folder.join(&program), protected));
+            out.list
+                .extend(listable_folder(&folder.join(&program), protected));
+        }
+        let interpreters = [Some(program.clone()), shebang];
+        for installation in interpreters
+            .iter()
+            .flatten()
+            .flat_map(|p| interpreter_installations(p))
+        {
             if protected.exposed_by(&installation).is_none() {
                 out.read.push(installation);
             }
@@ -475,7 +498,7 @@ fn grants(
                 )),
                 None => {
                     out.read.extend(siblings(&path, protected));
-                    out.list.extend(path.parent().map(Path::to_path_buf));
+                    out.list.extend(listable_folder(&path, protected));
                     out.read.push(path);
                 }
             }
@@ -489,6 +512,25 @@ fn grants(
 }
 
 /// The installation a program belongs to: the parent of its `bin`, `sbin` or `shims` folder,
+/// The interpreter a script's `#!` line runs: its path, or for `#!/usr/bin/env NAME` the
+/// program NAME is on PATH (the callback's PATH is gacc's).
+fn shebang_interpreter(script: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = std::str::from_utf8(&head[..read]).ok()?.lines().next()?;
+    let mut words = line.strip_prefix("#!")?.split_whitespace();
+    let interpreter = PathBuf::from(words.next()?);
+    if interpreter.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        let path = std::env::var_os("PATH")?;
+        return std::env::split_paths(&path)
+            .map(|folder| folder.join(name))
+            .find(|p| p.is_file());
+    }
+    Some(interpreter)
+}
+
 /// The most symlinks followed from a program to the file it runs.
 const MAX_LINKS: usize = 16;
 
