@@ -834,3 +834,54 @@ fn python3_on_path() -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+#[test]
+fn python_m_of_a_package_installed_in_development_mode_runs_sandboxed() {
+    require_landlock!();
+    let scratch = Scratch::new();
+    let venv = scratch.path("experiments/.venv");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output();
+    if !made.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: python3 -m venv is not available");
+        return;
+    }
+    // The package's source lives outside the venv and the experiment, found through a .pth
+    // file in site-packages, as `pip install -e` leaves it.
+    scratch.write(
+        "src/keywords_pkg/__main__.py",
+        "import json, sys\nrequest = json.load(sys.stdin)\nkeyword = request['goal'].split()[-1].lower()\njson.dump({'memory': '\\n'.join(l for l in request['context'].splitlines() if keyword in l.lower())}, sys.stdout)\n",
+    );
+    scratch.write("src/keywords_pkg/__init__.py", "");
+    let lib = venv.join("lib");
+    let python = std::fs::read_dir(&lib)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let site = lib.join(python).join("site-packages");
+    std::fs::write(
+        site.join("keywords_pkg.pth"),
+        format!("{}\n", scratch.path("src").display()),
+    )
+    .unwrap();
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
+            "[compressors.goal-line]\ncommand = [\".venv/bin/python\", \"-m\", \"keywords_pkg\"]",
+        );
+    scratch.write("experiments/editable.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/editable.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(
+        report["holdout"]["compressor"]["callbacks"]["compressors.goal-line"]["sandbox"],
+        "landlock"
+    );
+    // The memories the built-in goal-line keeps: Micro 2/3.
+    assert_eq!(report["cells"][0]["micro"]["mean"].as_f64().unwrap(), 2.0 / 3.0);
+}

@@ -482,6 +482,12 @@ fn grants(
             .flat_map(|p| interpreter_installations(p))
         {
             if protected.exposed_by(&installation).is_none() {
+                // Packages installed in development mode live where their .pth files point.
+                for source in path_file_entries(&installation) {
+                    if protected.exposed_by(&source).is_none() {
+                        out.read.push(source);
+                    }
+                }
                 out.read.push(installation);
             }
         }
@@ -529,6 +535,43 @@ fn shebang_interpreter(script: &Path) -> Option<PathBuf> {
             .find(|p| p.is_file());
     }
     Some(interpreter)
+}
+
+/// The folders a Python installation's `site-packages` adds to its path: each line of its
+/// `.pth` files that names a folder (`pip install -e` writes one), and the source folders of
+/// setuptools' editable-install finders (`__editable___*_finder.py`, their `MAPPING`).
+fn path_file_entries(installation: &Path) -> Vec<PathBuf> {
+    let pattern = installation.join("lib/python*/site-packages/*");
+    let Some(pattern) = pattern.to_str() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for file in glob::glob(pattern).into_iter().flatten().flatten() {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (Some(site), Ok(text)) = (file.parent(), std::fs::read_to_string(&file)) else {
+            continue;
+        };
+        if name.ends_with(".pth") {
+            let entries = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("import "));
+            found.extend(entries.map(|entry| site.join(entry)).filter(|p| p.is_dir()));
+        } else if name.starts_with("__editable__") && name.ends_with("_finder.py") {
+            for line in text.lines().filter(|l| l.starts_with("MAPPING")) {
+                let quoted = line.split(['\'', '"']).skip(1).step_by(2);
+                found.extend(
+                    quoted
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_absolute() && p.exists()),
+                );
+            }
+        }
+    }
+    found
 }
 
 /// The most symlinks followed from a program to the file it runs.
@@ -709,6 +752,31 @@ mod tests {
         ]);
         assert!(!roles[&Role::Compressor].holdout_enforced);
         assert!(roles[&Role::Reader].holdout_enforced);
+    }
+
+    #[test]
+    fn development_installs_are_followed_to_their_sources() {
+        let root = tempfile_folder().join("pth");
+        let site = root.join("venv/lib/python3.11/site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        std::fs::create_dir_all(root.join("legacy")).unwrap();
+        std::fs::create_dir_all(root.join("modern/pkg")).unwrap();
+        std::fs::write(
+            site.join("legacy.pth"),
+            format!("# a comment\nimport sys\n{}\n", root.join("legacy").display()),
+        )
+        .unwrap();
+        std::fs::write(
+            site.join("__editable___pkg_0_1_finder.py"),
+            format!(
+                "import sys\nMAPPING: dict[str, str] = {{'pkg': '{}'}}\n",
+                root.join("modern/pkg").display()
+            ),
+        )
+        .unwrap();
+        let mut found = path_file_entries(&root.join("venv"));
+        found.sort();
+        assert_eq!(found, [root.join("legacy"), root.join("modern/pkg")]);
     }
 
     fn tempfile_folder() -> PathBuf {
