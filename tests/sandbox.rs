@@ -760,26 +760,7 @@ fn a_compressor_from_a_venv_beside_the_manifest_runs_sandboxed_with_no_read_line
         manifest.contains(".venv/bin/python") && !manifest.contains("read ="),
         "{manifest}"
     );
-    scratch.write("experiments/venv.toml", &manifest);
-    let (status, folder, stderr) = scratch.run("experiments/venv.toml", &[]);
-    assert_eq!(status, 0, "{stderr}");
-    let report = read_json(&folder.join("report.json"));
-    assert_eq!(
-        report["holdout"]["compressor"]["callbacks"]["compressors.goal-sentences"]["sandbox"],
-        "landlock"
-    );
-    // The same results as the system interpreter unsandboxed.
-    let (status, plain, stderr) = scratch.run(
-        "experiments/python-example.toml",
-        &[
-            "--set",
-            "compressors.goal-sentences.sandbox=false",
-            "--set",
-            "run.cache=\"cache-plain\"",
-        ],
-    );
-    assert_eq!(status, 0, "{stderr}");
-    assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
+    sandboxed_like_unsandboxed(&scratch, "experiments/venv.toml", &manifest);
 }
 
 #[test]
@@ -807,23 +788,27 @@ fn a_shebang_script_runs_on_the_interpreter_its_first_line_finds() {
         manifest.contains("command = [\"callbacks/goal_sentences.py\"]"),
         "{manifest}"
     );
-    scratch.write("experiments/shebang.toml", &manifest);
-    let (status, folder, stderr) = scratch.run("experiments/shebang.toml", &[]);
+    sandboxed_like_unsandboxed(&scratch, "experiments/shebang.toml", &manifest);
+}
+
+/// Runs `manifest` (a variant of python-example.toml) and checks that its compressor ran in
+/// the sandbox and gave the cells of python-example's interpreter run unsandboxed.
+fn sandboxed_like_unsandboxed(scratch: &Scratch, path: &str, manifest: &str) {
+    scratch.write(path, manifest);
+    let (status, folder, stderr) = scratch.run(path, &[]);
     assert_eq!(status, 0, "{stderr}");
     let report = read_json(&folder.join("report.json"));
     assert_eq!(
         report["holdout"]["compressor"]["callbacks"]["compressors.goal-sentences"]["sandbox"],
         "landlock"
     );
-    let (status, plain, stderr) = scratch.run(
-        "experiments/python-example.toml",
-        &[
-            "--set",
-            "compressors.goal-sentences.sandbox=false",
-            "--set",
-            "run.cache=\"cache-plain\"",
-        ],
-    );
+    let unsandboxed = [
+        "--set",
+        "compressors.goal-sentences.sandbox=false",
+        "--set",
+        "run.cache=\"cache-plain\"",
+    ];
+    let (status, plain, stderr) = scratch.run("experiments/python-example.toml", &unsandboxed);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
 }
