@@ -3,15 +3,8 @@
 
 mod common;
 
-use common::{Scratch, read_json};
+use common::{Scratch, python3_on_path, read_json};
 use serde_json::Value;
-
-fn python3() -> bool {
-    std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// A compressor on the helper that keeps the goal's keyword lines, and writes to stdout both
 /// through print() and straight to fd 1.
@@ -42,7 +35,7 @@ fn report_without_manifest_hash(folder: &std::path::Path) -> Value {
 
 #[test]
 fn the_helper_gives_the_same_report_in_both_modes_whatever_it_prints() {
-    if !python3() {
+    if !python3_on_path() {
         eprintln!("skipped: python3 is not on PATH");
         return;
     }

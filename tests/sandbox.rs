@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{Scratch, read_json, read_lines};
+use common::{Scratch, python3_on_path, read_json, read_lines};
 use serde_json::Value;
 
 /// Whether this kernel answers Landlock (the probe gacc itself makes).
@@ -420,11 +420,7 @@ fn a_secret_echoed_by_a_callback_appears_nowhere_in_the_run_folder() {
 #[test]
 fn a_python_callback_with_standard_modules_reads_its_declared_folder() {
     require_landlock!();
-    if !std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if !python3_on_path() {
         eprintln!("skipped: python3 is not on PATH");
         return;
     }
@@ -702,11 +698,7 @@ fn a_killed_runs_scratch_folders_are_swept_by_the_next_run() {
 #[test]
 fn a_script_imports_the_modules_beside_it_but_not_the_experiments_files() {
     require_landlock!();
-    if !std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if !python3_on_path() {
         eprintln!("skipped: python3 is not on PATH");
         return;
     }
@@ -811,13 +803,6 @@ fn sandboxed_like_unsandboxed(scratch: &Scratch, path: &str, manifest: &str) {
     let (status, plain, stderr) = scratch.run("experiments/python-example.toml", &unsandboxed);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(report["cells"], read_json(&plain.join("report.json"))["cells"]);
-}
-
-fn python3_on_path() -> bool {
-    std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 #[test]

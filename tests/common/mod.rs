@@ -169,3 +169,11 @@ impl Scratch {
         command
     }
 }
+
+/// Whether `python3` runs here (the Python tests skip, saying so, where it does not).
+pub fn python3_on_path() -> bool {
+    std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
