@@ -134,8 +134,12 @@ enum Command {
         #[arg(long)]
         task: Option<usize>,
     },
-    /// Run a built-in callback over the protocol on stdin/stdout (with no NAME, list them).
-    Callback { name: Option<String> },
+    /// Check a manifest's callbacks (`callback check`), run a built-in over the protocol on
+    /// stdin/stdout (`callback NAME`), or list the built-ins (`callback`).
+    Callback {
+        #[command(subcommand)]
+        command: Option<CallbackCommand>,
+    },
     /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
     Bench {
         /// Where the synthetic experiment, its cache and runs go (replaced).
@@ -265,6 +269,27 @@ enum CacheCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum CallbackCommand {
+    /// Before a paid run: send each callback of MANIFEST (or only NAME) synthetic requests
+    /// that cover the protocol's edge cases, in the sandbox, environment and mode of a run,
+    /// and report what works, protocol violations, latency and what the sandbox blocked.
+    Check {
+        #[arg(value_hint = clap::ValueHint::FilePath)]
+        manifest: PathBuf,
+        /// One callback: `compressors.NAME` (or NAME), `reader` or `judge`.
+        name: Option<String>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A built-in callback's name: serve it over the protocol on stdin/stdout.
+    #[command(external_subcommand)]
+    Serve(Vec<String>),
+}
+
 #[derive(Subcommand)]
 enum DatasetCommand {
     /// Sources, goals, questions, and cl100k_base tokens per source (min/median/max).
@@ -285,7 +310,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Callback { name } => ExitCode::from(app::callback(name.as_deref())),
+        Command::Callback {
+            command: Some(CallbackCommand::Serve(name)),
+        } => ExitCode::from(app::callback(name.first().map(String::as_str))),
+        Command::Callback { command: None } => ExitCode::from(app::callback(None)),
         Command::ArrayTask { batch, task } => ExitCode::from(app::array_task(&batch, task)),
         command => {
             app::init_tracing(cli.verbose, cli.quiet);
@@ -395,6 +423,15 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
         Command::Completions { shell } => {
             app::completions(&mut <Cli as clap::CommandFactory>::command(), shell)
         }
+        Command::Callback {
+            command:
+                Some(CallbackCommand::Check {
+                    manifest,
+                    name,
+                    sets,
+                    json,
+                }),
+        } => app::callback_check(&manifest, &sets, name.as_deref(), format(json)),
         Command::Callback { .. } | Command::ArrayTask { .. } => Ok(Ended::Success),
     }
 }

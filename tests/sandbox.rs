@@ -7,29 +7,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{Scratch, python3_on_path, read_json, read_lines};
+use common::{Scratch, landlock_available, python3_on_path, read_json, read_lines};
 use serde_json::Value;
-
-/// Whether this kernel answers Landlock (the probe gacc itself makes).
-#[cfg(not(target_os = "linux"))]
-fn landlock_available() -> bool {
-    false
-}
-
-/// Whether this kernel answers Landlock (the probe gacc itself makes).
-#[cfg(target_os = "linux")]
-fn landlock_available() -> bool {
-    // SAFETY: this form of landlock_create_ruleset(2) reads no memory.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1 as libc::c_long,
-        )
-    };
-    abi > 0
-}
 
 /// Skips a test (with a message) on a kernel without Landlock.
 macro_rules! require_landlock {
@@ -854,4 +833,124 @@ fn python_m_of_a_package_installed_in_development_mode_runs_sandboxed() {
     );
     // The memories the built-in goal-line keeps: Micro 2/3.
     assert_eq!(report["cells"][0]["micro"]["mean"].as_f64().unwrap(), 2.0 / 3.0);
+}
+
+/// A Python installation outside the system folders, as pyenv, uv, conda, Homebrew or asdf
+/// keep one: Debian's interpreter and standard library copied to `opt/python` in the scratch
+/// folder. None when this machine's Python is not Debian's (the tests skip, saying so).
+fn portable_python(scratch: &Scratch) -> Option<PathBuf> {
+    let interpreter = std::fs::canonicalize("/usr/bin/python3").ok()?;
+    let name = interpreter.file_name()?.to_str()?.to_owned();
+    let stdlib = Path::new("/usr/lib").join(&name);
+    if !stdlib.join("os.py").is_file() {
+        return None;
+    }
+    let home = scratch.path("opt/python");
+    std::fs::create_dir_all(home.join("bin")).unwrap();
+    std::fs::copy(&interpreter, home.join("bin").join(&name)).unwrap();
+    std::os::unix::fs::symlink(&name, home.join("bin/python3")).unwrap();
+    copy_tree(&stdlib, &home.join("lib").join(&name));
+    // It must run from there, on its own standard library, or the test means nothing.
+    let prefix = std::process::Command::new(home.join("bin/python3"))
+        .args([
+            "-I",
+            "-c",
+            "import sys, os; print(sys.prefix); print(os.__file__)",
+        ])
+        .output()
+        .ok()?;
+    let printed = String::from_utf8_lossy(&prefix.stdout).into_owned();
+    let home_text = home.display().to_string();
+    (prefix.status.success() && printed.lines().all(|l| l.starts_with(&home_text))).then_some(home)
+}
+
+/// Copies a standard library, without its installed packages and byte-code caches.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let name = entry.file_name();
+        if ["site-packages", "dist-packages", "__pycache__", "test"].contains(&name.to_str().unwrap_or("")) {
+            continue;
+        }
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &to.join(&name));
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Writes a virtual environment the way `python -m venv` (`tool = None`) or uv
+/// (`tool = Some("uv = 0.5.11")`) lays one out: `bin/python` a symlink to the base
+/// interpreter, `pyvenv.cfg` naming its `home`, an empty site-packages.
+fn virtual_environment(at: &Path, base: &Path, tool: Option<&str>) {
+    let bin = at.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let version = std::fs::read_dir(base.join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    std::fs::create_dir_all(at.join("lib").join(&version).join("site-packages")).unwrap();
+    std::os::unix::fs::symlink(base.join("bin/python3"), bin.join("python")).unwrap();
+    std::os::unix::fs::symlink("python", bin.join("python3")).unwrap();
+    let config = match tool {
+        None => format!(
+            "home = {}\ninclude-system-site-packages = false\nversion = 3\n",
+            base.join("bin").display()
+        ),
+        Some(tool) => format!(
+            "home = {}\nimplementation = CPython\n{tool}\nversion_info = 3\ninclude-system-site-packages = false\n",
+            base.join("bin").display()
+        ),
+    };
+    std::fs::write(at.join("pyvenv.cfg"), config).unwrap();
+}
+
+/// python-example.toml with its compressor run by `interpreter` and no `read` line.
+fn python_example_on(scratch: &Scratch, interpreter: &str) -> String {
+    let helper =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
+    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    let manifest = std::fs::read_to_string(scratch.path("experiments/python-example.toml"))
+        .unwrap()
+        .replace(
+            "command = [\"python3\",",
+            &format!("command = [\"{interpreter}\","),
+        )
+        .replace("sandbox = { read = [\"../python/\"] }", "");
+    assert!(
+        manifest.contains(interpreter) && !manifest.contains("read ="),
+        "{manifest}"
+    );
+    manifest
+}
+
+#[test]
+fn pythons_installed_outside_the_system_folders_run_sandboxed_with_no_read_line() {
+    require_landlock!();
+    let scratch = Scratch::new();
+    let Some(home) = portable_python(&scratch) else {
+        eprintln!("skipped: needs Debian's /usr/bin/python3 to copy");
+        return;
+    };
+    // A conda environment, a pyenv version, a uv-managed or Homebrew Python: the interpreter
+    // of an installation of its own, run directly.
+    let interpreter = home.join("bin/python3").display().to_string();
+    let manifest = python_example_on(&scratch, &interpreter);
+    sandboxed_like_unsandboxed(&scratch, "experiments/installation.toml", &manifest);
+
+    // A venv and a uv venv on it, beside the manifest and elsewhere.
+    for (venv, tool) in [
+        ("experiments/.venv", None),
+        ("envs/uv-venv", Some("uv = 0.5.11")),
+        ("envs/virtualenv", Some("virtualenv = 20.28.0")),
+    ] {
+        virtual_environment(&scratch.path(venv), &home, tool);
+        let interpreter = scratch.path(venv).join("bin/python").display().to_string();
+        let manifest = python_example_on(&scratch, &interpreter);
+        sandboxed_like_unsandboxed(&scratch, "experiments/in-venv.toml", &manifest);
+    }
 }

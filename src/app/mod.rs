@@ -3,6 +3,7 @@
 //! message and an exit status.
 
 pub mod bench;
+mod check;
 mod init;
 pub(crate) mod prepare;
 mod report;
@@ -251,6 +252,17 @@ pub fn callback(name: Option<&str>) -> u8 {
             0
         }
     }
+}
+
+/// `gacc callback check MANIFEST [NAME]`: every callback (or one) sent synthetic requests in
+/// the sandbox and mode of a run; fails when one of them does.
+pub fn callback_check(
+    manifest: &Path,
+    sets: &[String],
+    name: Option<&str>,
+    format: Format,
+) -> Result<Ended, Error> {
+    check::check(manifest, sets, name, format == Format::Json)
 }
 
 /// `gacc array-task BATCH`: the calls of one Slurm array task; the exit status.

@@ -183,7 +183,7 @@ const INFORMATIVE_LINES: usize = 4;
 /// The lines of a stderr tail that say what went wrong: a traceback's last frame (with its code
 /// line) and its exception, the lines that name an error (`Fatal Python error: …`,
 /// `ModuleNotFoundError: …`, `error: …`), else the last lines written.
-fn informative_lines(tail: &str) -> Vec<&str> {
+pub(super) fn informative_lines(tail: &str) -> Vec<&str> {
     let lines: Vec<&str> = tail
         .lines()
         .map(str::trim_end)

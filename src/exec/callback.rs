@@ -197,7 +197,9 @@ impl Callback {
             return;
         }
         attempt.stderr_tail = self.redact(&attempt.stderr_tail);
-        if let Err(FailureKind::Reported { message, .. }) = &mut attempt.result {
+        if let Err(FailureKind::Reported { message, .. } | FailureKind::InvalidJson(message)) =
+            &mut attempt.result
+        {
             *message = self.redact(message);
         }
     }
@@ -221,7 +223,7 @@ pub(crate) fn parse_response(bytes: &[u8]) -> Result<Value, FailureKind> {
         return Err(FailureKind::NoOutput);
     }
     let value: Value =
-        serde_json::from_str(text).map_err(|error| FailureKind::InvalidJson(error.to_string()))?;
+        serde_json::from_str(text).map_err(|error| FailureKind::InvalidJson(not_json(text, &error)))?;
     if !value.is_object() {
         return Err(FailureKind::InvalidJson(format!(
             "expected an object, got {}",
@@ -242,6 +244,35 @@ pub(crate) fn reported_error(response: &Value, code: i32) -> Option<FailureKind>
         .and_then(Value::as_bool)
         .unwrap_or(code == EXIT_TEMPFAIL);
     Some(FailureKind::Reported { message, retryable })
+}
+
+/// Why stdout is not one JSON object, in the words a callback's author needs: most often a log
+/// line printed before (or after) the response.
+fn not_json(text: &str, error: &serde_json::Error) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let is_object = |line: &&str| serde_json::from_str::<Value>(line).is_ok_and(|v| v.is_object());
+    let shown = |line: &str| {
+        let cut: String = line.chars().take(60).collect();
+        if cut.len() < line.len() {
+            format!("{cut}…")
+        } else {
+            cut
+        }
+    };
+    match lines.iter().position(is_object) {
+        Some(at) if lines.len() > 1 => {
+            let other = if at == 0 { lines[1] } else { lines[0] };
+            format!(
+                "other output came with the response on stdout (`{}`); a callback's logs belong \
+                 on stderr",
+                shown(other)
+            )
+        }
+        _ => match lines.first() {
+            Some(first) => format!("{error} (stdout began `{}`)", shown(first)),
+            None => error.to_string(),
+        },
+    }
 }
 
 fn kind_of(value: &Value) -> &'static str {
@@ -328,6 +359,25 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn stdout_that_is_not_one_object_says_why() {
+        let reason = |text: &str| match parse_response(text.as_bytes()) {
+            Err(FailureKind::InvalidJson(reason)) => reason,
+            other => panic!("{other:?}"),
+        };
+        let logged = reason("loading the model\n{\"memory\": \"m\"}\n");
+        assert!(logged.contains("other output came with the response"), "{logged}");
+        assert!(logged.contains("`loading the model`"), "{logged}");
+        let after = reason("{\"memory\": \"m\"}\ndone\n");
+        assert!(after.contains("`done`"), "{after}");
+        let garbage = reason(&"x".repeat(500));
+        assert!(
+            garbage.contains("stdout began `xxx") && garbage.len() < 200,
+            "{garbage}"
+        );
+        assert!(parse_response(b"{\"memory\": \"m\"}\n").is_ok());
     }
 
     #[test]

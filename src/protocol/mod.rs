@@ -49,14 +49,10 @@ pub(crate) fn callback_command<'a>(
         }
     }
     command.envs(passed);
-    let mode = match mode {
-        Mode::Oneshot => "oneshot",
-        Mode::Persistent => "persistent",
-    };
     command
         .env("GACC_PROTOCOL", PROTOCOL)
         .env("GACC_ROLE", role)
-        .env("GACC_MODE", mode);
+        .env("GACC_MODE", mode.as_str());
     command
 }
 

@@ -245,6 +245,22 @@ pub(crate) enum Mode {
     Persistent,
 }
 
+impl Mode {
+    /// As written in a manifest and in `GACC_MODE`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Oneshot => "oneshot",
+            Mode::Persistent => "persistent",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A duration written as `500ms`, `60s`, `2m` or `1h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Timeout(pub Duration);

@@ -177,3 +177,24 @@ pub fn python3_on_path() -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// Whether this kernel answers Landlock (the probe gacc itself makes).
+#[cfg(not(target_os = "linux"))]
+pub fn landlock_available() -> bool {
+    false
+}
+
+/// Whether this kernel answers Landlock (the probe gacc itself makes).
+#[cfg(target_os = "linux")]
+pub fn landlock_available() -> bool {
+    // SAFETY: this form of landlock_create_ruleset(2) reads no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1 as libc::c_long,
+        )
+    };
+    abi > 0
+}

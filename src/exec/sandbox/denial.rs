@@ -50,10 +50,14 @@ fn denied_path(line: &str) -> Option<String> {
             .map(|end| rest[..end].to_owned())
             .filter(|p| !p.is_empty());
     }
-    // cat: models/keywords.txt: Permission denied · open(/x/y): Permission denied
-    line.split([' ', '(', ')', '\'', '"'])
+    // cat: models/keywords.txt: Permission denied · open(/x/y): Permission denied ·
+    // a shell's `script: line 12: /opt/tool/bin/run: Permission denied` (the last path named
+    // before the denial, not the script reporting it).
+    let before = line.split("Permission denied").next().unwrap_or(line);
+    before
+        .split([' ', '(', ')', '\'', '"'])
         .map(|word| word.trim_end_matches(':'))
-        .find(|word| word.contains('/') && !word.starts_with("http"))
+        .rfind(|word| word.contains('/') && !word.starts_with("http"))
         .map(str::to_owned)
 }
 
@@ -82,5 +86,13 @@ mod tests {
         let hint = denial_hint(tool, &protected, &folder).unwrap();
         assert!(hint.contains("it holds the dataset"), "{hint}");
         assert_eq!(denial_hint("all fine\n", &protected, &folder), None);
+        let shell =
+            "/home/u/.pyenv/shims/python3: line 12: /home/u/.pyenv/libexec/pyenv: Permission denied\n";
+        let hint = denial_hint(shell, &protected, &folder).unwrap();
+        assert!(
+            hint.contains("denied `/home/u/.pyenv/libexec/pyenv`")
+                && hint.contains(r#"read = ["/home/u/.pyenv/libexec"#),
+            "{hint}"
+        );
     }
 }

@@ -1,0 +1,543 @@
+//! `gacc callback check`: each callback of a manifest, sent synthetic requests that cover the
+//! protocol's edge cases (never the dataset's questions), in the sandbox, environment and mode
+//! of a run; what works, what breaks the protocol, how long it takes, and what the sandbox
+//! blocked.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::Ended;
+use super::prepare::{cache_root, callbacks, prepare};
+use super::terminal::{emit, informative_lines};
+use crate::error::{Error, Invalid, io};
+use crate::exec::callback::{Callback, FailureKind};
+use crate::exec::process::Process;
+use crate::exec::sandbox::{self, Protected, Sandboxing};
+use crate::inputs::tokenizer::Tokenizer;
+use crate::protocol::{Mode, PROTOCOL, Role};
+
+/// The size of the large-context probe: a long paper or a book chapter.
+const LARGE_CONTEXT_BYTES: usize = 1 << 20;
+
+/// A synthetic request and what it is for.
+struct Probe {
+    what: &'static str,
+    request: Value,
+}
+
+/// How one probe went.
+#[derive(Serialize)]
+struct Answered {
+    request: &'static str,
+    ok: bool,
+    /// False for a probe not sent after an earlier one timed out.
+    sent: bool,
+    latency_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stderr: Vec<String>,
+    /// The whole stderr tail of a failed request, where a denied path is looked for.
+    #[serde(skip)]
+    tail: String,
+    /// Things that work but deserve a look (a memory over its budget, an unknown field).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+/// One callback's verdict.
+#[derive(Serialize)]
+struct Checked {
+    callback: String,
+    role: Role,
+    mode: Mode,
+    sandboxed: bool,
+    works: bool,
+    requests: Vec<Answered>,
+    /// When a sandboxed request failed: what the same request did unsandboxed, and what the
+    /// sandbox blocked where its stderr says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
+}
+
+/// `gacc callback check MANIFEST [NAME]`.
+pub(crate) fn check(
+    manifest: &Path,
+    sets: &[String],
+    name: Option<&str>,
+    json: bool,
+) -> Result<Ended, Error> {
+    let prepared = prepare(manifest, sets)?;
+    let loaded = &prepared.loaded;
+    sandbox::protect_self();
+    let runs = PathBuf::from("runs").join(&loaded.manifest.name);
+    let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
+    let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
+    // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.
+    let (built, confinements) = callbacks(loaded, &sandboxing, None)?;
+    let mut chosen: Vec<&Callback> = built
+        .compressors
+        .values()
+        .chain([&built.reader, &built.judge])
+        .filter(|c| name.is_none_or(|n| c.name == n || c.name.strip_prefix("compressors.") == Some(n)))
+        .collect();
+    chosen.sort_by_key(|c| c.role);
+    if chosen.is_empty() {
+        let known: Vec<&str> = built
+            .compressors
+            .values()
+            .chain([&built.reader, &built.judge])
+            .map(|c| c.name.as_str())
+            .collect();
+        return Err(Invalid::one(
+            format!("{}", manifest.display()),
+            format!(
+                "no callback is called `{}`; the manifest's are {}",
+                name.unwrap_or_default(),
+                known.join(", ")
+            ),
+        )
+        .into());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(io(Path::new("tokio runtime")))?;
+    let tokenizer = prepared.tokenizer.clone();
+    let checked: Vec<Checked> = runtime.block_on(async {
+        let mut checked = Vec::new();
+        for callback in chosen {
+            let sandboxed = confinements
+                .iter()
+                .any(|(_, n, c)| n == &callback.name && c.sandboxed());
+            if !json {
+                eprintln!(
+                    "checking {} ({}, {})…",
+                    callback.name, callback.role, callback.mode
+                );
+            }
+            checked.push(
+                check_one(
+                    callback,
+                    sandboxed,
+                    tokenizer.as_ref(),
+                    &sandboxing,
+                    &loaded.folder,
+                )
+                .await,
+            );
+        }
+        checked
+    });
+    runtime.shutdown_background();
+    crate::exec::shutdown();
+    let works = checked.iter().all(|c| c.works);
+    if json {
+        let text = serde_json::to_string_pretty(&json!({
+            "tokenizer": tokenizer.identity(),
+            "callbacks": checked,
+        }))
+        .unwrap_or_default();
+        emit(&format!("{text}\n"));
+    } else {
+        emit(&describe(&checked, tokenizer.as_ref()));
+    }
+    Ok(if works { Ended::Success } else { Ended::Failed })
+}
+
+async fn check_one(
+    callback: &Callback,
+    sandboxed: bool,
+    tokenizer: &dyn Tokenizer,
+    sandboxing: &Sandboxing,
+    folder: &Path,
+) -> Checked {
+    let mut requests = Vec::new();
+    let mut first_failure = None;
+    for probe in probes(callback) {
+        // A callback that timed out would make every later probe wait as long.
+        if matches!(&first_failure, Some((_, FailureKind::Timeout(_)))) {
+            requests.push(Answered {
+                request: probe.what,
+                ok: false,
+                sent: false,
+                latency_ms: 0.0,
+                error: Some("not sent: an earlier request timed out".into()),
+                stderr: Vec::new(),
+                tail: String::new(),
+                notes: Vec::new(),
+            });
+            continue;
+        }
+        let bytes = probe.request.to_string();
+        let started = Instant::now();
+        let attempt = callback.launcher.attempt(callback, bytes.as_bytes()).await;
+        let latency = started.elapsed();
+        let answered = judge_attempt(
+            &probe,
+            &attempt.result,
+            &attempt.stderr_tail,
+            latency,
+            callback.mode,
+            tokenizer,
+        );
+        if let (Err(kind), None) = (&attempt.result, &first_failure) {
+            first_failure = Some((probe, kind.clone()));
+        }
+        requests.push(answered);
+    }
+    let works = first_failure.is_none();
+    let sandbox = match first_failure {
+        Some((probe, kind)) if sandboxed && !violation(&kind) && !matches!(kind, FailureKind::Timeout(_)) => {
+            Some(unsandboxed(callback, &probe, &requests, sandboxing, folder).await)
+        }
+        _ => None,
+    };
+    Checked {
+        callback: callback.name.clone(),
+        role: callback.role,
+        mode: callback.mode,
+        sandboxed,
+        works,
+        requests,
+        sandbox,
+    }
+}
+
+/// Tries the first failed request again without the sandbox, to tell the callback's own
+/// failures from what the sandbox blocked. It is a synthetic request: nothing of the dataset
+/// is in it, and its answer is only compared, never kept.
+async fn unsandboxed(
+    callback: &Callback,
+    probe: &Probe,
+    requests: &[Answered],
+    sandboxing: &Sandboxing,
+    folder: &Path,
+) -> String {
+    let open = Callback {
+        name: callback.name.clone(),
+        role: callback.role,
+        argv: callback.argv.clone(),
+        cwd: callback.cwd.clone(),
+        env: callback.env.clone(),
+        timeout: callback.timeout,
+        retries: 0,
+        params: callback.params.clone(),
+        identity: callback.identity.clone(),
+        limit: callback.limit.clone(),
+        mode: callback.mode,
+        sandbox: None,
+        launcher: Arc::new(Process::default()),
+    };
+    let bytes = probe.request.to_string();
+    let attempt = open.launcher.attempt(&open, bytes.as_bytes()).await;
+    let stderr: String = requests
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.tail.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let denied = sandbox::denial_hint(&stderr, sandboxing.protected(), folder);
+    match (attempt.result, denied) {
+        (Ok(_), Some(hint)) => format!("the same request works unsandboxed: {hint}"),
+        (Ok(_), None) => "the same request works unsandboxed, so the sandbox blocks something it needs; \
+                          its stderr names no path (run `gacc run -v` and look for the file it opens)"
+            .into(),
+        (Err(_), Some(hint)) => {
+            format!("it fails unsandboxed too, but the sandbox also denied a file: {hint}")
+        }
+        (Err(kind), None) => format!("it fails unsandboxed too ({kind}): the failure is the callback's own"),
+    }
+}
+
+/// Turns an attempt into a verdict, with notes on what works but looks wrong.
+fn judge_attempt(
+    probe: &Probe,
+    result: &Result<Value, FailureKind>,
+    stderr_tail: &str,
+    latency: Duration,
+    mode: Mode,
+    tokenizer: &dyn Tokenizer,
+) -> Answered {
+    let stderr = |shown: bool| {
+        if shown {
+            informative_lines(stderr_tail)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        } else {
+            Vec::new()
+        }
+    };
+    let response = match result {
+        Err(kind) => {
+            return Answered {
+                request: probe.what,
+                ok: false,
+                sent: true,
+                latency_ms: millis(latency),
+                error: Some(advice(kind, mode)),
+                stderr: stderr(true),
+                tail: stderr_tail.to_owned(),
+                notes: Vec::new(),
+            };
+        }
+        Ok(response) => response,
+    };
+    let mut notes = Vec::new();
+    let role = probe.request["role"].as_str().unwrap_or_default();
+    let known: &[&str] = match role {
+        "compressor" => &["memory"],
+        "reader" => &["answer"],
+        _ => &["correct", "score", "rationale"],
+    };
+    if let Some(fields) = response.as_object() {
+        for key in fields.keys() {
+            if !known.contains(&key.as_str()) && !["usage", "meta"].contains(&key.as_str()) {
+                notes.push(format!("unknown field `{key}` (ignored)"));
+            }
+        }
+    }
+    let text = response
+        .get("memory")
+        .or_else(|| response.get("answer"))
+        .and_then(Value::as_str);
+    let asked: String = ["context", "memory"]
+        .iter()
+        .filter_map(|f| probe.request[*f].as_str())
+        .collect();
+    if let Some(text) = text {
+        if text.contains('\u{FFFD}') && !asked.contains('\u{FFFD}') {
+            notes.push(
+                "the reply holds U+FFFD where the request had none: read stdin and write stdout as UTF-8"
+                    .into(),
+            );
+        }
+        if role == "compressor" {
+            let budget = probe.request["token_budget"].as_u64().unwrap_or(0);
+            match tokenizer.count(text) {
+                Ok(tokens) if tokens as u64 > budget => notes.push(format!(
+                    "the memory is {tokens} tokens for a budget of {budget}: gacc cuts it to {budget}"
+                )),
+                Ok(0) if !asked.is_empty() => notes.push("the memory is empty".into()),
+                _ => {}
+            }
+        }
+    }
+    Answered {
+        request: probe.what,
+        ok: true,
+        sent: true,
+        latency_ms: millis(latency),
+        error: None,
+        stderr: stderr(false),
+        tail: String::new(),
+        notes,
+    }
+}
+
+/// A response that breaks the protocol: the sandbox has nothing to do with it.
+fn violation(kind: &FailureKind) -> bool {
+    matches!(
+        kind,
+        FailureKind::InvalidJson(_)
+            | FailureKind::NotUtf8
+            | FailureKind::NoOutput
+            | FailureKind::MissingField(_)
+            | FailureKind::TooLarge(_)
+    )
+}
+
+/// A failure, with what to do about the protocol violations a callback's author meets most.
+fn advice(kind: &FailureKind, mode: Mode) -> String {
+    let fix = match kind {
+        FailureKind::Timeout(_) if mode == Mode::Persistent => {
+            " — a persistent callback must answer each request line as it arrives: one that reads \
+             stdin to its end (sys.stdin.read()) waits forever"
+        }
+        FailureKind::InvalidJson(reason) if reason.contains("other output") => {
+            " — protocol violation: only the response may be on stdout (print to sys.stderr, or use \
+             the helper's serve(), which moves fd 1 to stderr)"
+        }
+        FailureKind::InvalidJson(_) | FailureKind::NotUtf8 | FailureKind::NoOutput => {
+            " — protocol violation: stdout must be one JSON object (one line per request when persistent)"
+        }
+        FailureKind::MissingField(_) => " — protocol violation: see the role's response fields in SPEC §3",
+        FailureKind::TooLarge(_) => " — protocol violation: the response is over the size limit",
+        _ => "",
+    };
+    format!("{kind}{fix}")
+}
+
+fn millis(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e4).round() / 10.0
+}
+
+/// The synthetic requests for a callback's role. A persistent callback gets them all on one
+/// worker, one after another, as a run sends them.
+fn probes(callback: &Callback) -> Vec<Probe> {
+    let sentence = "The harbour master logs every ship that docks after dusk. ";
+    let plain: String = sentence.repeat(8);
+    let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
+                   arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
+    let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
+    let base =
+        |role: &str| json!({"protocol": PROTOCOL, "role": role, "seed": 42, "params": callback.params});
+    let with = |role: &str, fields: Value| {
+        let mut request = base(role);
+        if let (Some(request), Some(fields)) = (request.as_object_mut(), fields.as_object()) {
+            request.extend(fields.clone());
+        }
+        request
+    };
+    let probe = |what, request| Probe { what, request };
+    match callback.role {
+        Role::Compressor => {
+            let compressor = |context: &str, goal: Option<&str>, budget: u64| {
+                with(
+                    "compressor",
+                    json!({"context": context, "goal": goal, "token_budget": budget}),
+                )
+            };
+            vec![
+                probe(
+                    "a short context with a goal",
+                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
+                ),
+                probe("no goal (goal = null)", compressor(&plain, None, 30)),
+                probe("token_budget 1", compressor(&plain, Some("ships"), 1)),
+                probe(
+                    "non-ASCII and emoji text",
+                    compressor(foreign, Some("Schiffe 🚢 und Häfen"), 20),
+                ),
+                probe(
+                    "a 1 MB context",
+                    compressor(&large, Some("ships after dusk"), 2000),
+                ),
+                probe(
+                    "the first request again",
+                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
+                ),
+            ]
+        }
+        Role::Reader => {
+            let reader = |memory: &str, question: &str| {
+                with("reader", json!({"memory": memory, "question": question}))
+            };
+            vec![
+                probe("a short memory", reader(&plain, "Who logs the ships?")),
+                probe("an empty memory", reader("", "Who logs the ships?")),
+                probe(
+                    "non-ASCII and emoji text",
+                    reader(foreign, "Wann kam das Schiff 🚢 an?"),
+                ),
+                probe("a 1 MB memory", reader(&large, "When are ships logged?")),
+                probe("the first request again", reader(&plain, "Who logs the ships?")),
+            ]
+        }
+        Role::Judge => {
+            let judge = |source: &str, answer: &str| {
+                with(
+                    "judge",
+                    json!({"source": source, "question": "Who logs the ships?",
+                           "reference": "the harbour master", "answer": answer}),
+                )
+            };
+            vec![
+                probe("a right answer", judge(&plain, "the harbour master")),
+                probe("a wrong answer", judge(&plain, "the lighthouse keeper")),
+                probe("an empty answer", judge(&plain, "")),
+                probe("non-ASCII and emoji text", judge(foreign, "der Hafenmeister 🚢")),
+                probe("a 1 MB source", judge(&large, "the harbour master")),
+            ]
+        }
+    }
+}
+
+fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
+    let mut out = String::new();
+    let identity = tokenizer.identity();
+    let _ = writeln!(
+        out,
+        "tokenizer {} ({}): verified against the cl100k_base test vectors",
+        identity.name, identity.revision
+    );
+    for callback in checked {
+        let mut latencies: Vec<f64> = callback
+            .requests
+            .iter()
+            .filter(|r| r.sent)
+            .map(|r| r.latency_ms)
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
+        let max = latencies.last().copied().unwrap_or(0.0);
+        let passed = callback.requests.iter().filter(|r| r.ok).count();
+        let _ = writeln!(
+            out,
+            "\n{} ({}, {}, {}): {} — {passed}/{} requests answered, latency median {median:.0} ms, max {max:.0} ms",
+            callback.callback,
+            callback.role,
+            callback.mode,
+            if callback.sandboxed {
+                "sandboxed"
+            } else {
+                "unsandboxed"
+            },
+            if callback.works { "works" } else { "FAILS" },
+            callback.requests.len(),
+        );
+        let mut said = None;
+        for request in &callback.requests {
+            if !request.sent {
+                let _ = writeln!(
+                    out,
+                    "  --   {:<28} not sent: an earlier request timed out",
+                    request.request
+                );
+                continue;
+            }
+            let mark = if request.ok { "ok  " } else { "FAIL" };
+            let _ = writeln!(
+                out,
+                "  {mark} {:<28} {:>8.1} ms",
+                request.request, request.latency_ms
+            );
+            if let Some(error) = &request.error {
+                // A failure every request shares is said once.
+                if said == Some((error, &request.stderr)) {
+                    let _ = writeln!(out, "       (the same)");
+                    continue;
+                }
+                said = Some((error, &request.stderr));
+                let _ = writeln!(out, "       {error}");
+            }
+            for (number, line) in request.stderr.iter().enumerate() {
+                let label = if number == 0 { "stderr:" } else { "       " };
+                let _ = writeln!(out, "       {label} {line}");
+            }
+            for note in &request.notes {
+                let _ = writeln!(out, "       note: {note}");
+            }
+        }
+        if let Some(sandbox) = &callback.sandbox {
+            let _ = writeln!(out, "  sandbox: {sandbox}");
+        }
+    }
+    let failing = checked.iter().filter(|c| !c.works).count();
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if failing == 0 {
+            format!("all {} callbacks work", checked.len())
+        } else {
+            format!("{failing} of {} callbacks fail", checked.len())
+        }
+    );
+    out
+}
