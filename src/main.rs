@@ -1,5 +1,5 @@
 //! The `gacc` command line: parses arguments, calls one command of `gacc::app`, and maps how it
-//! ended to an exit status (0 success, 1 failed jobs, 2 bad input, 130 interrupted).
+//! ended to an exit status (0 success, 1 failed jobs, 2 bad input, 3 stopped at the spending cap, 130 interrupted).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -441,6 +441,7 @@ fn exit_status(result: Result<Ended, Error>) -> ExitCode {
     match result {
         Ok(Ended::Success) => ExitCode::SUCCESS,
         Ok(Ended::Failed) => ExitCode::from(1),
+        Ok(Ended::CostCap) => ExitCode::from(3),
         Err(Error::Invalid(invalid)) => {
             eprint!("error: {invalid}");
             ExitCode::from(2)

@@ -68,6 +68,27 @@ sandbox = { read = ["models/"], write = ["out/"], network = true }
 builtin = "identity"
 sandbox = false
 
+[compressors.summarise]
+builtin = "llm-compressor"
+params = { model = "deepseek", temperature = 0.0 }
+template = "prompts/summarise.j2"
+system_template = "prompts/system.j2"
+
+[models.deepseek]
+api = "openai-chat"
+base_url = "https://api.deepseek.com/v1"
+model = "deepseek-chat"
+api_key_env = "DEEPSEEK_API_KEY"
+headers = { "X-Team" = "gacc" }
+max_concurrency = 32
+rpm = 600
+tpm = 1000000
+timeout = "120s"
+retries = 6
+adaptive = true
+price = { input = 0.27, cached_input = 0.07, cache_write = 0.3, output = 1.10 }
+batch = false
+
 [reader]
 builtin = "field-lookup"
 sandbox = true
@@ -77,6 +98,7 @@ builtin = "exact"
 
 [run]
 concurrency = 16
+max_cost_usd = 25.0
 executor = "slurm"
 cache = ".gacc/cache"
 

@@ -308,6 +308,7 @@ fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
 
         sandbox: None,
         launcher: Arc::new(Process::default()),
+        local: true,
     }
 }
 

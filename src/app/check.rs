@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::Ended;
-use super::prepare::{cache_root, callbacks, prepare};
+use super::prepare::{cache_root, callbacks, models, prepare};
 use super::terminal::{emit, informative_lines};
 use crate::error::{Error, Invalid, io};
 use crate::exec::callback::{Callback, FailureKind};
@@ -79,7 +79,8 @@ pub(crate) fn check(
     let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
     let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
     // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.
-    let (built, confinements) = callbacks(loaded, &sandboxing, None)?;
+    let models = models(loaded)?;
+    let (built, confinements) = callbacks(loaded, &sandboxing, None, &models)?;
     let mut chosen: Vec<&Callback> = built
         .compressors
         .values()
@@ -159,7 +160,11 @@ async fn check_one(
 ) -> Checked {
     let mut requests = Vec::new();
     let mut first_failure = None;
-    for probe in probes(callback) {
+    // A model built-in's calls are paid: it gets the small requests only.
+    let probes = probes(callback)
+        .into_iter()
+        .filter(|p| callback.local || !p.what.starts_with("a 1 MB"));
+    for probe in probes {
         // A callback that timed out would make every later probe wait as long.
         if matches!(&first_failure, Some((_, FailureKind::Timeout(_)))) {
             requests.push(Answered {
@@ -233,6 +238,7 @@ async fn unsandboxed(
         mode: callback.mode,
         sandbox: None,
         launcher: Arc::new(Process::default()),
+        local: true,
     };
     let bytes = probe.request.to_string();
     let attempt = open.launcher.attempt(&open, bytes.as_bytes()).await;

@@ -27,6 +27,8 @@ pub enum Ended {
     Success,
     /// Exit status 1: a run finished with failed jobs, or `diff --fail-on-regression` found one.
     Failed,
+    /// Exit status 3: `[run] max_cost_usd` stopped the run (SPEC §8).
+    CostCap,
 }
 
 /// How a command prints its result.
@@ -48,6 +50,12 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
         println!("{}", finished.folder.display());
     }
     finished.views?;
+    if let Some(stop) = &finished.stop {
+        eprintln!("{stop}");
+        if let crate::runner::Stop::CostCap(_) = stop {
+            return Ok(Ended::CostCap);
+        }
+    }
     if finished.failures + finished.cancelled > 0 {
         eprintln!(
             "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",

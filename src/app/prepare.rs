@@ -8,7 +8,10 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, Invalid, Problem, io};
+use std::collections::BTreeMap;
+
 use crate::exec::callback::Callback;
+use crate::exec::model::{CostGuard, Endpoint, ModelLauncher};
 use crate::exec::process::Process;
 use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
 use crate::exec::slurm::{Slurm, SlurmLauncher};
@@ -80,6 +83,9 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     // concurrency or cache place, has one identity and one report.json.
     let experiment = manifest::Manifest {
         run: manifest::RunSpec::default(),
+        models: (loaded.manifest.models.iter())
+            .map(|(name, model)| (name.clone(), model.without_operations()))
+            .collect(),
         ..loaded.manifest.clone()
     };
     let experiment_sha256 = sha256(toml::to_string(&experiment).unwrap_or_default());
@@ -149,12 +155,25 @@ pub(super) fn callbacks(
     loaded: &Loaded,
     sandboxing: &Sandboxing,
     remote: Option<&Arc<Slurm>>,
+    models: &Models,
 ) -> Result<(Callbacks, Confinements), Error> {
     let exe = current_exe()?;
     let run_concurrency = loaded.manifest.run.concurrency;
     let mut problems = Vec::new();
     let mut confinements = Vec::new();
     let mut build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
+        if let Some(call) = &spec.model {
+            match model_callback(&name, role, spec, call, models, loaded) {
+                Ok((callback, confinement)) => {
+                    confinements.push((role, name, confinement));
+                    return callback;
+                }
+                Err(message) => problems.push(Problem {
+                    place: format!("{}: key `{name}`", loaded.path.display()),
+                    message,
+                }),
+            }
+        }
         let argv = argv(loaded, spec, &exe);
         let place = || format!("{}: key `{name}.sandbox`", loaded.path.display());
         let settings = spec.sandbox.as_ref();
@@ -205,6 +224,7 @@ pub(super) fn callbacks(
                 Some(slurm) => Arc::new(SlurmLauncher(slurm.clone())),
                 None => Arc::new(Process::default()),
             },
+            local: true,
         }
     };
     let manifest = &loaded.manifest;
@@ -227,6 +247,102 @@ pub(super) fn callbacks(
     } else {
         Err(Invalid(problems).into())
     }
+}
+
+/// The model endpoints of a run (one per `[models.*]` table, shared by every callback that
+/// names it), the run's spending cap, and the tokenizer that estimates prompts.
+pub(crate) struct Models {
+    pub endpoints: BTreeMap<String, Arc<Endpoint>>,
+    pub costs: Arc<CostGuard>,
+    /// cl100k_base, when there is an endpoint.
+    estimator: Option<Arc<dyn Tokenizer>>,
+}
+
+/// Opens the endpoints the manifest's model built-ins name.
+pub(super) fn models(loaded: &Loaded) -> Result<Models, Error> {
+    let mut endpoints = BTreeMap::new();
+    let mut problems = Vec::new();
+    let named: std::collections::BTreeSet<&str> = loaded
+        .manifest
+        .callbacks()
+        .into_iter()
+        .filter_map(|(_, _, spec)| spec.model.as_ref().map(|m| m.endpoint.as_str()))
+        .collect();
+    for name in named {
+        let Some(spec) = loaded.manifest.models.get(name) else {
+            continue;
+        };
+        match Endpoint::new(name, spec) {
+            Ok(endpoint) => {
+                endpoints.insert(name.to_owned(), Arc::new(endpoint));
+            }
+            Err(message) => problems.push(Problem {
+                place: format!("{}: key `models.{name}`", loaded.path.display()),
+                message,
+            }),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Invalid(problems).into());
+    }
+    let estimator = (!endpoints.is_empty())
+        .then(|| Arc::new(crate::inputs::tokenizer::Cl100k::new()) as Arc<dyn Tokenizer>);
+    Ok(Models {
+        endpoints,
+        costs: Arc::new(CostGuard::new(loaded.manifest.run.max_cost_usd)),
+        estimator,
+    })
+}
+
+/// A model built-in: made in process over HTTP, on its endpoint's shared limit. Only the
+/// rendered template of its request's fields leaves gacc, so its hold-out holds by
+/// construction and it needs no sandbox.
+fn model_callback(
+    name: &str,
+    role: Role,
+    spec: &CallbackSpec,
+    call: &Arc<crate::inputs::models::ModelCall>,
+    models: &Models,
+    loaded: &Loaded,
+) -> Result<(Callback, sandbox::Confinement), String> {
+    let endpoint = models
+        .endpoints
+        .get(&call.endpoint)
+        .ok_or_else(|| format!("endpoint `{}` is not open", call.endpoint))?;
+    let estimator = models
+        .estimator
+        .clone()
+        .unwrap_or_else(|| Arc::new(crate::inputs::tokenizer::Cl100k::new()));
+    let launcher = ModelLauncher::new(endpoint.clone(), call.clone(), models.costs.clone(), estimator)?;
+    let callback = Callback {
+        name: name.to_owned(),
+        role,
+        argv: vec![call.builtin.to_owned()],
+        cwd: loaded.folder.clone(),
+        // Its key, so that every text gacc keeps is redacted of it.
+        env: endpoint.secret().into_iter().collect(),
+        timeout: endpoint.spec.timeout.0,
+        // The endpoint retries what is worth retrying, honouring Retry-After.
+        retries: 0,
+        params: spec.params.clone(),
+        identity: plan::keys::callback_identity(spec),
+        limit: Arc::new(Semaphore::new(
+            spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
+        )),
+        mode: crate::protocol::Mode::Oneshot,
+        sandbox: None,
+        launcher: Arc::new(launcher),
+        local: false,
+    };
+    let confinement = sandbox::Confinement {
+        sandbox: "in-process",
+        network: Some(true),
+        why: Some(format!(
+            "a model built-in: gacc sends only its template rendered from the request's fields to `models.{}`",
+            call.endpoint
+        )),
+    };
+    Ok((callback, confinement))
 }
 
 /// The Slurm executor when the manifest asks for it, its commands checked.

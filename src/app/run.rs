@@ -10,7 +10,8 @@ use std::time::{Instant, SystemTime};
 use serde_json::{Value, json};
 
 use crate::app::prepare::{
-    Confinements, Prepared, cache_for, cache_root, callbacks, open_cache_early, prepare, slurm_executor,
+    Confinements, Prepared, cache_for, cache_root, callbacks, models, open_cache_early, prepare,
+    slurm_executor,
 };
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
@@ -57,6 +58,8 @@ pub(crate) struct Finished {
     pub(crate) summary: String,
     /// The same summary as one JSON object (`gacc run --json`).
     pub(crate) summary_json: Value,
+    /// Why the run stopped before its plan was done.
+    pub(crate) stop: Option<runner::Stop>,
     /// Whether every view (charts, report.html, report.md) was written.
     pub(crate) views: Result<(), Error>,
 }
@@ -80,7 +83,8 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let slurm = slurm_executor(&prepared.loaded)?;
-    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref())?;
+    let models = models(&prepared.loaded)?;
+    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref(), &models)?;
     let holdout = hold_out(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
     let cache = match opening {
@@ -102,7 +106,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         let (plan, dataset, path) = (prepared.plan.clone(), prepared.dataset.clone(), folder.file(PLAN));
         std::thread::spawn(move || write_with(&path, |out| plan.write_json(&dataset, out)))
     };
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress {
+        endpoints: models.endpoints.values().cloned().collect(),
+        ..Progress::default()
+    });
     let setup = runner::Setup {
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
@@ -129,11 +136,12 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     folder.write(REPORT_JSON, pretty(&report).as_bytes())?;
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts);
-    let (this_run, paid, failures, cancelled) = (
+    let (this_run, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
         outcome.paid.clone(),
         outcome.failures.len(),
         outcome.cancelled,
+        outcome.stop.clone(),
     );
     // The run's rows are no longer needed: they are freed on a thread of their own, not
     // waited for (a process that ends frees them faster).
@@ -149,6 +157,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         "calls": this_run,
         "paid": paid,
         "failures": failures,
+        "stopped": stop.as_ref().map(ToString::to_string),
         "phases": phases.seconds,
         "landlock_abi": abi,
     });
@@ -180,10 +189,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         "identity_verified": report_json["tokenizer"]["identity_verified"],
     });
     Ok(Finished {
-        summary: summary(&report, &this_run, &hints, started.elapsed()),
+        summary: summary(&report, &this_run, &paid, &hints, started.elapsed()),
         summary_json,
         failures,
         cancelled,
+        stop,
         folder: folder.path().to_path_buf(),
         views,
     })
@@ -318,6 +328,20 @@ fn write_rows(
         callbacks: callback_identities(&prepared.plan),
         dataset: &prepared.dataset,
         tokenizer: prepared.tokenizer.as_ref(),
+        model_callbacks: manifest
+            .callbacks()
+            .into_iter()
+            .filter_map(|(key, role, spec)| {
+                let call = spec.model.as_ref()?;
+                Some((
+                    role,
+                    key,
+                    call.endpoint.clone(),
+                    call.spec.api.as_str().to_owned(),
+                    call.spec.model.clone(),
+                ))
+            })
+            .collect(),
     };
     let stopped = |name: &str| Error::Io {
         path: folder.file(name),

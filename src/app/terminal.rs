@@ -23,6 +23,7 @@ const LISTED_FAILURES: usize = 10;
 pub(super) fn summary(
     report: &report::Report,
     this_run: &BTreeMap<Role, runner::CallCounts>,
+    paid: &BTreeMap<Role, runner::Usage>,
     hints: &[Option<String>],
     elapsed: Duration,
 ) -> String {
@@ -48,6 +49,28 @@ pub(super) fn summary(
         })
         .collect();
     out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    let total: f64 = report.usage.values().map(|u| u.cost_usd).sum();
+    if total > 0.0 || !report.endpoints.is_empty() {
+        let paid: f64 = paid.values().map(|u| u.cost_usd).sum();
+        let saved: f64 = report.usage.values().map(|u| u.prompt_cache_saved_usd).sum();
+        out.push_str(&format!(
+            "  cost: {total:.4} USD for the calls these results rest on; this run paid {paid:.4} USD{}\n",
+            if saved > 0.0 {
+                format!("; providers' prompt caches saved {saved:.4} USD")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for (name, endpoint) in &report.endpoints {
+        if endpoint.several_models_served {
+            let models: Vec<&str> = endpoint.usage.served_models.keys().map(String::as_str).collect();
+            out.push_str(&format!(
+                "  warning: endpoint `{name}` was served by several models ({}): its results may mix model versions\n",
+                models.join(", ")
+            ));
+        }
+    }
     let i = &report.integrity;
     out.push_str(&format!(
         "  integrity: exposure {} · budget {} · padding {} · count errors {} · tokenizer {}\n",
@@ -165,7 +188,22 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
             remaining % 60
         )
     };
-    let line = format!("{} · {rate:.1} calls/s{eta}", stages.join(" · "));
+    let endpoints: String = progress
+        .endpoints
+        .iter()
+        .map(|endpoint| {
+            let live = endpoint.live();
+            let waiting = match live.cooling {
+                Some(wait) => format!(", rate-limited: waiting {:.1}s", wait.as_secs_f64()),
+                None => String::new(),
+            };
+            format!(
+                " · {} {}/{} in flight{waiting}",
+                endpoint.name, live.in_flight, live.limit
+            )
+        })
+        .collect();
+    let line = format!("{} · {rate:.1} calls/s{eta}{endpoints}", stages.join(" · "));
     let mut stderr = std::io::stderr().lock();
     let _ = if terminal {
         let filled = (BAR_WIDTH * finished).checked_div(total).unwrap_or(BAR_WIDTH);
@@ -308,6 +346,12 @@ pub(super) fn print_cache_stats(path: &Path, stats: &crate::store::cache::Stats,
 pub(super) fn print_builtins() {
     let mut list = String::new();
     for (name, role, summary) in crate::builtin::catalogue() {
+        list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
+    }
+    for ((name, role, _), (_, summary)) in crate::inputs::models::MODEL_BUILTINS
+        .iter()
+        .zip(crate::inputs::models::MODEL_BUILTIN_HELP)
+    {
         list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
     }
     list.push_str(&format!(

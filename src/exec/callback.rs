@@ -38,8 +38,11 @@ pub(crate) struct Callback {
     pub mode: Mode,
     /// The sandbox each of its processes starts in; None runs it unrestricted.
     pub sandbox: Option<Policy>,
-    /// Where and how each attempt is made: a process here, or a Slurm task.
+    /// Where and how each attempt is made: a process here, a Slurm task, or a model endpoint.
     pub launcher: Arc<dyn Launcher>,
+    /// Whether its attempts use this machine's cores, so that the run's concurrency bounds
+    /// them (a model endpoint's calls are bounded by the endpoint's own limit instead).
+    pub local: bool,
 }
 
 /// Why a call failed.
@@ -80,6 +83,16 @@ pub(crate) enum FailureKind {
     /// `sbatch` refused the array that was to make the call.
     #[error("sbatch failed: {0}")]
     Submit(String),
+    /// A model endpoint refused the key, or has no such model or URL (401, 403, 404): every
+    /// later call would fail too, so the run stops.
+    #[error("endpoint `{endpoint}` refused the call: {message}")]
+    Rejected { endpoint: String, message: String },
+    /// A model endpoint answered with an error, or kept failing after its retries.
+    #[error("endpoint `{endpoint}`: {message}")]
+    Provider { endpoint: String, message: String },
+    /// Not made: it could have taken the run past `[run] max_cost_usd`.
+    #[error("not made: it could take the run past max_cost_usd = {cap}")]
+    CostCap { cap: f64 },
 }
 
 impl FailureKind {
@@ -139,12 +152,17 @@ impl Callback {
             let outcome = {
                 let _mine = self.limit.acquire().await;
                 // A closed run limit means the run is stopping (--fail-fast): start nothing.
-                let Ok(_run) = run_limit.acquire().await else {
-                    return Err(Failure {
-                        kind: FailureKind::Cancelled,
-                        stderr_tail: String::new(),
-                        attempts: attempt - 1,
-                    });
+                let cancelled = || Failure {
+                    kind: FailureKind::Cancelled,
+                    stderr_tail: String::new(),
+                    attempts: attempt - 1,
+                };
+                let _run = if self.local {
+                    Some(run_limit.acquire().await.map_err(|_| cancelled())?)
+                } else if run_limit.is_closed() {
+                    return Err(cancelled());
+                } else {
+                    None
                 };
                 let bytes = request().to_string();
                 let started = Instant::now();

@@ -3,6 +3,7 @@
 //! attempt: a process of this machine (`process`), or a Slurm array task (`slurm`).
 
 pub(crate) mod callback;
+pub(crate) mod model;
 pub(crate) mod process;
 pub(crate) mod sandbox;
 pub(crate) mod slurm;

@@ -4,5 +4,6 @@
 pub mod budget;
 pub(crate) mod dataset;
 pub(crate) mod manifest;
+pub(crate) mod models;
 pub(crate) mod records;
 pub mod tokenizer;

@@ -45,11 +45,15 @@ fn tokenizer_revision(tokenizer: &dyn Tokenizer) -> String {
 
 /// What a callback's answers depend on: its command or built-in, revision and params.
 pub(crate) fn callback_identity(spec: &CallbackSpec) -> Value {
-    let program = match (&spec.builtin, &spec.command) {
-        (Some(name), _) => {
+    let program = match (&spec.model, &spec.builtin, &spec.command) {
+        // A model built-in: its name and revision, its endpoint and its templates' text (SPEC §8).
+        (Some(model), _, _) => {
+            json!({"builtin": model.builtin, "builtin_revision": model.revision, "model": model.identity()})
+        }
+        (None, Some(name), _) => {
             json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
         }
-        (None, command) => json!({"command": command}),
+        (None, None, command) => json!({"command": command}),
     };
     json!({"program": program, "revision": spec.revision, "params": spec.params})
 }

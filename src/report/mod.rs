@@ -49,9 +49,29 @@ pub(crate) struct Report {
     /// The same for each compressor.
     pub(crate) usage_by_compressor: BTreeMap<String, Usage>,
     pub(crate) failures: Vec<FailureRow>,
-    /// Jobs not run because `--fail-fast` stopped the run after a failure.
+    /// Jobs not run because the run stopped early (`--fail-fast`, the spending cap, a refused key).
     pub(crate) cancelled: usize,
+    /// Per model endpoint: the usage and cost of the calls the results rest on, per role,
+    /// and the models that served them (SPEC §8).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) endpoints: BTreeMap<String, EndpointUsage>,
 }
+
+/// One endpoint's account.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct EndpointUsage {
+    pub(crate) api: String,
+    pub(crate) model: String,
+    /// Distinct calls the results rest on (made in this run or answered by gacc's cache).
+    pub(crate) calls: usize,
+    pub(crate) usage: Usage,
+    pub(crate) by_role: BTreeMap<Role, Usage>,
+    /// More than one model id served this endpoint's calls.
+    pub(crate) several_models_served: bool,
+}
+
+/// Which endpoint each model callback calls: (role, callback key, endpoint, api, model).
+pub(crate) type ModelCallbacks = Vec<(Role, String, String, String, String)>;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Experiment {
@@ -253,6 +273,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) callbacks: BTreeMap<String, Value>,
     pub(crate) dataset: &'a Dataset,
     pub(crate) tokenizer: &'a dyn Tokenizer,
+    pub(crate) model_callbacks: ModelCallbacks,
 }
 
 pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
@@ -293,6 +314,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     }
 
     let cells = cells(&outcome.ledger, &outcome.results);
+    let endpoints = endpoints(&inputs.model_callbacks, outcome);
     Report {
         schema: SCHEMA,
         experiment: Experiment {
@@ -336,7 +358,40 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
                 (name.clone(), sum)
             })
             .collect(),
+        endpoints,
     }
+}
+
+/// Each endpoint's usage, from the distinct calls of the callbacks that name it.
+fn endpoints(model_callbacks: &ModelCallbacks, outcome: &Outcome) -> BTreeMap<String, EndpointUsage> {
+    let mut endpoints: BTreeMap<String, EndpointUsage> = BTreeMap::new();
+    for (role, key, endpoint, api, model) in model_callbacks {
+        let calls = match role {
+            Role::Compressor => outcome
+                .compressor_calls
+                .get(key.strip_prefix("compressors.").unwrap_or(key)),
+            _ => outcome.calls.get(role),
+        };
+        let account = endpoints
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointUsage {
+                api: api.clone(),
+                model: model.clone(),
+                calls: 0,
+                usage: Usage::default(),
+                by_role: BTreeMap::new(),
+                several_models_served: false,
+            });
+        for usage in calls.into_iter().flat_map(|c| c.values()) {
+            account.calls += 1;
+            account.usage.plus(usage);
+            account.by_role.entry(*role).or_default().plus(usage);
+        }
+    }
+    for account in endpoints.values_mut() {
+        account.several_models_served = account.usage.served_models.len() > 1;
+    }
+    endpoints
 }
 
 fn stage_role(stage: &str) -> Option<Role> {

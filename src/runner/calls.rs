@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
-use super::RunState;
 use super::progress::{CallCounts, StageProgress, Usage};
+use super::{RunState, Stop};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::protocol::Role;
 
@@ -122,12 +122,20 @@ pub(super) async fn obtain(
             Ok(response.clone())
         }
         (Err(failure), origin) => {
+            // A call the spending cap kept from starting is not a failure: its job is not run.
+            if let FailureKind::CostCap { cap } = failure.kind {
+                shared.stop(Stop::CostCap(cap));
+                return Err(Failure {
+                    kind: FailureKind::Cancelled,
+                    ..failure.clone()
+                });
+            }
             if origin == Origin::Called {
                 shared.calls.count(role, |c| c.failed += 1);
-                if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
-                    shared.stopped.store(true, Ordering::Relaxed);
-                    // CallBook already waiting for a slot are cancelled too, not started.
-                    shared.run_limit.close();
+                if let FailureKind::Rejected { .. } = &failure.kind {
+                    shared.stop(Stop::Rejected(failure.kind.to_string()));
+                } else if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
+                    shared.stop(Stop::FailFast);
                 }
             }
             Err(failure.clone())

@@ -123,6 +123,7 @@ fn ledger_row(job: &MemoryJob, measured: &Measured, truncation: TruncationMode, 
         utf8_split: measured.utf8_split,
         truncation,
         budget_violation: measured.memory_tokens > job.budget,
+        stopped_at_max_tokens: measured.stopped_at_max_tokens,
         memory_sha256: measured.memory_sha256.clone(),
         key: job.key.clone(),
         cache_key: job.cache_key.clone(),
@@ -186,6 +187,8 @@ pub(super) struct Measured {
     truncated: bool,
     utf8_split: bool,
     memory_tokens: usize,
+    /// The provider stopped the compressor at `max_tokens` before it had used its budget.
+    stopped_at_max_tokens: bool,
 }
 
 impl Measured {
@@ -199,12 +202,13 @@ impl Measured {
             truncated: false,
             utf8_split: false,
             memory_tokens: 0,
+            stopped_at_max_tokens: false,
         }
     }
 
     fn to_json(&self, usage: &Usage) -> Value {
         // The text itself is stored once under its hash (kind `text`): memories repeat.
-        json!({
+        let mut entry = json!({
             "memory_sha256": self.memory_sha256,
             "generated_tokens": self.generated_tokens,
             "retained_tokens": self.retained_tokens,
@@ -212,7 +216,11 @@ impl Measured {
             "utf8_split": self.utf8_split,
             "memory_tokens": self.memory_tokens,
             "usage": usage,
-        })
+        });
+        if self.stopped_at_max_tokens {
+            entry["stopped_at_max_tokens"] = json!(true);
+        }
+        entry
     }
 
     fn from_json(shared: &RunState, entry: &Value) -> Option<(Measured, Usage)> {
@@ -227,6 +235,7 @@ impl Measured {
             truncated: entry.get("truncated")?.as_bool()?,
             utf8_split: entry.get("utf8_split")?.as_bool()?,
             memory_tokens: count("memory_tokens")?,
+            stopped_at_max_tokens: entry.get("stopped_at_max_tokens") == Some(&json!(true)),
         };
         let mut usage = Usage::default();
         usage.add(entry);
@@ -267,9 +276,16 @@ pub(super) async fn make_memory<'a>(
         .map_err(|failure| (failure, callback.name.as_str()))?;
     let mut usage = Usage::default();
     usage.add(&response);
-    let measured = measure(shared, &response, job.budget)
+    let mut measured = measure(shared, &response, job.budget)
         .await
         .map_err(|failure| (failure, "tokenizer"))?;
+    // A model endpoint that stopped at max_tokens before L: the ledger says so.
+    if response.pointer("/meta/cut_at_max_tokens") == Some(&json!(true)) && !measured.truncated {
+        measured = Arc::new(Measured {
+            stopped_at_max_tokens: true,
+            ..(*measured).clone()
+        });
+    }
     let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
     let text_key = &measured.memory_sha256;
     if !run.cache.contains("text", text_key) {
@@ -324,6 +340,7 @@ pub(super) async fn measure(
             truncated: truncation.truncated,
             utf8_split: truncation.utf8_split,
             memory_tokens,
+            stopped_at_max_tokens: false,
         })
     })
     .await;

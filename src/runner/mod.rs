@@ -68,10 +68,12 @@ pub(crate) struct Outcome {
     pub calls: BTreeMap<Role, BTreeMap<String, Usage>>,
     /// Jobs per role that needed a call (all but `L = 0` memories).
     pub jobs: BTreeMap<Role, usize>,
-    /// Jobs not run because `--fail-fast` stopped the run.
+    /// Jobs not run because the run stopped early.
     pub cancelled: usize,
     /// Each compressor's distinct calls, with their usage.
     pub compressor_calls: BTreeMap<String, BTreeMap<String, Usage>>,
+    /// Why the run stopped before its plan was done, if it did.
+    pub stop: Option<Stop>,
 }
 
 /// Memory jobs in flight per slot of run concurrency (each with all its questions).
@@ -90,11 +92,49 @@ pub(super) struct RunState {
     memories: Mutex<HashMap<String, Arc<str>>>,
     /// Tokenizing runs on at most this many threads at once (it is CPU work).
     tokenizing: Semaphore,
-    /// Set by the first failure under `--fail-fast`: no new call starts.
+    /// Set by the first failure under `--fail-fast`, a refused key or the spending cap: no
+    /// new call starts.
     stopped: std::sync::atomic::AtomicBool,
+    /// Why the run stopped early, the first reason only.
+    stop: Mutex<Option<Stop>>,
+}
+
+/// Why a run stopped before its plan was done.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Stop {
+    /// `--fail-fast`, after the first failure.
+    FailFast,
+    /// `[run] max_cost_usd`: the next call could have passed it.
+    CostCap(f64),
+    /// An endpoint refused the key (or has no such model): every later call would fail too.
+    Rejected(String),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::FailFast => write!(f, "--fail-fast stopped the run after a failure"),
+            Stop::CostCap(cap) => write!(
+                f,
+                "the spending cap stopped the run: the next calls could pass max_cost_usd = {cap}; \
+                 raise it and run again to go on (the cache keeps what was paid for)"
+            ),
+            Stop::Rejected(why) => write!(f, "the run stopped: {why}"),
+        }
+    }
 }
 
 impl RunState {
+    /// Stops the run: no new call starts, and calls waiting for a slot are cancelled.
+    fn stop(&self, why: Stop) {
+        self.stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
+        self.stopped.store(true, Ordering::Relaxed);
+        self.run_limit.close();
+    }
+
     /// A memory's text by its hash: from this run's copies, else from the cache.
     fn memory_text(&self, sha256: &str) -> Option<Arc<str>> {
         if let Some(text) = self
@@ -154,6 +194,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         memories: Mutex::default(),
         tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         stopped: Default::default(),
+        stop: Mutex::default(),
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
@@ -203,6 +244,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    outcome.stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outcome.paid = shared
         .calls
         .paid
@@ -383,6 +425,7 @@ mod tests {
             mode: Mode::Oneshot,
             sandbox: None,
             launcher: launcher.clone(),
+            local: true,
         };
         let manifest = &loaded.manifest;
         let callbacks = Callbacks {

@@ -1,6 +1,7 @@
 //! What a run counts as it goes: jobs done per stage (read by the progress line), calls made
 //! or found per role, and the usage callbacks report.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
@@ -24,6 +25,23 @@ pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
+    /// Input tokens a provider's prompt cache answered (model endpoints).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    /// What the provider's prompt cache saved, at the endpoint's price.
+    #[serde(default, skip_serializing_if = "is_nothing")]
+    pub prompt_cache_saved_usd: f64,
+    /// The model ids that served the calls, with how many each served.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub served_models: BTreeMap<String, u64>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_nothing(value: &f64) -> bool {
+    *value == 0.0
 }
 
 impl Usage {
@@ -32,6 +50,11 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cost_usd += other.cost_usd;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.prompt_cache_saved_usd += other.prompt_cache_saved_usd;
+        for (model, calls) in &other.served_models {
+            *self.served_models.entry(model.clone()).or_default() += calls;
+        }
     }
 
     /// The usage a response reported.
@@ -44,9 +67,28 @@ impl Usage {
     /// Adds a response's `usage`, if it has one.
     pub(crate) fn add(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage") {
-            self.input_tokens += usage.get("input_tokens").and_then(Value::as_u64).unwrap_or(0);
-            self.output_tokens += usage.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
-            self.cost_usd += usage.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
+            let count = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+            let usd = |name: &str| usage.get(name).and_then(Value::as_f64).unwrap_or(0.0);
+            self.input_tokens += count("input_tokens");
+            self.output_tokens += count("output_tokens");
+            self.cost_usd += usd("cost_usd");
+            self.cached_input_tokens += count("cached_input_tokens");
+            self.prompt_cache_saved_usd += usd("prompt_cache_saved_usd");
+            // As a cached memory entry stores them.
+            for (model, calls) in usage
+                .get("served_models")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                *self.served_models.entry(model.clone()).or_default() += calls.as_u64().unwrap_or(0);
+            }
+        }
+        // A model endpoint's reply names the model that served it.
+        if let Some(model) = response.pointer("/meta/model").and_then(Value::as_str)
+            && response.pointer("/meta/endpoint").is_some()
+        {
+            *self.served_models.entry(model.to_owned()).or_default() += 1;
         }
     }
 }
@@ -56,6 +98,8 @@ impl Usage {
 pub(crate) struct Progress {
     pub stages: [StageProgress; 3],
     pub started: Instant,
+    /// The model endpoints, whose live limits the progress line shows.
+    pub endpoints: Vec<std::sync::Arc<crate::exec::model::Endpoint>>,
 }
 
 impl Default for Progress {
@@ -63,6 +107,7 @@ impl Default for Progress {
         Progress {
             stages: Default::default(),
             started: Instant::now(),
+            endpoints: Vec::new(),
         }
     }
 }

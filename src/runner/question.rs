@@ -146,6 +146,11 @@ pub(super) async fn run_question(
     if let Some(response) = outcome.step(shared, job, judgement, request).await {
         outcome.row.correct = response.get("correct").and_then(Value::as_bool);
         outcome.row.score = response.get("score").and_then(Value::as_f64);
+        outcome.row.rationale = response
+            .get("rationale")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        outcome.row.judge_meta = response.get("meta").filter(|m| m.is_object()).cloned();
     }
     outcome
 }

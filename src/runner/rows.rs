@@ -35,6 +35,8 @@ pub(super) fn result_row(
         correct,
         score: None,
         failure,
+        rationale: None,
+        judge_meta: None,
     }
 }
 

@@ -27,6 +27,9 @@ pub(crate) struct LedgerRow {
     pub truncation: TruncationMode,
     /// `memory_tokens > budget`.
     pub budget_violation: bool,
+    /// A model endpoint stopped the compressor at `max_tokens` before it reached `L`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_at_max_tokens: bool,
     pub memory_sha256: String,
     /// The memory job's key in `plan.json`.
     pub key: String,
@@ -85,6 +88,12 @@ pub(crate) struct ResultRow {
     pub score: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The judge's reason, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+    /// The judge's `meta` (SPEC §3): for a model judge, its served model and raw reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_meta: Option<serde_json::Value>,
 }
 
 impl ResultRow {

@@ -1,6 +1,8 @@
 //! Helpers for tests that drive the real `gacc` binary in a scratch folder.
 #![allow(dead_code)]
 
+pub mod mock_api;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;

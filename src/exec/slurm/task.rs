@@ -144,5 +144,6 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
         mode,
         sandbox,
         launcher: Arc::new(Process::default()),
+        local: true,
     })
 }

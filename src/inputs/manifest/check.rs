@@ -177,10 +177,20 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
             }
         },
         (None, Some(name)) => {
-            if !builtin::names(role).contains(&name.as_str()) {
+            let model = crate::inputs::models::model_builtin(name);
+            if let Some(model_role) = model.filter(|r| *r != role) {
+                problems.push(format!("`{name}` is a {model_role}, not a {role}"));
+            } else if model.is_none() && !builtin::names(role).contains(&name.as_str()) {
+                let mut names = builtin::names(role);
+                names.extend(
+                    crate::inputs::models::MODEL_BUILTINS
+                        .iter()
+                        .filter(|m| m.1 == role)
+                        .map(|m| m.0),
+                );
                 problems.push(format!(
                     "`{name}` is not a built-in {role}: expected one of {}",
-                    builtin::names(role).join(", ")
+                    names.join(", ")
                 ));
             }
         }

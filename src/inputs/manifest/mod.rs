@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use figment::Figment;
@@ -11,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Invalid, Problem};
+use crate::inputs::models::{ModelCall, ModelSpec};
 use crate::inputs::records::SourceRecord;
 
 mod check;
@@ -48,6 +50,9 @@ pub(crate) struct Manifest {
     pub compressors: BTreeMap<String, CallbackSpec>,
     pub reader: CallbackSpec,
     pub judge: CallbackSpec,
+    /// Model endpoints (SPEC §8), named by model built-ins' `params.model`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, ModelSpec>,
     #[serde(default)]
     pub run: RunSpec,
 }
@@ -139,6 +144,16 @@ pub(crate) struct CallbackSpec {
     /// compressors and readers run in a Landlock sandbox unless this is `false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSpec>,
+    /// A model built-in's user-message template (minijinja), relative to the manifest's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PathBuf>,
+    /// A model built-in's system-message template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_template: Option<PathBuf>,
+    /// A model built-in's endpoint and template texts, once the manifest is loaded.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub model: Option<Arc<ModelCall>>,
 }
 
 /// `sandbox = false`, `sandbox = true`, or `sandbox = { read = [...], write = [...], network = true }`.
@@ -269,6 +284,10 @@ pub(crate) struct RunSpec {
     /// Settings of the Slurm executor (`executor = "slurm"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmSpec>,
+    /// No paid model call starts once what was spent plus the most the calls in flight can
+    /// cost would pass this; the run then stops with exit status 3 (SPEC §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 /// `[run.slurm]`: how calls become Slurm array tasks.
@@ -386,6 +405,7 @@ impl Default for RunSpec {
             executor: ExecutorKind::Local,
             cache: None,
             slurm: None,
+            max_cost_usd: None,
         }
     }
 }
@@ -476,6 +496,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "compressors",
     "reader",
     "judge",
+    "models",
     "run",
 ];
 
@@ -519,13 +540,112 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
     };
     // Absolute, so callbacks (which run in this folder) and messages agree on paths.
     let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
-    let loaded = Loaded {
+    let mut loaded = Loaded {
         manifest,
         path: path.to_path_buf(),
         folder,
     };
-    let problems = check::check(&loaded);
+    let mut problems = check::check(&loaded);
+    problems.extend(resolve_models(&mut loaded));
     Ok((loaded, problems))
+}
+
+/// Gives each model built-in its endpoint and template texts (SPEC §8).
+fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let manifest = &mut loaded.manifest;
+    let models = &manifest.models;
+    let specs = manifest
+        .compressors
+        .iter_mut()
+        .map(|(name, spec)| (format!("compressors.{name}"), spec))
+        .chain([
+            ("reader".to_owned(), &mut manifest.reader),
+            ("judge".to_owned(), &mut manifest.judge),
+        ]);
+    for (key, spec) in specs {
+        let place = format!("{}: key `{key}`", loaded.path.display());
+        let Some(builtin) = spec
+            .builtin
+            .as_deref()
+            .filter(|b| crate::inputs::models::model_builtin(b).is_some())
+        else {
+            for (field, set) in [
+                ("template", spec.template.is_some()),
+                ("system_template", spec.system_template.is_some()),
+            ] {
+                if set {
+                    problems.push(Problem {
+                        place: place.clone(),
+                        message: format!(
+                            "`{field}` is for the model built-ins (llm-compressor, llm-reader, llm-judge)"
+                        ),
+                    });
+                }
+            }
+            continue;
+        };
+        match crate::inputs::models::resolve(
+            builtin,
+            &spec.params,
+            spec.template.as_deref(),
+            spec.system_template.as_deref(),
+            models,
+            &loaded.folder,
+        ) {
+            Ok(call) => spec.model = Some(call),
+            Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                place: place.clone(),
+                message,
+            })),
+        }
+    }
+    for (name, model) in models {
+        let place = format!("{}: key `models.{name}`", loaded.path.display());
+        let mut problem = |message: String| {
+            problems.push(Problem {
+                place: place.clone(),
+                message,
+            })
+        };
+        if !model.base_url.starts_with("http://") && !model.base_url.starts_with("https://") {
+            problem(format!(
+                "`base_url` `{}` must start with http:// or https://",
+                model.base_url
+            ));
+        }
+        if model.max_concurrency == 0 {
+            problem("`max_concurrency` must be at least 1".into());
+        }
+        if model.batch {
+            problem(
+                "`batch = true` (provider batch APIs, SPEC §9) is not available in this version of gacc"
+                    .into(),
+            );
+        }
+        if let Some(variable) = &model.api_key_env
+            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
+        {
+            problem(format!(
+                "`api_key_env` names `{variable}`, which is not set in the environment"
+            ));
+        }
+        let prices = model
+            .price
+            .map(|p| [Some(p.input), p.cached_input, p.cache_write, Some(p.output)]);
+        if prices.is_some_and(|p| p.iter().flatten().any(|v| !v.is_finite() || *v < 0.0)) {
+            problem("`price` values must be non-negative numbers (USD per million tokens)".into());
+        }
+    }
+    if let Some(cap) = loaded.manifest.run.max_cost_usd
+        && (!cap.is_finite() || cap < 0.0)
+    {
+        problems.push(Problem {
+            place: format!("{}: key `run.max_cost_usd`", loaded.path.display()),
+            message: "must be a non-negative number of US dollars".into(),
+        });
+    }
+    problems
 }
 
 fn toml_error(error: &toml::de::Error) -> String {

@@ -1,0 +1,330 @@
+//! Model endpoints and the model built-ins (SPEC §8): `[models.NAME]`, and for each
+//! `llm-compressor`, `llm-reader` and `llm-judge` the endpoint it names and the text of its
+//! templates (the built-in defaults in `templates/prompts/`, or the manifest's files).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::protocol::{Role, Timeout};
+
+/// The model built-ins, their roles, and the behaviour version bound into their keys.
+pub(crate) const MODEL_BUILTINS: &[(&str, Role, &str)] = &[
+    ("llm-compressor", Role::Compressor, "1"),
+    ("llm-reader", Role::Reader, "1"),
+    ("llm-judge", Role::Judge, "1"),
+];
+
+/// What `gacc callback` lists for each model built-in.
+pub(crate) const MODEL_BUILTIN_HELP: &[(&str, &str)] = &[
+    (
+        "llm-compressor",
+        "a prompted model (params.model names a [models.*] endpoint), told its budget",
+    ),
+    (
+        "llm-reader",
+        "a prompted model answering from the memory, the memory first in the prompt",
+    ),
+    (
+        "llm-judge",
+        "a prompted model's verdict: structured output, else a last GRADE: C/I line",
+    ),
+];
+
+/// The role of a model built-in, if `name` is one.
+pub(crate) fn model_builtin(name: &str) -> Option<Role> {
+    MODEL_BUILTINS
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|(_, role, _)| *role)
+}
+
+/// The default templates: (user, system) per role.
+pub(crate) fn default_templates(role: Role) -> (&'static str, &'static str) {
+    match role {
+        Role::Compressor => (
+            include_str!("../../templates/prompts/compressor.j2"),
+            include_str!("../../templates/prompts/compressor.system.j2"),
+        ),
+        Role::Reader => (
+            include_str!("../../templates/prompts/reader.j2"),
+            include_str!("../../templates/prompts/reader.system.j2"),
+        ),
+        Role::Judge => (
+            include_str!("../../templates/prompts/judge.j2"),
+            include_str!("../../templates/prompts/judge.system.j2"),
+        ),
+    }
+}
+
+/// The wire format an endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Api {
+    /// `POST {base_url}/chat/completions` (OpenAI, DeepSeek, Together, Groq, OpenRouter, vLLM,
+    /// SGLang, llama.cpp, Ollama).
+    OpenaiChat,
+    /// `POST {base_url}/v1/messages` (Anthropic).
+    AnthropicMessages,
+}
+
+impl Api {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenaiChat => "openai-chat",
+            Api::AnthropicMessages => "anthropic-messages",
+        }
+    }
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Price {
+    #[serde(default)]
+    pub input: f64,
+    /// Input tokens the provider's prompt cache answered (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<f64>,
+    /// Input tokens written to the provider's prompt cache (Anthropic; default 1.25 × input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    #[serde(default)]
+    pub output: f64,
+}
+
+/// `[models.NAME]`: one endpoint, shared by every callback that names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModelSpec {
+    pub api: Api,
+    pub base_url: String,
+    /// Sent as the request's `model`.
+    pub model: String,
+    /// The environment variable holding the key (none for a local server); its value is
+    /// never written anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// More request headers (not secrets: they are written in the resolved manifest).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The ceiling of calls in flight; the live limit adapts below it.
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+    /// Requests per minute (0: no pacing).
+    #[serde(default)]
+    pub rpm: u32,
+    /// Tokens per minute, estimated with cl100k_base (0: no pacing).
+    #[serde(default)]
+    pub tpm: u64,
+    #[serde(default = "default_model_timeout")]
+    pub timeout: Timeout,
+    /// Retries of 429, 408, 5xx, timeouts and connection errors.
+    #[serde(default = "default_model_retries")]
+    pub retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    /// Adapt the live limit to the provider's rate limits (false: always `max_concurrency`).
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub adaptive: bool,
+    /// The provider's batch API (SPEC §9); not available in this version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_concurrency() -> usize {
+    16
+}
+
+fn default_model_timeout() -> Timeout {
+    Timeout(std::time::Duration::from_secs(120))
+}
+
+fn default_model_retries() -> u32 {
+    6
+}
+
+impl ModelSpec {
+    /// What of an endpoint determines its answers (SPEC §8): the rest is operational.
+    pub(crate) fn identity(&self) -> Value {
+        json!({"api": self.api.as_str(), "base_url": self.base_url, "model": self.model})
+    }
+
+    /// This endpoint with its operational settings at their defaults, for the experiment's
+    /// identity (the same experiment with another concurrency or price is the same experiment).
+    pub(crate) fn without_operations(&self) -> ModelSpec {
+        ModelSpec {
+            api: self.api,
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            api_key_env: None,
+            headers: BTreeMap::new(),
+            max_concurrency: default_max_concurrency(),
+            rpm: 0,
+            tpm: 0,
+            timeout: default_model_timeout(),
+            retries: default_model_retries(),
+            price: None,
+            adaptive: true,
+            batch: false,
+        }
+    }
+}
+
+/// A model built-in as the manifest resolves it: its endpoint and the text of its templates.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ModelCall {
+    pub builtin: &'static str,
+    pub role: Role,
+    pub revision: &'static str,
+    /// The `[models.*]` key of its endpoint.
+    pub endpoint: String,
+    pub spec: ModelSpec,
+    pub template: String,
+    pub system_template: String,
+}
+
+impl ModelCall {
+    /// Its part of the callback's identity (SPEC §8): the endpoint's api, base_url and model,
+    /// and the templates' text.
+    pub(crate) fn identity(&self) -> Value {
+        json!({
+            "endpoint": self.spec.identity(),
+            "template": self.template,
+            "system_template": self.system_template,
+        })
+    }
+}
+
+/// Resolves a model built-in's endpoint and templates, or says what is wrong.
+pub(crate) fn resolve(
+    builtin: &str,
+    params: &Value,
+    template: Option<&Path>,
+    system_template: Option<&Path>,
+    models: &BTreeMap<String, ModelSpec>,
+    folder: &Path,
+) -> Result<Arc<ModelCall>, Vec<String>> {
+    let Some(&(builtin, role, revision)) = MODEL_BUILTINS.iter().find(|(n, ..)| *n == builtin) else {
+        return Err(vec![format!("`{builtin}` is not a model built-in")]);
+    };
+    let mut problems = Vec::new();
+    let endpoint = match params.get("model") {
+        Some(Value::String(name)) => Some(name.clone()),
+        Some(_) => {
+            problems.push("`params.model` must be the name of a [models.*] table".into());
+            None
+        }
+        None => {
+            problems.push(format!(
+                "`{builtin}` needs `params.model`, the name of a [models.*] table{}",
+                known(models)
+            ));
+            None
+        }
+    };
+    let spec = endpoint.as_ref().and_then(|name| match models.get(name) {
+        Some(spec) => Some(spec.clone()),
+        None => {
+            problems.push(format!(
+                "`params.model` names `{name}`, which is no [models.*] table{}",
+                known(models)
+            ));
+            None
+        }
+    });
+    let (default_user, default_system) = default_templates(role);
+    let mut read = |path: Option<&Path>, default: &str, key: &str| match path {
+        None => default.to_owned(),
+        Some(path) => match std::fs::read_to_string(folder.join(path)) {
+            Ok(text) => {
+                if let Err(error) = check_template(&text, role) {
+                    problems.push(format!("`{key}` {}: {error}", path.display()));
+                }
+                text
+            }
+            Err(error) => {
+                problems.push(format!(
+                    "`{key}` {} cannot be read ({error}; paths are relative to the manifest's folder)",
+                    path.display()
+                ));
+                String::new()
+            }
+        },
+    };
+    let template = read(template, default_user, "template");
+    let system_template = read(system_template, default_system, "system_template");
+    match (endpoint, spec, problems.is_empty()) {
+        (Some(endpoint), Some(spec), true) => Ok(Arc::new(ModelCall {
+            builtin,
+            role,
+            revision,
+            endpoint,
+            spec,
+            template,
+            system_template,
+        })),
+        _ => Err(problems),
+    }
+}
+
+fn known(models: &BTreeMap<String, ModelSpec>) -> String {
+    if models.is_empty() {
+        " (the manifest has none)".into()
+    } else {
+        format!(
+            " (the manifest has {})",
+            models.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// The variables a role's template may use: its request's fields (SPEC §3), nothing else of
+/// the experiment (and, for the judge, the fence derived from the answer).
+pub(crate) fn template_variables(role: Role) -> &'static [&'static str] {
+    match role {
+        Role::Compressor => &["context", "goal", "token_budget", "seed", "params"],
+        Role::Reader => &["memory", "question", "seed", "params"],
+        Role::Judge => &[
+            "source",
+            "question",
+            "reference",
+            "answer",
+            "answer_fence",
+            "seed",
+            "params",
+        ],
+    }
+}
+
+/// A template must parse, and use only its role's variables.
+fn check_template(text: &str, role: Role) -> Result<(), String> {
+    let mut environment = minijinja::Environment::new();
+    environment.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let template = environment
+        .template_from_str(text)
+        .map_err(|error| format!("is not a valid template: {error}"))?;
+    let allowed = template_variables(role);
+    let unknown: Vec<String> = template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|name| !allowed.contains(&name.as_str()))
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "uses {}, which a {role} template is not given (it has {})",
+            unknown.join(", "),
+            allowed.join(", ")
+        ))
+    }
+}

@@ -1,0 +1,431 @@
+//! A model API on 127.0.0.1 for the tests: OpenAI's chat completions and Anthropic's messages,
+//! answering as the fixture's built-ins would (goal-line compressor, field-lookup reader, exact
+//! judge) from the prompts gacc renders, with rate limits, bursts of 5xx, slow and malformed
+//! replies, a refused key and a judge without a verdict on request. It counts every request
+//! and the tokens it billed. Bounded: it serves at most `MAX_REQUESTS` and lives at most
+//! `MAX_LIFETIME`.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const MAX_REQUESTS: u64 = 200_000;
+const MAX_LIFETIME: Duration = Duration::from_secs(900);
+const MAX_BODY: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+/// How the mock misbehaves.
+#[derive(Debug, Clone, Default)]
+pub struct Behaviour {
+    /// Requests admitted per second (a bucket of one second's worth); above it, 429.
+    pub rate: Option<f64>,
+    /// The first N requests answer 503.
+    pub fail_first: u64,
+    /// The first N requests answer a 200 whose body is cut off.
+    pub malformed_first: u64,
+    /// Every request answers 401.
+    pub unauthorized: bool,
+    /// Each reply waits this long.
+    pub delay: Duration,
+    /// The judge replies without a verdict.
+    pub judge_without_verdict: bool,
+    /// The model id a reply says served it.
+    pub served_model: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub requests: AtomicU64,
+    pub answered: AtomicU64,
+    pub rate_limited: AtomicU64,
+    pub input_tokens: AtomicU64,
+    pub cached_input_tokens: AtomicU64,
+    pub output_tokens: AtomicU64,
+    /// Requests per role, as the mock recognised them.
+    pub compressor: AtomicU64,
+    pub reader: AtomicU64,
+    pub judge: AtomicU64,
+    /// The most requests in flight at once.
+    pub peak_in_flight: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Counts {
+    pub fn get(&self, counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+struct State {
+    format: Format,
+    behaviour: Behaviour,
+    counts: Counts,
+    bucket: Mutex<(f64, Instant)>,
+    /// Prompt prefixes (memories) seen, for the prefix cache it reports.
+    prefixes: Mutex<HashSet<String>>,
+    /// Headers of every request (to check that no key leaks and the right ones are sent).
+    headers: Mutex<Vec<String>>,
+    stop: AtomicBool,
+    started: Instant,
+}
+
+pub struct MockApi {
+    pub url: String,
+    state: Arc<State>,
+    port: u16,
+}
+
+impl MockApi {
+    pub fn start(format: Format, behaviour: Behaviour) -> MockApi {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(State {
+            format,
+            bucket: Mutex::new((behaviour.rate.unwrap_or(0.0), Instant::now())),
+            behaviour,
+            counts: Counts::default(),
+            prefixes: Mutex::new(HashSet::new()),
+            headers: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            started: Instant::now(),
+        });
+        let serving = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if serving.stop.load(Ordering::SeqCst)
+                    || serving.started.elapsed() > MAX_LIFETIME
+                    || serving.counts.get(&serving.counts.requests) >= MAX_REQUESTS
+                {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let state = serving.clone();
+                std::thread::spawn(move || serve_connection(stream, &state));
+            }
+        });
+        let url = match format {
+            Format::OpenAi => format!("http://127.0.0.1:{port}/v1"),
+            Format::Anthropic => format!("http://127.0.0.1:{port}"),
+        };
+        MockApi { url, state, port }
+    }
+
+    pub fn counts(&self) -> &Counts {
+        &self.state.counts
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.state.counts.get(&self.state.counts.requests)
+    }
+
+    /// Every request's headers, one string each.
+    pub fn headers(&self) -> Vec<String> {
+        self.state.headers.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MockApi {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn serve_connection(stream: TcpStream, state: &State) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut writer = stream;
+    // Keep-alive: one request after another on this connection.
+    for _ in 0..10_000 {
+        let Some((path, headers, body)) = read_request(&mut reader) else {
+            return;
+        };
+        let (status, extra, reply) = respond(state, &path, &headers, &body);
+        let text = format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}\r\n",
+            reason(status),
+            reply.len()
+        );
+        if writer
+            .write_all(text.as_bytes())
+            .and_then(|_| writer.write_all(&reply))
+            .is_err()
+        {
+            return;
+        }
+        if state.stop.load(Ordering::SeqCst) {
+            return;
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        401 => "Unauthorized",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let path = line.split_whitespace().nth(1)?.to_owned();
+    let mut headers = String::new();
+    let mut length = 0usize;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).ok()? == 0 {
+            return None;
+        }
+        if header == "\r\n" || header == "\n" {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+        headers.push_str(&header);
+    }
+    if length > MAX_BODY {
+        return None;
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((path, headers, body))
+}
+
+/// (status, extra header lines, body) for one request.
+fn respond(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+    let counts = &state.counts;
+    counts.requests.fetch_add(1, Ordering::SeqCst);
+    let now = counts.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    counts.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    state.headers.lock().unwrap().push(headers.to_owned());
+    let answer = answer(state, path, headers, body);
+    counts.in_flight.fetch_sub(1, Ordering::SeqCst);
+    answer
+}
+
+fn error(status: u16, message: &str) -> (u16, String, Vec<u8>) {
+    (
+        status,
+        String::new(),
+        json!({"error": {"message": message, "type": "mock"}})
+            .to_string()
+            .into_bytes(),
+    )
+}
+
+fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+    let behaviour = &state.behaviour;
+    let counts = &state.counts;
+    let number = counts.get(&counts.requests);
+    let expected = match state.format {
+        Format::OpenAi => "/v1/chat/completions",
+        Format::Anthropic => "/v1/messages",
+    };
+    if path != expected {
+        return error(404, &format!("no route {path}"));
+    }
+    if behaviour.unauthorized {
+        return error(
+            401,
+            "Incorrect API key provided: sk-t****cret. You can find your API key at https://example.invalid.",
+        );
+    }
+    if let Some(rate) = behaviour.rate {
+        let mut bucket = state.bucket.lock().unwrap();
+        let elapsed = bucket.1.elapsed().as_secs_f64();
+        bucket.0 = (bucket.0 + elapsed * rate).min(rate.max(1.0));
+        bucket.1 = Instant::now();
+        if bucket.0 < 1.0 {
+            let wait = (1.0 - bucket.0) / rate;
+            counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+            let extra = format!(
+                "Retry-After: {}\r\nretry-after-ms: {}\r\n",
+                wait.ceil() as u64,
+                (wait * 1000.0).ceil() as u64
+            );
+            return (
+                429,
+                extra,
+                json!({"error": {"message": "Rate limit reached", "type": "requests"}})
+                    .to_string()
+                    .into_bytes(),
+            );
+        }
+        bucket.0 -= 1.0;
+    }
+    if number <= behaviour.fail_first {
+        return error(503, "overloaded");
+    }
+    if !behaviour.delay.is_zero() {
+        std::thread::sleep(behaviour.delay);
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return error(400, "the body is not JSON");
+    };
+    if request.get("model").and_then(Value::as_str).is_none() {
+        return error(400, "no model");
+    }
+    if number <= behaviour.fail_first + behaviour.malformed_first {
+        return (
+            200,
+            String::new(),
+            b"{\"choices\": [{\"message\": {\"content\": \"cut".to_vec(),
+        );
+    }
+    let _ = headers;
+    let (system, user) = messages(state.format, &request);
+    let (text, verdict, role) = model(&user, behaviour);
+    match role {
+        "compressor" => counts.compressor.fetch_add(1, Ordering::SeqCst),
+        "reader" => counts.reader.fetch_add(1, Ordering::SeqCst),
+        _ => counts.judge.fetch_add(1, Ordering::SeqCst),
+    };
+    // Billing: a token per four bytes; a reader's memory is a cached prefix the second time.
+    let input = ((system.len() + user.len()) / 4) as u64 + 1;
+    let output = (text.len() / 4) as u64 + 1;
+    let cached = match between(&user, "<memory>\n", "\n</memory>") {
+        Some(memory) if role == "reader" && memory.len() >= 8 => {
+            let mut seen = state.prefixes.lock().unwrap();
+            if seen.insert(memory.to_owned()) {
+                0
+            } else {
+                (memory.len() / 4) as u64
+            }
+        }
+        _ => 0,
+    };
+    counts.input_tokens.fetch_add(input, Ordering::SeqCst);
+    counts.cached_input_tokens.fetch_add(cached, Ordering::SeqCst);
+    counts.output_tokens.fetch_add(output, Ordering::SeqCst);
+    counts.answered.fetch_add(1, Ordering::SeqCst);
+    let served = behaviour
+        .served_model
+        .clone()
+        .unwrap_or_else(|| "mock-model-1".into());
+    let reply = match state.format {
+        Format::OpenAi => json!({
+            "id": format!("chatcmpl-{number}"),
+            "object": "chat.completion",
+            "model": served,
+            "system_fingerprint": "fp_mock",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output,
+                      "prompt_tokens_details": {"cached_tokens": cached}},
+        }),
+        Format::Anthropic => {
+            let content = match (verdict, request.get("tool_choice")) {
+                (Some(verdict), Some(_)) => {
+                    json!([{"type": "tool_use", "id": "toolu_1", "name": "verdict", "input": verdict}])
+                }
+                _ => json!([{"type": "text", "text": text}]),
+            };
+            json!({
+                "id": format!("msg_{number}"),
+                "type": "message",
+                "role": "assistant",
+                "model": served,
+                "content": content,
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": input - cached, "cache_read_input_tokens": cached,
+                          "cache_creation_input_tokens": 0, "output_tokens": output},
+            })
+        }
+    };
+    (200, String::new(), reply.to_string().into_bytes())
+}
+
+/// (system, user) text of a request.
+fn messages(format: Format, request: &Value) -> (String, String) {
+    let text_of = |content: &Value| match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+        _ => String::new(),
+    };
+    let mut system = String::new();
+    let mut user = String::new();
+    if format == Format::Anthropic {
+        system = text_of(&request["system"]);
+    }
+    for message in request["messages"].as_array().into_iter().flatten() {
+        match message["role"].as_str() {
+            Some("system") => system.push_str(&text_of(&message["content"])),
+            Some("user") => user.push_str(&text_of(&message["content"])),
+            _ => {}
+        }
+    }
+    (system, user)
+}
+
+fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let start = text.find(open)? + open.len();
+    let end = text[start..].find(close)? + start;
+    Some(&text[start..end])
+}
+
+/// What the mock model says: (reply text, structured verdict, role), as the fixture's
+/// built-ins answer the same fields.
+fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static str) {
+    if let Some(context) =
+        between(user, "<document>\n", "\n</document>").filter(|_| user.starts_with("Compress"))
+    {
+        let goal = between(user, "The questions will serve this goal: ", "\n");
+        let request =
+            json!({"context": context, "goal": goal, "token_budget": 1000, "seed": 0, "params": {}});
+        let memory = gacc::builtin::respond("goal-line", &request).unwrap()["memory"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        return (memory, None, "compressor");
+    }
+    if let Some(memory) = between(user, "<memory>\n", "\n</memory>") {
+        let question = user.rsplit("Question: ").next().unwrap_or("").trim();
+        let request = json!({"memory": memory, "question": question, "seed": 0, "params": {}});
+        let answer = gacc::builtin::respond("field-lookup", &request).unwrap()["answer"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        return (answer, None, "reader");
+    }
+    // The judge: the reference, and the answer between the two fence lines gacc drew.
+    let reference = between(user, "<reference>\n", "\n</reference>").unwrap_or("");
+    let fence_at = user.find("\n===== ANSWER ").map(|at| at + 1);
+    let answer = fence_at.and_then(|at| {
+        let fence = &user[at..at + user[at..].find('\n')?];
+        let start = at + fence.len() + 1;
+        let end = user[start..].find(&format!("\n{fence}"))? + start;
+        Some(&user[start..end])
+    });
+    if behaviour.judge_without_verdict {
+        return ("I would rather not say.".into(), None, "judge");
+    }
+    let request = json!({"source": "", "question": "", "reference": reference, "answer": answer.unwrap_or("<no fence>"), "seed": 0, "params": {}});
+    let correct = gacc::builtin::respond("exact", &request).unwrap()["correct"]
+        .as_bool()
+        .unwrap();
+    let verdict =
+        json!({"correct": correct, "rationale": if correct { "the same" } else { "not the reference" }});
+    (verdict.to_string(), Some(verdict), "judge")
+}

@@ -1,0 +1,349 @@
+//! Model built-ins over HTTP (SPEC §8), against the mock API on 127.0.0.1: both wire formats,
+//! the same metrics as the built-ins they imitate, no call twice, rate limits survived, a
+//! refused key stopping the run, verdicts that must be verdicts, usage and cost as billed, and
+//! the spending cap.
+
+mod common;
+
+use common::mock_api::{Behaviour, Format, MockApi};
+use common::{Scratch, read_json};
+use serde_json::Value;
+
+/// The key the tests give the mock; it must appear in no file and no output.
+const KEY: &str = "sk-test-0123456789abcdef-secret";
+
+/// The fixture with every role on a model built-in at the mock.
+fn llm_fixture(scratch: &Scratch, api: &MockApi, format: Format, endpoint: &str, run: &str) -> String {
+    let api_name = match format {
+        Format::OpenAi => "openai-chat",
+        Format::Anthropic => "anthropic-messages",
+    };
+    let manifest = format!(
+        r#"name = "llm-fixture"
+seeds = [42, 43, 44]
+ratios = [0.15]
+
+[dataset]
+path = "data/fixture.jsonl"
+
+[models.mock]
+api = "{api_name}"
+base_url = "{url}"
+model = "mock-1"
+api_key_env = "MOCK_API_KEY"
+price = {{ input = 1.0, cached_input = 0.25, output = 4.0 }}
+{endpoint}
+
+[compressors.summarise]
+builtin = "llm-compressor"
+params = {{ model = "mock", temperature = 0.0 }}
+
+[reader]
+builtin = "llm-reader"
+params = {{ model = "mock" }}
+
+[judge]
+builtin = "llm-judge"
+params = {{ model = "mock" }}
+
+[run]
+{run}
+"#,
+        url = api.url
+    );
+    scratch.write("experiments/llm.toml", &manifest);
+    "experiments/llm.toml".into()
+}
+
+fn run(scratch: &Scratch, manifest: &str, extra: &[&str]) -> (i32, std::path::PathBuf, String) {
+    scratch.run_with_env(manifest, extra, &[("MOCK_API_KEY", KEY)])
+}
+
+fn cells(folder: &std::path::Path) -> Value {
+    let mut cells = read_json(&folder.join("report.json"))["cells"].clone();
+    for cell in cells.as_array_mut().unwrap() {
+        cell["compressor"] = Value::Null;
+    }
+    cells
+}
+
+/// No byte of the key in any file of the run folder or the cache, nor in what gacc printed.
+fn assert_no_key(scratch: &Scratch, printed: &str) {
+    assert!(
+        !printed.contains(KEY) && !printed.contains("0123456789abcdef"),
+        "{printed}"
+    );
+    let mut stack = vec![scratch.path("experiments")];
+    stack.push(scratch.path(".gacc"));
+    while let Some(path) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(
+                    !text.contains("0123456789abcdef"),
+                    "the key is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_llm_fixture_gives_the_builtins_metrics_in_both_formats_and_a_rerun_calls_nothing() {
+    let scratch = Scratch::new();
+    let (status, builtin, stderr) = scratch.run("experiments/fixture.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    for format in [Format::OpenAi, Format::Anthropic] {
+        let api = MockApi::start(format, Behaviour::default());
+        let manifest = llm_fixture(&scratch, &api, format, "", "");
+        let cache = format!("run.cache=\"cache-{format:?}\"");
+        let (status, folder, stderr) = run(&scratch, &manifest, &["--set", &cache]);
+        assert_eq!(status, 0, "{format:?}: {stderr}");
+        assert_eq!(cells(&folder), cells(&builtin), "{format:?}");
+        let counts = api.counts();
+        // 2 sources × 2 goals × 3 seeds memories, 12 questions × 3 seeds reads and judgements;
+        // identical calls are made once (the seeds do not change a prompt).
+        assert!(api.requests() > 0);
+        let made = api.requests();
+        assert_eq!(
+            made,
+            counts.get(&counts.compressor) + counts.get(&counts.reader) + counts.get(&counts.judge)
+        );
+        let report = read_json(&folder.join("report.json"));
+        assert_eq!(
+            report["holdout"]["compressor"]["callbacks"]["compressors.summarise"]["sandbox"],
+            "in-process"
+        );
+        assert_eq!(report["holdout"]["compressor"]["holdout_enforced"], true);
+
+        let (status, again, stderr) = run(&scratch, &manifest, &["--set", &cache]);
+        assert_eq!(status, 0, "{stderr}");
+        assert_eq!(
+            api.requests(),
+            made,
+            "{format:?}: the second run made HTTP requests"
+        );
+        assert_eq!(read_json(&again.join("report.json"))["cells"], report["cells"]);
+        assert_no_key(&scratch, &stderr);
+        // The key went out only in its header.
+        let header = match format {
+            Format::OpenAi => format!("authorization: Bearer {KEY}"),
+            Format::Anthropic => format!("x-api-key: {KEY}"),
+        };
+        assert!(
+            api.headers()
+                .iter()
+                .all(|h| h.to_ascii_lowercase().contains(&header.to_ascii_lowercase()))
+        );
+    }
+}
+
+/// The report's account of the endpoint equals what the mock billed, and its cost what the
+/// price makes of it.
+#[test]
+fn usage_and_cost_in_the_report_are_what_the_provider_billed() {
+    for format in [Format::OpenAi, Format::Anthropic] {
+        let scratch = Scratch::new();
+        let api = MockApi::start(format, Behaviour::default());
+        let manifest = llm_fixture(&scratch, &api, format, "", "");
+        let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+        assert_eq!(status, 0, "{stderr}");
+        let report = read_json(&folder.join("report.json"));
+        let account = &report["endpoints"]["mock"];
+        let counts = api.counts();
+        let (input, cached, output) = (
+            counts.get(&counts.input_tokens),
+            counts.get(&counts.cached_input_tokens),
+            counts.get(&counts.output_tokens),
+        );
+        assert!(
+            cached > 0,
+            "{format:?}: the readers' shared memories were cached prefixes"
+        );
+        assert_eq!(account["calls"], api.requests(), "{format:?}");
+        assert_eq!(account["usage"]["input_tokens"], input, "{format:?}");
+        assert_eq!(account["usage"]["cached_input_tokens"], cached, "{format:?}");
+        assert_eq!(account["usage"]["output_tokens"], output, "{format:?}");
+        let cost = ((input - cached) as f64 * 1.0 + cached as f64 * 0.25 + output as f64 * 4.0) / 1e6;
+        let reported = account["usage"]["cost_usd"].as_f64().unwrap();
+        assert!(
+            (reported - cost).abs() < 1e-12,
+            "{format:?}: {reported} != {cost}"
+        );
+        let saved = account["usage"]["prompt_cache_saved_usd"].as_f64().unwrap();
+        assert!((saved - cached as f64 * 0.75 / 1e6).abs() < 1e-12);
+        assert_eq!(account["usage"]["served_models"]["mock-model-1"], api.requests());
+        assert_eq!(account["several_models_served"], false);
+        // The same per role, and in report.md and the terminal.
+        let by_role: f64 = ["compressor", "reader", "judge"]
+            .iter()
+            .map(|role| report["usage"][role]["cost_usd"].as_f64().unwrap())
+            .sum();
+        assert!((by_role - cost).abs() < 1e-12);
+        let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+        assert!(
+            markdown.contains("| `mock` |") && markdown.contains("mock-model-1"),
+            "{markdown}"
+        );
+        assert!(
+            stderr.contains(&format!("this run paid {cost:.4} USD")),
+            "{stderr}"
+        );
+        // The judge's raw reply is kept in its row.
+        let results = common::read_lines(&folder.join("results.jsonl"));
+        assert!(
+            results.iter().all(|r| r["judge_meta"]["reply"]
+                .as_str()
+                .is_some_and(|t| t.contains("correct"))),
+            "{:?}",
+            results[0]
+        );
+    }
+}
+
+#[test]
+fn a_refused_key_stops_the_run_at_once_and_names_its_variable() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            unauthorized: true,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "max_concurrency = 4", "");
+    let (status, _, stderr) = run(&scratch, &manifest, &[]);
+    assert_ne!(status, 0, "{stderr}");
+    assert!(api.requests() <= 4, "{} requests after a 401", api.requests());
+    assert!(
+        stderr.contains("401") && stderr.contains("MOCK_API_KEY") && stderr.contains("models.mock"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the run stopped"), "{stderr}");
+    // The provider's message echoes a piece of the key: it is scrubbed everywhere.
+    assert!(!stderr.contains("cret") && !stderr.contains("sk-t"), "{stderr}");
+    assert_no_key(&scratch, &stderr);
+}
+
+#[test]
+fn a_judge_reply_without_a_verdict_is_a_failed_call_not_a_wrong_answer() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            judge_without_verdict: true,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
+    let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let failures = report["failures"].as_array().unwrap();
+    assert!(!failures.is_empty());
+    assert!(
+        failures
+            .iter()
+            .all(|f| f["stage"] == "judge" && f["reason"].as_str().unwrap().contains("no verdict")),
+        "{failures:?}"
+    );
+    for cell in report["cells"].as_array().unwrap() {
+        assert_eq!(cell["complete"], false);
+    }
+    // No question was scored: not one counted as wrong.
+    let results = common::read_lines(&folder.join("results.jsonl"));
+    assert!(results.iter().all(|r| r["correct"].is_null()), "{:?}", results[0]);
+}
+
+#[test]
+fn bursts_of_5xx_malformed_replies_and_a_rate_limit_are_survived_with_no_failed_call() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            rate: Some(8.0),
+            fail_first: 4,
+            malformed_first: 3,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "max_concurrency = 16", "");
+    let (status, folder, stderr) = run(&scratch, &manifest, &["-v"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    assert!(report["failures"].as_array().unwrap().is_empty());
+    let counts = api.counts();
+    assert!(
+        counts.get(&counts.rate_limited) > 0,
+        "the mock's rate limit was never reached"
+    );
+    // Each retry is in the trace, and on the terminal with -v.
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    let retries = trace.matches("retrying a model call").count() as u64;
+    assert!(
+        retries >= 7 + counts.get(&counts.rate_limited),
+        "{retries} retries in the trace"
+    );
+    assert!(stderr.contains("retrying a model call"), "{stderr}");
+}
+
+#[test]
+fn a_slow_endpoint_times_out_and_fails_its_calls_after_their_retries() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::Anthropic,
+        Behaviour {
+            delay: std::time::Duration::from_secs(3),
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(
+        &scratch,
+        &api,
+        Format::Anthropic,
+        "timeout = \"500ms\"\nretries = 1",
+        "",
+    );
+    let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let failures = report["failures"].as_array().unwrap();
+    assert!(!failures.is_empty());
+    for failure in failures {
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("timed out") && reason.contains("gave up after 2 attempts"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn the_spending_cap_stops_the_run_with_status_3_and_a_higher_cap_finishes_it_with_no_call_twice() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "max_cost_usd = 0.004");
+    let (status, _, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 3, "{stderr}");
+    assert!(stderr.contains("max_cost_usd"), "{stderr}");
+    let first = api.requests();
+    assert!(first > 0);
+    let (status, folder, stderr) = run(&scratch, &manifest, &["--set", "run.max_cost_usd=10.0"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    // Every distinct call the results rest on was requested exactly once over both runs.
+    assert_eq!(
+        api.requests(),
+        report["endpoints"]["mock"]["calls"].as_u64().unwrap()
+    );
+    assert!(api.requests() > first);
+    let total = report["endpoints"]["mock"]["usage"]["cost_usd"].as_f64().unwrap();
+    assert!(total > 0.004, "the cap was below the experiment's cost ({total})");
+}
