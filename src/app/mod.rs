@@ -68,8 +68,8 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
 
 /// `gacc plan`: jobs per stage and how many the cache answers.
 pub fn plan(manifest: &Path, sets: &[String], format: Format) -> Result<Ended, Error> {
-    let status = status::plan_status(manifest, sets)?;
-    terminal::print_plan(&status, format);
+    let (status, bounds) = status::plan_status(manifest, sets)?;
+    terminal::print_plan(&status, &bounds, format);
     Ok(Ended::Success)
 }
 

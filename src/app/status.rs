@@ -4,14 +4,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::Value;
+use std::sync::Arc;
 
-use crate::app::prepare::{cache_for, prepare};
+use serde_json::{Value, json};
+
+use crate::app::prepare::{Prepared, cache_for, models, prepare};
 use crate::error::{Error, Invalid};
+use crate::exec::model::ModelLauncher;
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::inputs::dataset;
-use crate::inputs::manifest;
+use crate::inputs::manifest::{self, CallbackSpec};
 use crate::protocol::{Role, Stage};
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
@@ -52,14 +55,79 @@ pub(super) struct StageStatus {
     pub skipped: usize,
 }
 
+/// Per stage, its jobs and how many the cache answers.
+pub(super) type Stages = BTreeMap<&'static str, StageStatus>;
+
+/// Upper bounds of the model calls the cache does not answer, for one endpoint.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(super) struct CallBounds {
+    pub calls: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// None when the endpoint has no `price`.
+    pub cost_usd: Option<f64>,
+}
+
+/// The model built-ins of a manifest, as launchers that can render and bound their prompts.
+struct Bounder {
+    compressors: BTreeMap<String, Arc<ModelLauncher>>,
+    reader: Option<Arc<ModelLauncher>>,
+    judge: Option<Arc<ModelLauncher>>,
+    bounds: BTreeMap<String, CallBounds>,
+}
+
+impl Bounder {
+    fn new(prepared: &Prepared) -> Result<Bounder, Error> {
+        let models = models(&prepared.loaded)?;
+        let launcher = |spec: &CallbackSpec| -> Option<Arc<ModelLauncher>> {
+            let call = spec.model.as_ref()?;
+            let endpoint = models.endpoints.get(&call.endpoint)?.clone();
+            let estimator = Arc::new(crate::inputs::tokenizer::Cl100k::new());
+            ModelLauncher::new(endpoint, call.clone(), models.costs.clone(), estimator)
+                .ok()
+                .map(Arc::new)
+        };
+        let manifest = &prepared.loaded.manifest;
+        Ok(Bounder {
+            compressors: (manifest.compressors.iter())
+                .filter_map(|(name, spec)| Some((name.clone(), launcher(spec)?)))
+                .collect(),
+            reader: launcher(&manifest.reader),
+            judge: launcher(&manifest.judge),
+            bounds: BTreeMap::new(),
+        })
+    }
+
+    /// Adds one call's bounds; `extra_input` is what an unknown field may add (cl100k tokens).
+    fn add(&mut self, launcher: &ModelLauncher, request: &Value, params: &Value, extra_input: u64) {
+        let empty = serde_json::Map::new();
+        let Ok(prompt) = launcher.prompt(request, params.as_object().unwrap_or(&empty)) else {
+            return;
+        };
+        let (input, output) = launcher.most_tokens(&prompt);
+        let input = input + crate::exec::model::estimate_upper(extra_input);
+        let bounds = self.bounds.entry(launcher.endpoint.name.clone()).or_default();
+        bounds.calls += 1;
+        bounds.input_tokens += input;
+        bounds.output_tokens += output;
+        if launcher.endpoint.spec.price.is_some() {
+            *bounds.cost_usd.get_or_insert(0.0) += launcher.most_cost((input, output));
+        }
+    }
+}
+
 /// `gacc plan`: walks the plan through the cache without calling anything.
 pub(super) fn plan_status(
     path: &Path,
     sets: &[String],
-) -> Result<BTreeMap<&'static str, StageStatus>, Error> {
+) -> Result<(Stages, BTreeMap<String, CallBounds>), Error> {
     let prepared = prepare(path, sets)?;
     let cache = cache_for(&prepared.loaded)?;
     let plan = &prepared.plan;
+    let mut bounder = Bounder::new(&prepared)?;
+    let manifest = &prepared.loaded.manifest;
+    let dataset = &prepared.dataset;
+    let mut compressed = std::collections::HashSet::new();
     let mut status: BTreeMap<&'static str, StageStatus> = Stage::ALL
         .into_iter()
         .map(|stage| (stage.as_str(), StageStatus::default()))
@@ -86,7 +154,23 @@ pub(super) fn plan_status(
             }
             memory
         };
+        let source = &dataset.sources[job.source];
+        let name = &job.id.cell.compressor;
+        if let (None, Some(launcher)) = (&generation, bounder.compressors.get(name).cloned())
+            && compressed.insert(job.cache_key.clone())
+        {
+            let goal = job
+                .shown_goal
+                .map(|(s, g)| dataset.sources[s].goals[g].text.as_str());
+            let request = json!({"context": source.text, "goal": goal, "token_budget": job.budget, "seed": job.id.seed});
+            bounder.add(&launcher, &request, &manifest.compressors[name].params, 0);
+        }
         let Some(generation) = generation else {
+            // Nothing of its questions is known: each is read and judged, its memory at
+            // most L tokens, its answer at most the reader's max_tokens (else L).
+            for question in &job.questions {
+                bound_question(&mut bounder, manifest, source, job, question, None, None);
+            }
             continue;
         };
         // The memory as a run measured it, else the generation cut here.
@@ -112,13 +196,59 @@ pub(super) fn plan_status(
             );
             let Some(answer) = read.and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
             else {
+                bound_question(&mut bounder, manifest, source, job, question, None, None);
                 continue;
             };
             count(Stage::Read, &|s| s.cached += 1);
             if cache.contains(Role::Judge.as_str(), &plan.judge_key(job, question, &answer)) {
                 count(Stage::Judge, &|s| s.cached += 1);
+            } else {
+                bound_question(
+                    &mut bounder,
+                    manifest,
+                    source,
+                    job,
+                    question,
+                    Some(()),
+                    Some(&answer),
+                );
             }
         }
     }
-    Ok(status)
+    Ok((status, bounder.bounds))
+}
+
+/// Bounds a question's reader call (unless `read` says the cache answers it) and its judge
+/// call (with its answer when known).
+fn bound_question(
+    bounder: &mut Bounder,
+    manifest: &manifest::Manifest,
+    source: &crate::inputs::records::Source,
+    job: &crate::plan::MemoryJob,
+    question: &crate::plan::QuestionJob,
+    read: Option<()>,
+    answer: Option<&str>,
+) {
+    let asked = &source.goals[question.goal].questions[question.question];
+    let reader = bounder.reader.clone();
+    if let (None, Some(reader)) = (read, &reader) {
+        let request = json!({"memory": "", "question": asked.question, "seed": job.id.seed});
+        bounder.add(reader, &request, &manifest.reader.params, job.budget as u64);
+    }
+    if let Some(judge) = bounder.judge.clone() {
+        // An unknown answer: at most the model reader's max_tokens, else the memory's L.
+        let unknown = match (&reader, answer) {
+            (_, Some(_)) => 0,
+            (Some(reader), None) => reader
+                .prompt(
+                    &json!({"memory": "", "question": ""}),
+                    manifest.reader.params.as_object().unwrap_or(&Default::default()),
+                )
+                .map_or(job.budget as u64, |p| p.max_tokens),
+            (None, None) => job.budget as u64,
+        };
+        let request = json!({"source": source.text, "question": asked.question, "reference": asked.reference,
+                             "answer": answer.unwrap_or(""), "seed": job.id.seed});
+        bounder.add(&judge, &request, &manifest.judge.params, unknown);
+    }
 }

@@ -275,9 +275,17 @@ pub(super) fn emit(text: &str) {
 }
 
 /// `gacc plan`'s table (or JSON): jobs, cached and to run, per stage.
-pub(super) fn print_plan(status: &BTreeMap<&'static str, StageStatus>, format: Format) {
+pub(super) fn print_plan(
+    status: &BTreeMap<&'static str, StageStatus>,
+    bounds: &BTreeMap<String, super::status::CallBounds>,
+    format: Format,
+) {
     if format == Format::Json {
-        emit(&crate::files::pretty(status));
+        let mut value = serde_json::to_value(status).unwrap_or_default();
+        if !bounds.is_empty() {
+            value["endpoints"] = serde_json::to_value(bounds).unwrap_or_default();
+        }
+        emit(&crate::files::pretty(&value));
         return;
     }
     let mut text = format!("{:<10} {:>8} {:>8} {:>8}\n", "stage", "jobs", "cached", "to run");
@@ -291,6 +299,20 @@ pub(super) fn print_plan(status: &BTreeMap<&'static str, StageStatus>, format: F
             answered,
             s.jobs - answered
         ));
+    }
+    if !bounds.is_empty() {
+        text.push_str("\nmodel calls the cache does not answer, at most (input from cl100k_base × 1.25):\n");
+        text.push_str(&format!(
+            "{:<16} {:>8} {:>14} {:>14} {:>12}\n",
+            "endpoint", "calls", "input tokens", "output tokens", "cost (USD)"
+        ));
+        for (name, b) in bounds {
+            let cost = b.cost_usd.map_or("no price".to_owned(), |c| format!("{c:.4}"));
+            text.push_str(&format!(
+                "{name:<16} {:>8} {:>14} {:>14} {cost:>12}\n",
+                b.calls, b.input_tokens, b.output_tokens
+            ));
+        }
     }
     emit(&text);
 }

@@ -42,6 +42,8 @@ pub struct Behaviour {
     pub judge_without_verdict: bool,
     /// The model id a reply says served it.
     pub served_model: Option<String>,
+    /// What the reader answers instead of looking the answer up.
+    pub reader_answer: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -388,8 +390,8 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
 /// What the mock model says: (reply text, structured verdict, role), as the fixture's
 /// built-ins answer the same fields.
 fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static str) {
-    if let Some(context) =
-        between(user, "<document>\n", "\n</document>").filter(|_| user.starts_with("Compress"))
+    if let Some(context) = between(user, "<document>\n", "\n</document>")
+        .filter(|_| user.contains("Compress the document above"))
     {
         let goal = between(user, "The questions will serve this goal: ", "\n");
         let request =
@@ -407,7 +409,7 @@ fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static 
             .as_str()
             .unwrap()
             .to_owned();
-        return (answer, None, "reader");
+        return (behaviour.reader_answer.clone().unwrap_or(answer), None, "reader");
     }
     // The judge: the reference, and the answer between the two fence lines gacc drew.
     let reference = between(user, "<reference>\n", "\n</reference>").unwrap_or("");
