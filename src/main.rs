@@ -134,6 +134,11 @@ enum Command {
         #[arg(long)]
         task: Option<usize>,
     },
+    /// The provider batches of a cache (SPEC §9): list them, or cancel the open ones.
+    Batches {
+        #[command(subcommand)]
+        command: Option<BatchesCommand>,
+    },
     /// Check a manifest's callbacks (`callback check`), run a built-in over the protocol on
     /// stdin/stdout (`callback NAME`), or list the built-ins (`callback`).
     Callback {
@@ -270,6 +275,26 @@ enum CacheCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum BatchesCommand {
+    /// The provider batches a cache recorded, open and ended (the default).
+    List {
+        /// The cache folder.
+        #[arg(default_value = ".gacc/cache")]
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel every batch still open at its provider (its finished requests stay paid for and
+    /// are collected by the next run; the rest are submitted again once).
+    Cancel {
+        /// The cache folder.
+        #[arg(default_value = ".gacc/cache")]
+        path: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum CallbackCommand {
     /// Before a paid run: send each callback of MANIFEST (or only NAME) synthetic requests
     /// that cover the protocol's edge cases, in the sandbox, environment and mode of a run,
@@ -353,6 +378,13 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
         Command::Dataset {
             command: DatasetCommand::Stats { path, json },
         } => app::dataset_stats(&path, format(json)),
+        Command::Batches { command } => match command.unwrap_or(BatchesCommand::List {
+            path: PathBuf::from(".gacc/cache"),
+            json: false,
+        }) {
+            BatchesCommand::List { path, json } => app::batches_list(&path, format(json)),
+            BatchesCommand::Cancel { path } => app::batches_cancel(&path),
+        },
         Command::Cache {
             command: CacheCommand::Stats { path, json },
         } => app::cache_stats(&path, format(json)),

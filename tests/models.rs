@@ -5,52 +5,16 @@
 
 mod common;
 
-use common::mock_api::{Behaviour, Format, MockApi};
+use common::mock_api::{Behaviour, Format, MockApi, PRICE, llm_manifest};
 use common::{Scratch, read_json};
 use serde_json::Value;
 
 /// The key the tests give the mock; it must appear in no file and no output.
 const KEY: &str = "sk-test-0123456789abcdef-secret";
 
-/// The fixture with every role on a model built-in at the mock.
+/// The fixture with every role on a model built-in at the mock, priced.
 fn llm_fixture(scratch: &Scratch, api: &MockApi, format: Format, endpoint: &str, run: &str) -> String {
-    let api_name = match format {
-        Format::OpenAi => "openai-chat",
-        Format::Anthropic => "anthropic-messages",
-    };
-    let manifest = format!(
-        r#"name = "llm-fixture"
-seeds = [42, 43, 44]
-ratios = [0.15]
-
-[dataset]
-path = "data/fixture.jsonl"
-
-[models.mock]
-api = "{api_name}"
-base_url = "{url}"
-model = "mock-1"
-api_key_env = "MOCK_API_KEY"
-price = {{ input = 1.0, cached_input = 0.25, output = 4.0 }}
-{endpoint}
-
-[compressors.summarise]
-builtin = "llm-compressor"
-params = {{ model = "mock", temperature = 0.0 }}
-
-[reader]
-builtin = "llm-reader"
-params = {{ model = "mock" }}
-
-[judge]
-builtin = "llm-judge"
-params = {{ model = "mock" }}
-
-[run]
-{run}
-"#,
-        url = api.url
-    );
+    let manifest = llm_manifest(&api.url, format, &format!("{PRICE}\n{endpoint}"), run);
     scratch.write("experiments/llm.toml", &manifest);
     "experiments/llm.toml".into()
 }

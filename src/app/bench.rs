@@ -366,7 +366,7 @@ async fn call_many(callback: Callback, calls: usize, concurrency: usize) -> Dura
         let limit = limit.clone();
         tasks.spawn(async move {
             let request = || json!({"protocol": "gacc/1", "role": "reader", "memory": "m", "question": format!("q{i}"), "seed": 0, "params": {}});
-            let _ = callback.call(request, &limit).await;
+            let _ = callback.call(&format!("bench-{i}"), request, &limit).await;
         });
     }
     while tasks.join_next().await.is_some() {}

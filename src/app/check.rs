@@ -181,7 +181,10 @@ async fn check_one(
         }
         let bytes = probe.request.to_string();
         let started = Instant::now();
-        let attempt = callback.launcher.attempt(callback, bytes.as_bytes()).await;
+        let attempt = callback
+            .launcher
+            .attempt(callback, probe.what, bytes.as_bytes())
+            .await;
         let latency = started.elapsed();
         let answered = judge_attempt(
             &probe,
@@ -241,7 +244,7 @@ async fn unsandboxed(
         local: true,
     };
     let bytes = probe.request.to_string();
-    let attempt = open.launcher.attempt(&open, bytes.as_bytes()).await;
+    let attempt = open.launcher.attempt(&open, probe.what, bytes.as_bytes()).await;
     let stderr: String = requests
         .iter()
         .filter(|r| !r.ok)

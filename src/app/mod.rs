@@ -273,6 +273,48 @@ pub fn callback_check(
     check::check(manifest, sets, name, format == Format::Json)
 }
 
+/// `gacc batches list [CACHE]`: every provider batch the cache recorded.
+pub fn batches_list(cache: &Path, format: Format) -> Result<Ended, Error> {
+    let records = crate::exec::model::batch::records(&cache.join(run::BATCHES));
+    terminal::print_batches(cache, &records, format);
+    Ok(Ended::Success)
+}
+
+/// `gacc batches cancel [CACHE]`: cancels every batch still open; fails if one cannot be.
+pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
+    let records = crate::exec::model::batch::records(&cache.join(run::BATCHES));
+    let open: Vec<_> = records.into_iter().filter(|r| r.state == "open").collect();
+    if open.is_empty() {
+        terminal::emit(&format!("{}: no batch is open\n", cache.display()));
+        return Ok(Ended::Success);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io(Path::new("tokio runtime")))?;
+    let client = reqwest::Client::new();
+    let mut failed = 0;
+    for record in &open {
+        let id = record.batch_id.as_deref().unwrap_or("?");
+        match runtime.block_on(crate::exec::model::batch::cancel(record, &client)) {
+            Ok(()) => terminal::emit(&format!(
+                "cancelled {id} ({} requests, endpoint `{}`)\n",
+                record.keys.len(),
+                record.endpoint
+            )),
+            Err(message) => {
+                failed += 1;
+                eprintln!(
+                    "could not cancel {id} (endpoint `{}`): {message}",
+                    record.endpoint
+                );
+            }
+        }
+    }
+    terminal::emit("the next `gacc run` collects what they finished and submits the rest again once\n");
+    Ok(if failed > 0 { Ended::Failed } else { Ended::Success })
+}
+
 /// `gacc array-task BATCH`: the calls of one Slurm array task; the exit status.
 pub fn array_task(batch: &Path, task: Option<usize>) -> u8 {
     match crate::exec::slurm::task::work(batch, task) {

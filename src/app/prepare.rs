@@ -326,9 +326,11 @@ fn model_callback(
         retries: 0,
         params: spec.params.clone(),
         identity: plan::keys::callback_identity(spec),
-        limit: Arc::new(Semaphore::new(
-            spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
-        )),
+        // A call waiting on a provider batch holds no slot: batches gather every ready call.
+        limit: Arc::new(Semaphore::new(match endpoint.spec.batch.spec() {
+            Some(_) => Semaphore::MAX_PERMITS,
+            None => spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
+        })),
         mode: crate::protocol::Mode::Oneshot,
         sandbox: None,
         launcher: Arc::new(launcher),

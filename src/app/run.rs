@@ -64,6 +64,9 @@ pub(crate) struct Finished {
     pub(crate) views: Result<(), Error>,
 }
 
+/// Where a cache keeps the records of its provider batches.
+pub(crate) const BATCHES: &str = "batches";
+
 /// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
 pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
@@ -94,6 +97,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
             .map_err(io(&root))?,
         _ => cache_for(&prepared.loaded)?,
     };
+    // Batch endpoints record their batches beside the cache, and take up those left open.
+    for endpoint in models.endpoints.values() {
+        endpoint.use_batches(root.join(BATCHES), cache.clone());
+    }
     let markdown = markdown_view(options)?;
 
     let folder = RunFolder::create(&runs, started_at, &prepared.resolved_sha256)?;
@@ -121,6 +128,13 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         progress: progress.clone(),
         fail_fast: options.fail_fast,
         memories: recount.feed(),
+        // A batch endpoint gathers every call that is ready: then every memory job is in
+        // flight at once (each waits, holding little, for its batch).
+        jobs_in_flight: models
+            .endpoints
+            .values()
+            .any(|e| e.spec.batch.spec().is_some())
+            .then_some(prepared.plan.memories.len().max(1)),
     };
     phases.end("write manifest, dataset and plan");
     let outcome = execute(setup, &progress, options, &folder)?;
@@ -295,6 +309,13 @@ fn execute(
     runtime.shutdown_background();
     let Some(outcome) = outcome else {
         crate::exec::shutdown();
+        let open = crate::exec::model::batch::open_batches();
+        if open > 0 {
+            eprintln!(
+                "{open} provider batch(es) still run: they are submitted and paid for, so gacc leaves them; \
+                 `gacc run` again collects their results, `gacc batches cancel` cancels them"
+            );
+        }
         tracing::warn!(folder = %folder.path().display(), "run interrupted");
         crate::trace::close();
         return Err(Error::Interrupted {

@@ -53,13 +53,17 @@ pub(super) fn summary(
     if total > 0.0 || !report.endpoints.is_empty() {
         let paid: f64 = paid.values().map(|u| u.cost_usd).sum();
         let saved: f64 = report.usage.values().map(|u| u.prompt_cache_saved_usd).sum();
+        let batched: f64 = report.usage.values().map(|u| u.batch_saved_usd).sum();
         out.push_str(&format!(
             "  cost: {total:.4} USD for the calls these results rest on; this run paid {paid:.4} USD{}\n",
-            if saved > 0.0 {
-                format!("; providers' prompt caches saved {saved:.4} USD")
-            } else {
-                String::new()
-            }
+            [
+                (saved, "providers' prompt caches saved"),
+                (batched, "the batch API saved")
+            ]
+            .iter()
+            .filter(|(usd, _)| *usd > 0.0)
+            .map(|(usd, what)| format!("; {what} {usd:.4} USD"))
+            .collect::<String>()
         ));
     }
     for (name, endpoint) in &report.endpoints {
@@ -197,8 +201,15 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
                 Some(wait) => format!(", rate-limited: waiting {:.1}s", wait.as_secs_f64()),
                 None => String::new(),
             };
+            let batches = match endpoint.batches() {
+                Some(b) => format!(
+                    " · {} batches: {} in progress ({} requests), {} done",
+                    endpoint.name, b.open, b.open_requests, b.done
+                ),
+                None => String::new(),
+            };
             format!(
-                " · {} {}/{} in flight{waiting}",
+                " · {} {}/{} in flight{waiting}{batches}",
                 endpoint.name, live.in_flight, live.limit
             )
         })
@@ -313,6 +324,55 @@ pub(super) fn print_plan(
                 b.calls, b.input_tokens, b.output_tokens
             ));
         }
+    }
+    emit(&text);
+}
+
+/// `gacc batches list`.
+pub(super) fn print_batches(cache: &Path, records: &[crate::exec::model::batch::Record], format: Format) {
+    if format == Format::Json {
+        let rows: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "local": r.local, "endpoint": r.endpoint, "api": r.api, "model": r.model,
+                    "batch_id": r.batch_id, "state": r.state, "requests": r.keys.len(),
+                    "created": r.created, "outcome": r.outcome,
+                })
+            })
+            .collect();
+        emit(&crate::files::pretty(&rows));
+        return;
+    }
+    if records.is_empty() {
+        emit(&format!("{}: no provider batches\n", cache.display()));
+        return;
+    }
+    let mut text = format!(
+        "{:<28} {:<12} {:<34} {:<10} {:>8}  outcome\n",
+        "created", "endpoint", "batch", "state", "requests"
+    );
+    for r in records {
+        let outcome: Vec<String> = r.outcome.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        text.push_str(&format!(
+            "{:<28} {:<12} {:<34} {:<10} {:>8}  {}\n",
+            r.created,
+            r.endpoint,
+            r.batch_id.as_deref().unwrap_or("(not accepted yet)"),
+            r.state,
+            r.keys.len(),
+            outcome.join(", ")
+        ));
+    }
+    let open = records
+        .iter()
+        .filter(|r| r.state == "open" || r.state == "submitting")
+        .count();
+    if open > 0 {
+        text.push_str(&format!(
+            "{open} in flight: `gacc run` collects them; `gacc batches cancel {}` cancels them\n",
+            cache.display()
+        ));
     }
     emit(&text);
 }

@@ -122,10 +122,12 @@ pub(crate) struct Failure {
 
 /// How one attempt of a call is made: in a process of this machine, as a Slurm array task, or
 /// (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
+/// `key` is the call's cache key (a provider batch's `custom_id`).
 pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn attempt<'a>(
         &'a self,
         callback: &'a Callback,
+        key: &'a str,
         request: &'a [u8],
     ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
 }
@@ -143,6 +145,7 @@ impl Callback {
     /// written out only once a slot is free, so waiting calls hold no payload.
     pub(crate) async fn call(
         &self,
+        key: &str,
         request: impl Fn() -> Value,
         run_limit: &Semaphore,
     ) -> Result<Value, Failure> {
@@ -166,7 +169,7 @@ impl Callback {
                 };
                 let bytes = request().to_string();
                 let started = Instant::now();
-                let mut outcome = self.launcher.attempt(self, bytes.as_bytes()).await;
+                let mut outcome = self.launcher.attempt(self, key, bytes.as_bytes()).await;
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
                 self.redact_attempt(&mut outcome);
                 tracing::debug!(

@@ -31,6 +31,7 @@ impl Launcher for Process {
     fn attempt<'a>(
         &'a self,
         callback: &'a Callback,
+        _key: &'a str,
         request: &'a [u8],
     ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
         Box::pin(self.attempt_here(callback, request))

@@ -88,7 +88,7 @@ pub(super) async fn obtain(
                 }
                 // Each attempt's trace event carries the call's cache key through this span.
                 let span = tracing::info_span!("call", key = %key);
-                let answer = callback.call(request, &shared.run_limit).instrument(span).await?;
+                let answer = callback.call(key, request, &shared.run_limit).instrument(span).await?;
                 if let Err(error) = shared.run.cache.put(role.as_str(), key, description, &answer) {
                     tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
                 }

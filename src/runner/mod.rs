@@ -51,6 +51,9 @@ pub(crate) struct Setup {
     /// Where each distinct memory goes as soon as its ledger row is final (the report's
     /// recount starts on it while the run goes on).
     pub memories: Option<std::sync::mpsc::Sender<Arc<str>>>,
+    /// Memory jobs in flight at once, when the default window is too small: a provider batch
+    /// gathers every call that is ready, so a batch endpoint wants them all.
+    pub jobs_in_flight: Option<usize>,
 }
 
 /// What a run produced, in plan order.
@@ -198,7 +201,8 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
-    let window = (JOBS_IN_FLIGHT_PER_SLOT * shared.run.concurrency).max(MIN_JOBS_IN_FLIGHT);
+    let window = (shared.run.jobs_in_flight)
+        .unwrap_or((JOBS_IN_FLIGHT_PER_SLOT * shared.run.concurrency).max(MIN_JOBS_IN_FLIGHT));
     let total = shared.run.plan.memories.len();
     let mut tasks = JoinSet::new();
     let mut next = 0;
@@ -352,6 +356,7 @@ mod tests {
         fn attempt<'a>(
             &'a self,
             callback: &'a Callback,
+            _key: &'a str,
             request: &'a [u8],
         ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
             let request: Value = serde_json::from_slice(request).unwrap_or(Value::Null);
@@ -451,6 +456,7 @@ mod tests {
             progress: Arc::new(Progress::default()),
             fail_fast,
             memories: None,
+            jobs_in_flight: None,
         }
     }
 

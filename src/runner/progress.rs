@@ -31,6 +31,9 @@ pub(crate) struct Usage {
     /// What the provider's prompt cache saved, at the endpoint's price.
     #[serde(default, skip_serializing_if = "is_nothing")]
     pub prompt_cache_saved_usd: f64,
+    /// What the provider's batch API saved against its online price.
+    #[serde(default, skip_serializing_if = "is_nothing")]
+    pub batch_saved_usd: f64,
     /// The model ids that served the calls, with how many each served.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub served_models: BTreeMap<String, u64>,
@@ -52,6 +55,7 @@ impl Usage {
         self.cost_usd += other.cost_usd;
         self.cached_input_tokens += other.cached_input_tokens;
         self.prompt_cache_saved_usd += other.prompt_cache_saved_usd;
+        self.batch_saved_usd += other.batch_saved_usd;
         for (model, calls) in &other.served_models {
             *self.served_models.entry(model.clone()).or_default() += calls;
         }
@@ -74,6 +78,7 @@ impl Usage {
             self.cost_usd += usd("cost_usd");
             self.cached_input_tokens += count("cached_input_tokens");
             self.prompt_cache_saved_usd += usd("prompt_cache_saved_usd");
+            self.batch_saved_usd += usd("batch_saved_usd");
             // As a cached memory entry stores them.
             for (model, calls) in usage
                 .get("served_models")

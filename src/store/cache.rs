@@ -35,7 +35,7 @@ const RESIDENT: usize = usize::MAX;
 
 /// The kinds of entry a cache holds: one per callback role, truncated memories (their
 /// counts), and memory texts (once each, by their SHA-256).
-const KINDS: &[&str] = &["compressor", "reader", "judge", "memory", "text"];
+const KINDS: &[&str] = &["compressor", "reader", "judge", "memory", "text", "batch"];
 
 /// An entry's kind and binary key.
 type Slot = (u8, [u8; 32]);

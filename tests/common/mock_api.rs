@@ -6,7 +6,7 @@
 //! `MAX_LIFETIME`.
 #![allow(dead_code)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,6 +44,16 @@ pub struct Behaviour {
     pub served_model: Option<String>,
     /// What the reader answers instead of looking the answer up.
     pub reader_answer: Option<String>,
+    /// Polls of a batch before it ends.
+    pub batch_polls: u32,
+    /// While set, no batch ends.
+    pub hold_batches: Option<Arc<AtomicBool>>,
+    /// The first batch expires with only its first half answered.
+    pub expire_first_batch: bool,
+    /// Every Nth request of a batch is answered with a 400 error.
+    pub batch_error_every: Option<usize>,
+    /// Uploads (OpenAI) and batch creations (Anthropic) are refused.
+    pub refuse_batches: bool,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +90,27 @@ struct State {
     headers: Mutex<Vec<String>>,
     stop: AtomicBool,
     started: Instant,
+    batches: Mutex<Batches>,
+}
+
+/// The batch API's files and batches, and how often each request was submitted.
+#[derive(Default)]
+struct Batches {
+    files: HashMap<String, String>,
+    batches: HashMap<String, MockBatch>,
+    /// Submissions per custom_id.
+    submitted: HashMap<String, u64>,
+    next: u64,
+}
+
+struct MockBatch {
+    requests: Vec<(String, Value)>,
+    polls: u32,
+    metadata: Value,
+    created: String,
+    /// Set once it ended: (status, output JSON Lines, error JSON Lines).
+    ended: Option<(String, String, String)>,
+    cancelled: bool,
 }
 
 pub struct MockApi {
@@ -101,6 +132,7 @@ impl MockApi {
             headers: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             started: Instant::now(),
+            batches: Mutex::new(Batches::default()),
         });
         let serving = state.clone();
         std::thread::spawn(move || {
@@ -129,6 +161,16 @@ impl MockApi {
 
     pub fn requests(&self) -> u64 {
         self.state.counts.get(&self.state.counts.requests)
+    }
+
+    /// Forgets the prompt prefixes seen, as a provider's prompt cache does after a while.
+    pub fn forget_prompt_cache(&self) {
+        self.state.prefixes.lock().unwrap().clear();
+    }
+
+    /// How many times each custom_id was submitted in a batch.
+    pub fn submitted(&self) -> HashMap<String, u64> {
+        self.state.batches.lock().unwrap().submitted.clone()
     }
 
     /// Every request's headers, one string each.
@@ -247,7 +289,10 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         Format::Anthropic => "/v1/messages",
     };
     if path != expected {
-        return error(404, &format!("no route {path}"));
+        if behaviour.unauthorized {
+            return error(401, "Incorrect API key provided: sk-t****cret.");
+        }
+        return batch_route(state, path, body).unwrap_or_else(|| error(404, &format!("no route {path}")));
     }
     if behaviour.unauthorized {
         return error(
@@ -298,7 +343,18 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         );
     }
     let _ = headers;
-    let (system, user) = messages(state.format, &request);
+    (
+        200,
+        String::new(),
+        completion(state, &request, number).to_string().into_bytes(),
+    )
+}
+
+/// A model's reply to one request, billed and counted (online or in a batch).
+fn completion(state: &State, request: &Value, number: u64) -> Value {
+    let behaviour = &state.behaviour;
+    let counts = &state.counts;
+    let (system, user) = messages(state.format, request);
     let (text, verdict, role) = model(&user, behaviour);
     match role {
         "compressor" => counts.compressor.fetch_add(1, Ordering::SeqCst),
@@ -327,7 +383,7 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         .served_model
         .clone()
         .unwrap_or_else(|| "mock-model-1".into());
-    let reply = match state.format {
+    match state.format {
         Format::OpenAi => json!({
             "id": format!("chatcmpl-{number}"),
             "object": "chat.completion",
@@ -355,8 +411,7 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
                           "cache_creation_input_tokens": 0, "output_tokens": output},
             })
         }
-    };
-    (200, String::new(), reply.to_string().into_bytes())
+    }
 }
 
 /// (system, user) text of a request.
@@ -430,4 +485,273 @@ fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static 
     let verdict =
         json!({"correct": correct, "rationale": if correct { "the same" } else { "not the reference" }});
     (verdict.to_string(), Some(verdict), "judge")
+}
+
+/// The batch API's routes: OpenAI's `/v1/files` and `/v1/batches`, Anthropic's
+/// `/v1/messages/batches`.
+fn batch_route(state: &State, path: &str, body: &[u8]) -> Option<(u16, String, Vec<u8>)> {
+    let behaviour = &state.behaviour;
+    let ok = |value: Value| (200, String::new(), value.to_string().into_bytes());
+    let mut batches = state.batches.lock().unwrap();
+    let path = path.split('?').next().unwrap_or(path);
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (state.format, parts.as_slice()) {
+        (Format::OpenAi, ["v1", "files"]) => {
+            if behaviour.refuse_batches {
+                return Some(error(400, "the upload was refused: invalid file format"));
+            }
+            let text = String::from_utf8_lossy(body).into_owned();
+            let content = text
+                .split("Content-Type: application/jsonl\r\n\r\n")
+                .nth(1)?
+                .rsplit_once("\r\n--")?
+                .0
+                .to_owned();
+            batches.next += 1;
+            let id = format!("file-{}", batches.next);
+            batches.files.insert(id.clone(), content);
+            Some(ok(json!({"id": id, "object": "file", "purpose": "batch"})))
+        }
+        (Format::OpenAi, ["v1", "batches"]) if !body.is_empty() => {
+            let request: Value = serde_json::from_slice(body).ok()?;
+            let file = batches.files.get(request["input_file_id"].as_str()?)?.clone();
+            let requests: Vec<(String, Value)> = file
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .map(|l| {
+                    (
+                        l["custom_id"].as_str().unwrap_or("").to_owned(),
+                        l["body"].clone(),
+                    )
+                })
+                .collect();
+            Some(ok(new_batch(&mut batches, requests, request["metadata"].clone())))
+        }
+        (Format::OpenAi, ["v1", "batches"]) => {
+            let data: Vec<Value> = batches
+                .batches
+                .iter()
+                .map(|(id, b)| json!({"id": id, "metadata": b.metadata}))
+                .collect();
+            Some(ok(json!({"data": data})))
+        }
+        (Format::OpenAi, ["v1", "batches", id]) => {
+            let id = id.to_string();
+            let ended = advance(state, &mut batches, &id)?;
+            let mut reply = json!({"id": id, "object": "batch", "status": "in_progress"});
+            if let Some((status, output, errors)) = ended {
+                reply["status"] = json!(status);
+                batches.next += 1;
+                let (out_id, err_id) = (
+                    format!("file-out-{}", batches.next),
+                    format!("file-err-{}", batches.next),
+                );
+                batches.files.insert(out_id.clone(), output);
+                batches.files.insert(err_id.clone(), errors);
+                reply["output_file_id"] = json!(out_id);
+                reply["error_file_id"] = json!(err_id);
+            }
+            Some(ok(reply))
+        }
+        (Format::OpenAi, ["v1", "batches", id, "cancel"])
+        | (Format::Anthropic, ["v1", "messages", "batches", id, "cancel"]) => {
+            let batch = batches.batches.get_mut(*id)?;
+            batch.cancelled = true;
+            Some(ok(
+                json!({"id": id, "status": "cancelling", "processing_status": "canceling"}),
+            ))
+        }
+        (Format::OpenAi, ["v1", "files", id, "content"]) => {
+            let text = batches.files.get(*id)?.clone();
+            Some((200, String::new(), text.into_bytes()))
+        }
+        (Format::Anthropic, ["v1", "messages", "batches"]) if !body.is_empty() => {
+            if behaviour.refuse_batches {
+                return Some(error(
+                    400,
+                    "the batch was refused: too many requests in one batch",
+                ));
+            }
+            let request: Value = serde_json::from_slice(body).ok()?;
+            let requests: Vec<(String, Value)> = request["requests"]
+                .as_array()?
+                .iter()
+                .map(|r| {
+                    (
+                        r["custom_id"].as_str().unwrap_or("").to_owned(),
+                        r["params"].clone(),
+                    )
+                })
+                .collect();
+            let mut reply = new_batch(&mut batches, requests, Value::Null);
+            reply["processing_status"] = json!("in_progress");
+            Some(ok(reply))
+        }
+        (Format::Anthropic, ["v1", "messages", "batches"]) => {
+            let data: Vec<Value> = batches
+                .batches
+                .iter()
+                .map(|(id, b)| json!({"id": id, "created_at": b.created, "request_counts": {"processing": b.requests.len()}}))
+                .collect();
+            Some(ok(json!({"data": data})))
+        }
+        (Format::Anthropic, ["v1", "messages", "batches", id]) => {
+            let id = id.to_string();
+            let ended = advance(state, &mut batches, &id)?;
+            let mut reply = json!({"id": id, "type": "message_batch", "processing_status": "in_progress"});
+            if let Some((_, output, errors)) = ended {
+                batches
+                    .files
+                    .insert(format!("results-{id}"), format!("{output}{errors}"));
+                reply["processing_status"] = json!("ended");
+                reply["results_url"] = Value::Null;
+            }
+            Some(ok(reply))
+        }
+        (Format::Anthropic, ["v1", "messages", "batches", id, "results"]) => {
+            let text = batches.files.get(&format!("results-{id}"))?.clone();
+            Some((200, String::new(), text.into_bytes()))
+        }
+        _ => None,
+    }
+}
+
+fn new_batch(batches: &mut Batches, requests: Vec<(String, Value)>, metadata: Value) -> Value {
+    for (id, _) in &requests {
+        *batches.submitted.entry(id.clone()).or_default() += 1;
+    }
+    batches.next += 1;
+    let id = format!("batch_{}", batches.next);
+    let count = requests.len();
+    batches.batches.insert(
+        id.clone(),
+        MockBatch {
+            requests,
+            polls: 0,
+            metadata,
+            created: "2100-01-01T00:00:00Z".into(),
+            ended: None,
+            cancelled: false,
+        },
+    );
+    json!({"id": id, "status": "validating", "request_counts": {"total": count}})
+}
+
+/// One poll of a batch: None while it runs; once it ends, (status, output lines, error lines).
+fn advance(state: &State, batches: &mut Batches, id: &str) -> Option<Option<(String, String, String)>> {
+    let first = batches
+        .batches
+        .keys()
+        .filter_map(|k| k.strip_prefix("batch_")?.parse::<u64>().ok())
+        .min();
+    let is_first = id.strip_prefix("batch_").and_then(|n| n.parse::<u64>().ok()) == first;
+    let batch = batches.batches.get_mut(id)?;
+    if let Some(ended) = &batch.ended {
+        return Some(Some(ended.clone()));
+    }
+    batch.polls += 1;
+    let held = state
+        .behaviour
+        .hold_batches
+        .as_ref()
+        .is_some_and(|h| h.load(Ordering::SeqCst));
+    if !batch.cancelled && (held || batch.polls < state.behaviour.batch_polls.max(1)) {
+        return Some(None);
+    }
+    let expire = state.behaviour.expire_first_batch && is_first;
+    let answered = if batch.cancelled {
+        0
+    } else if expire {
+        batch.requests.len() / 2
+    } else {
+        batch.requests.len()
+    };
+    let (mut output, mut errors) = (String::new(), String::new());
+    for (index, (custom_id, body)) in batch.requests.iter().enumerate() {
+        let anthropic = state.format == Format::Anthropic;
+        if index >= answered {
+            if anthropic {
+                let kind = if batch.cancelled { "canceled" } else { "expired" };
+                output.push_str(&format!(
+                    "{}\n",
+                    json!({"custom_id": custom_id, "result": {"type": kind}})
+                ));
+            }
+            continue;
+        }
+        let erroring = state
+            .behaviour
+            .batch_error_every
+            .is_some_and(|n| (index + 1) % n == 0);
+        let line = match (anthropic, erroring) {
+            (false, false) => json!({"id": format!("req_{index}"), "custom_id": custom_id,
+                "response": {"status_code": 200, "body": completion(state, body, 0)}, "error": null}),
+            (false, true) => json!({"id": format!("req_{index}"), "custom_id": custom_id,
+                "response": {"status_code": 400, "body": {"error": {"message": "max_tokens is too large for this model"}}},
+                "error": {"code": "invalid_request", "message": "max_tokens is too large for this model"}}),
+            (true, false) => {
+                json!({"custom_id": custom_id, "result": {"type": "succeeded", "message": completion(state, body, 0)}})
+            }
+            (true, true) => json!({"custom_id": custom_id, "result": {"type": "errored",
+                "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens is too large for this model"}}}}),
+        };
+        if erroring && !anthropic {
+            errors.push_str(&format!("{line}\n"));
+        } else {
+            output.push_str(&format!("{line}\n"));
+        }
+    }
+    let status = if batch.cancelled {
+        "cancelled"
+    } else if expire {
+        "expired"
+    } else {
+        "completed"
+    };
+    batch.ended = Some((status.to_owned(), output, errors));
+    Some(batch.ended.clone())
+}
+
+/// The price the model tests give the mock's endpoint (USD per million tokens).
+pub const PRICE: &str = "price = { input = 1.0, cached_input = 0.25, output = 4.0 }";
+
+/// The fixture (`experiments/data/fixture.jsonl`) with every role on a model built-in at the
+/// mock: `endpoint` and `run` are more lines of `[models.mock]` and `[run]`; the key is read
+/// from `MOCK_API_KEY`.
+pub fn llm_manifest(url: &str, format: Format, endpoint: &str, run: &str) -> String {
+    let api = match format {
+        Format::OpenAi => "openai-chat",
+        Format::Anthropic => "anthropic-messages",
+    };
+    format!(
+        r#"name = "llm-fixture"
+seeds = [42, 43, 44]
+ratios = [0.15]
+
+[dataset]
+path = "data/fixture.jsonl"
+
+[models.mock]
+api = "{api}"
+base_url = "{url}"
+model = "mock-1"
+api_key_env = "MOCK_API_KEY"
+{endpoint}
+
+[compressors.summarise]
+builtin = "llm-compressor"
+params = {{ model = "mock", temperature = 0.0 }}
+
+[reader]
+builtin = "llm-reader"
+params = {{ model = "mock" }}
+
+[judge]
+builtin = "llm-judge"
+params = {{ model = "mock" }}
+
+[run]
+{run}
+"#
+    )
 }

@@ -3,6 +3,7 @@
 //! and a `ModelLauncher` per model built-in that renders its templates from the request's
 //! fields, sends them, retries what is worth retrying, and answers in the protocol's terms.
 
+pub(crate) mod batch;
 pub(crate) mod limiter;
 pub(crate) mod verdict;
 pub(crate) mod wire;
@@ -61,6 +62,8 @@ pub(crate) struct Endpoint {
     rejected: Mutex<Option<FailureKind>>,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
+    /// Its batches, when it has `batch` on and a cache to record them in.
+    pub batcher: std::sync::OnceLock<batch::Batcher>,
 }
 
 impl Endpoint {
@@ -91,12 +94,26 @@ impl Endpoint {
             rejected: Mutex::new(None),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            batcher: std::sync::OnceLock::new(),
         })
     }
 
     /// The live limit, for the progress line.
     pub(crate) fn live(&self) -> Live {
         self.limiter.live()
+    }
+
+    /// Sends this endpoint's calls through the provider's batch API, recording its batches
+    /// in `folder` (its first call re-attaches to those an earlier gacc left open there).
+    pub(crate) fn use_batches(&self, folder: std::path::PathBuf, cache: crate::store::cache::Cache) {
+        if let Some(spec) = self.spec.batch.spec() {
+            let _ = self.batcher.set(batch::Batcher::new(spec, folder, cache));
+        }
+    }
+
+    /// Its batches' counts, when it sends batches.
+    pub(crate) fn batches(&self) -> Option<batch::BatchCounts> {
+        self.batcher.get().map(batch::Batcher::counts)
     }
 
     /// The key's variable and value, for redaction: the value appears nowhere gacc writes.
@@ -113,11 +130,16 @@ impl Endpoint {
     }
 
     fn request(&self, body: &Value) -> reqwest::RequestBuilder {
-        let mut request = self
+        let request = self
             .client
             .post(self.url())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
+        self.authorised(request)
+    }
+
+    /// A request with the endpoint's key and headers.
+    fn authorised(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match (self.spec.api, &self.key) {
             (Api::OpenaiChat, Some(key)) => request = request.bearer_auth(key),
             (Api::AnthropicMessages, key) => {
@@ -421,10 +443,11 @@ impl Launcher for ModelLauncher {
     fn attempt<'a>(
         &'a self,
         callback: &'a Callback,
+        key: &'a str,
         request: &'a [u8],
     ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
         Box::pin(async move {
-            let mut result = self.answer(callback, request).await;
+            let mut result = self.answer(callback, key, request).await;
             if let Err(kind) = &mut result {
                 scrub_failure(kind, self.endpoint.key.as_deref());
             }
@@ -557,7 +580,7 @@ impl ModelLauncher {
         )
     }
 
-    async fn answer(&self, callback: &Callback, request: &[u8]) -> Result<Value, FailureKind> {
+    async fn answer(&self, callback: &Callback, key: &str, request: &[u8]) -> Result<Value, FailureKind> {
         let request: Value =
             serde_json::from_slice(request).map_err(|error| FailureKind::InvalidJson(error.to_string()))?;
         let empty = Map::new();
@@ -570,17 +593,58 @@ impl ModelLauncher {
         }
         self.costs.reserve(most_cost)?;
         let body = wire::body(self.endpoint.spec.api, &self.endpoint.spec.model, &prompt, params);
-        let sent = self.endpoint.send(&body, most.0 + most.1, &callback.name).await;
-        let cost = sent
-            .as_ref()
-            .map_or(0.0, |reply| reply.usage.cost(self.endpoint.spec.price.as_ref()).0);
+        let sent = match self.endpoint.batcher.get() {
+            None => self.endpoint.send(&body, most.0 + most.1, &callback.name).await,
+            Some(batcher) => {
+                self.batched(batcher, key, body, most.0 + most.1, &callback.name)
+                    .await
+            }
+        };
+        let cost = sent.as_ref().map_or(0.0, |reply| self.cost(reply).0);
         self.costs.settle(most_cost, cost);
         self.respond(sent?)
     }
 
+    /// A call through the batch API; one the batch could not answer (expired, cancelled, a
+    /// retryable error) is submitted again once — in the next batch, or online when the
+    /// endpoint says `online_retry`.
+    async fn batched(
+        &self,
+        batcher: &batch::Batcher,
+        key: &str,
+        body: Value,
+        estimate: u64,
+        label: &str,
+    ) -> Result<Reply, FailureKind> {
+        let again = match batch::Batcher::reply(&self.endpoint, key, body.clone()).await {
+            batch::Answer::Done(result) => return result,
+            batch::Answer::Again(reason) => reason,
+        };
+        tracing::warn!(endpoint = %self.endpoint.name, call = label, %key, reason = %again, "submitting a batch request again");
+        if batcher.online_retry() {
+            return self.endpoint.send(&body, estimate, label).await;
+        }
+        match batch::Batcher::reply(&self.endpoint, key, body).await {
+            batch::Answer::Done(result) => result,
+            batch::Answer::Again(reason) => Err(FailureKind::Provider {
+                endpoint: self.endpoint.name.clone(),
+                message: format!("{reason} (after it was submitted again once)"),
+            }),
+        }
+    }
+
     /// The protocol's response for the role, with usage and meta.
+    /// A reply's cost and what the prompt cache saved, at the batch price for a batch's.
+    fn cost(&self, reply: &Reply) -> (f64, f64) {
+        let price = self.endpoint.spec.price;
+        match (reply.batch, price) {
+            (true, Some(price)) => reply.usage.cost(Some(&price.for_batch())),
+            _ => reply.usage.cost(price.as_ref()),
+        }
+    }
+
     fn respond(&self, reply: Reply) -> Result<Value, FailureKind> {
-        let (cost, saved) = reply.usage.cost(self.endpoint.spec.price.as_ref());
+        let (cost, saved) = self.cost(&reply);
         let mut usage = json!({
             "input_tokens": reply.usage.input,
             "output_tokens": reply.usage.output,
@@ -589,6 +653,12 @@ impl ModelLauncher {
         if reply.usage.cached_input > 0 {
             usage["cached_input_tokens"] = json!(reply.usage.cached_input);
             usage["prompt_cache_saved_usd"] = json!(saved);
+        }
+        if reply.batch {
+            let online = reply.usage.cost(self.endpoint.spec.price.as_ref()).0;
+            if online > cost {
+                usage["batch_saved_usd"] = json!(online - cost);
+            }
         }
         let mut meta = json!({"endpoint": self.endpoint.name});
         for (name, value) in [

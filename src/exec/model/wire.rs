@@ -88,8 +88,10 @@ pub(crate) fn body(api: Api, model: &str, prompt: &Prompt, params: &Map<String, 
 }
 
 /// What a reply says.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Reply {
+    /// It came through the provider's batch API (billed at the batch price).
+    pub batch: bool,
     pub text: String,
     /// A forced tool call's input (Anthropic's structured verdict).
     pub tool_input: Option<Value>,
@@ -156,6 +158,7 @@ pub(crate) fn reply(api: Api, body: &Value) -> Result<Reply, String> {
             let cached = count(field("prompt_tokens_details").and_then(|d| d.get("cached_tokens")))
                 .max(count(field("prompt_cache_hit_tokens")));
             Ok(Reply {
+                batch: false,
                 cut_at_max_tokens: finish_reason.as_deref() == Some("length"),
                 finish_reason,
                 text,
@@ -192,6 +195,7 @@ pub(crate) fn reply(api: Api, body: &Value) -> Result<Reply, String> {
                 field("cache_creation_input_tokens"),
             );
             Ok(Reply {
+                batch: false,
                 cut_at_max_tokens: finish_reason.as_deref() == Some("max_tokens"),
                 finish_reason,
                 text,
@@ -283,6 +287,7 @@ mod tests {
             cached_input: Some(0.1),
             cache_write: None,
             output: 2.0,
+            ..Price::default()
         };
         let tokens = Tokens {
             input: 1_000_000,

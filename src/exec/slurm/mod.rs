@@ -139,6 +139,7 @@ impl Launcher for SlurmLauncher {
     fn attempt<'a>(
         &'a self,
         callback: &'a Callback,
+        _key: &'a str,
         request: &'a [u8],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Attempt> + Send + 'a>> {
         Box::pin(self.0.attempt(callback, request))

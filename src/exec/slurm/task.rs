@@ -85,7 +85,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
     }
     let started = Instant::now();
     let attempt = match std::fs::read(&files.request) {
-        Ok(request) => callback.launcher.attempt(callback, &request).await,
+        Ok(request) => callback.launcher.attempt(callback, key, &request).await,
         Err(error) => Attempt {
             result: Err(FailureKind::Spawn {
                 program: "gacc array-task".into(),

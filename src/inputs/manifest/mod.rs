@@ -617,11 +617,13 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
         if model.max_concurrency == 0 {
             problem("`max_concurrency` must be at least 1".into());
         }
-        if model.batch {
-            problem(
-                "`batch = true` (provider batch APIs, SPEC §9) is not available in this version of gacc"
-                    .into(),
-            );
+        if let Some(batch) = model.batch.spec() {
+            if batch.max_requests == 0 || batch.max_bytes.0 == 0 {
+                problem("`batch.max_requests` and `batch.max_bytes` must be at least 1".into());
+            }
+            if batch.poll.0.is_zero() {
+                problem("`batch.poll` must be longer than 0".into());
+            }
         }
         if let Some(variable) = &model.api_key_env
             && std::env::var_os(variable).is_none_or(|v| v.is_empty())

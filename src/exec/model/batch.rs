@@ -1,0 +1,797 @@
+//! Provider batch APIs (SPEC §9): the calls of a `batch = true` endpoint are gathered, written
+//! as one batch (OpenAI: a JSON Lines file uploaded to `/files`, then `/batches`; Anthropic:
+//! `/v1/messages/batches`), polled, and answered from its results. Every batch is recorded in
+//! `<cache>/batches/` before gacc waits on it, so a gacc killed at any moment re-attaches on
+//! the next run and submits no request twice; results enter the cache (kind `batch`) as they
+//! are fetched, keyed by the call's cache key, which is each request's `custom_id`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::Endpoint;
+use super::wire::{self, Reply};
+use crate::exec::callback::FailureKind;
+use crate::inputs::models::{Api, BatchSpec};
+use crate::store::cache::Cache;
+
+/// Provider batches this gacc has open, for the message Ctrl-C prints.
+static OPEN_BATCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many provider batches this process is waiting on.
+pub(crate) fn open_batches() -> usize {
+    OPEN_BATCHES.load(Ordering::Relaxed)
+}
+
+/// Tries of a refused or broken submission before its calls fail.
+const SUBMIT_TRIES: u32 = 4;
+
+/// A batch as recorded in `<cache>/batches/<local>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub local: String,
+    pub endpoint: String,
+    pub api: Api,
+    pub base_url: String,
+    pub model: String,
+    /// The variable holding the key (for `gacc batches cancel`); never its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    pub created: String,
+    /// `submitting` (recorded, not yet known to be accepted), `open`, `ended`, `refused`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// Sent as the batch's metadata (OpenAI), to find a batch whose id a kill lost.
+    pub submission: String,
+    pub keys: Vec<String>,
+    /// Once ended: how its requests were answered.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outcome: BTreeMap<String, usize>,
+}
+
+impl Record {
+    fn path(folder: &Path, local: &str) -> PathBuf {
+        folder.join(format!("{local}.json"))
+    }
+
+    fn save(&self, folder: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(self).unwrap_or_default();
+        crate::files::write_durably(&Record::path(folder, &self.local), &text)
+    }
+}
+
+/// Every batch recorded in a cache's batch folder, oldest first.
+pub(crate) fn records(folder: &Path) -> Vec<Record> {
+    let mut records: Vec<Record> = std::fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+        .collect();
+    records.sort_by(|a, b| a.local.cmp(&b.local));
+    records
+}
+
+/// How a batch answered one call: its reply or failure, or "submit it again" (it expired,
+/// was cancelled, or met a retryable error), with why.
+#[derive(Debug, Clone)]
+pub(crate) enum Answer {
+    Done(Result<Reply, FailureKind>),
+    Again(String),
+}
+
+type Waiter = oneshot::Sender<Answer>;
+
+struct Queued {
+    key: String,
+    body: Value,
+    bytes: usize,
+}
+
+/// What the progress line shows of an endpoint's batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct BatchCounts {
+    pub open: usize,
+    pub open_requests: usize,
+    pub done: usize,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Queued>,
+    /// Calls waiting for their answer, by cache key.
+    waiters: HashMap<String, Vec<Waiter>>,
+    /// Keys in a batch that is still open, with its local id.
+    open: HashMap<String, String>,
+    gathering: bool,
+    counts: BatchCounts,
+}
+
+/// One endpoint's batches.
+pub(crate) struct Batcher {
+    spec: BatchSpec,
+    folder: PathBuf,
+    cache: Cache,
+    state: Mutex<State>,
+    /// Whether this run has taken up the batches an earlier gacc left open.
+    reattached: std::sync::Once,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher").field("folder", &self.folder).finish()
+    }
+}
+
+/// A batch's end, as the provider reported it: each key's result line.
+struct Ended {
+    status: String,
+    results: HashMap<String, Value>,
+}
+
+impl Batcher {
+    pub(crate) fn new(spec: BatchSpec, folder: PathBuf, cache: Cache) -> Batcher {
+        Batcher {
+            spec,
+            folder,
+            cache,
+            state: Mutex::new(State::default()),
+            reattached: std::sync::Once::new(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn counts(&self) -> BatchCounts {
+        self.state().counts
+    }
+
+    /// A batch is open: its keys are answered by it, not by a new one.
+    fn opened(&self, record: &Record) {
+        let mut state = self.state();
+        for key in &record.keys {
+            state.open.insert(key.clone(), record.local.clone());
+        }
+        state.counts.open += 1;
+        state.counts.open_requests += record.keys.len();
+        OPEN_BATCHES.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn online_retry(&self) -> bool {
+        self.spec.online_retry
+    }
+
+    /// Re-attaches to the batches an earlier gacc left open on this endpoint (once a run).
+    fn reattach(endpoint: &Arc<Endpoint>) {
+        let Some(batcher) = endpoint.batcher.get() else {
+            return;
+        };
+        // Every call waits until this is done: none may be queued before the keys of the
+        // batches already open are known.
+        batcher.reattached.call_once(|| {
+            for record in records(&batcher.folder) {
+                let ours = record.endpoint == endpoint.name
+                    && record.base_url == endpoint.spec.base_url
+                    && record.api == endpoint.spec.api;
+                if !ours || !matches!(record.state.as_str(), "open" | "submitting") {
+                    continue;
+                }
+                batcher.opened(&record);
+                tracing::info!(endpoint = %endpoint.name, batch = ?record.batch_id, requests = record.keys.len(), "re-attached to a batch");
+                let endpoint = endpoint.clone();
+                tokio::spawn(async move { follow(&endpoint, record).await });
+            }
+        });
+    }
+
+    /// The call's answer through the batch API: from the cache of fetched results, from a
+    /// batch already open with it, or from the next batch.
+    pub(crate) async fn reply(endpoint: &Arc<Endpoint>, key: &str, body: Value) -> Answer {
+        let Some(batcher) = endpoint.batcher.get() else {
+            return Answer::Done(Err(FailureKind::Provider {
+                endpoint: endpoint.name.clone(),
+                message: "the endpoint has no batches".into(),
+            }));
+        };
+        Batcher::reattach(endpoint);
+        if let Some(reply) = batcher.fetched(endpoint, key) {
+            return Answer::Done(reply);
+        }
+        let (sender, receiver) = oneshot::channel();
+        let start_gathering = {
+            let mut state = batcher.state();
+            // A result may have arrived since the look above: look again under the lock.
+            if !state.open.contains_key(key)
+                && let Some(reply) = batcher.fetched(endpoint, key)
+            {
+                return Answer::Done(reply);
+            }
+            state.waiters.entry(key.to_owned()).or_default().push(sender);
+            if state.open.contains_key(key) {
+                false
+            } else {
+                let bytes = body.to_string().len();
+                state.queue.push(Queued {
+                    key: key.to_owned(),
+                    body,
+                    bytes,
+                });
+                !std::mem::replace(&mut state.gathering, true)
+            }
+        };
+        if start_gathering {
+            let endpoint = endpoint.clone();
+            tokio::spawn(async move { gather(&endpoint).await });
+        }
+        receiver
+            .await
+            .unwrap_or_else(|_| Answer::Again("the batch that held it ended without answering it".into()))
+    }
+
+    /// A fetched result, if the cache has one.
+    fn fetched(&self, endpoint: &Endpoint, key: &str) -> Option<Result<Reply, FailureKind>> {
+        let body = self.cache.get("batch", key)?;
+        Some(
+            wire::reply(endpoint.spec.api, &body)
+                .map(batched)
+                .map_err(|message| FailureKind::Provider {
+                    endpoint: endpoint.name.clone(),
+                    message: format!("an unreadable batch result: {message}"),
+                }),
+        )
+    }
+
+    fn answer(&self, key: &str, result: Answer) {
+        let waiters = {
+            let mut state = self.state();
+            state.open.remove(key);
+            state.waiters.remove(key).unwrap_or_default()
+        };
+        for waiter in waiters {
+            let _ = waiter.send(result.clone());
+        }
+    }
+}
+
+fn batched(mut reply: Reply) -> Reply {
+    reply.batch = true;
+    reply
+}
+
+/// Gathers ready calls for `gather`, then submits them in batches within the limits, until
+/// no call is waiting.
+async fn gather(endpoint: &Arc<Endpoint>) {
+    let Some(batcher) = endpoint.batcher.get() else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(batcher.spec.gather.0).await;
+        let taken = {
+            let mut state = batcher.state();
+            if state.queue.is_empty() {
+                state.gathering = false;
+                return;
+            }
+            let mut bytes = 0;
+            let count = state
+                .queue
+                .iter()
+                .take_while(|q| {
+                    bytes += q.bytes;
+                    bytes <= batcher.spec.max_bytes.0 as usize
+                })
+                .count()
+                .clamp(1, batcher.spec.max_requests);
+            let count = count.min(state.queue.len());
+            state.queue.drain(..count).collect::<Vec<_>>()
+        };
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move { submit(&endpoint, taken).await });
+    }
+}
+
+/// Records, submits and follows one batch.
+async fn submit(endpoint: &Arc<Endpoint>, requests: Vec<Queued>) {
+    let Some(batcher) = endpoint.batcher.get() else {
+        return;
+    };
+    let now = SystemTime::now();
+    let submission = crate::hash::sha256(format!("{:?}{}{}", now, std::process::id(), requests[0].key));
+    let mut record = Record {
+        local: format!("{}-{}", crate::clock::utc_timestamp(now, false), &submission[..8]),
+        endpoint: endpoint.name.clone(),
+        api: endpoint.spec.api,
+        base_url: endpoint.spec.base_url.clone(),
+        model: endpoint.spec.model.clone(),
+        api_key_env: endpoint.spec.api_key_env.clone(),
+        created: crate::clock::utc_timestamp(now, true),
+        state: "submitting".into(),
+        batch_id: None,
+        submission: submission[..32].to_owned(),
+        keys: requests.iter().map(|q| q.key.clone()).collect(),
+        outcome: BTreeMap::new(),
+    };
+    batcher.opened(&record);
+    // Recorded before it is sent: a kill from here on finds it on the next run.
+    if let Err(error) = record.save(&batcher.folder) {
+        fail_batch(
+            endpoint,
+            &mut record,
+            &format!("cannot record the batch in {}: {error}", batcher.folder.display()),
+        );
+        return;
+    }
+    let mut tries = 0;
+    let id = loop {
+        tries += 1;
+        match create(endpoint, &record, &requests).await {
+            Ok(id) => break id,
+            Err((message, retryable)) if retryable && tries < SUBMIT_TRIES => {
+                tracing::warn!(endpoint = %endpoint.name, tries, %message, "retrying a batch submission");
+                tokio::time::sleep(Duration::from_secs(1 << tries)).await;
+            }
+            Err((message, _)) => {
+                fail_batch(
+                    endpoint,
+                    &mut record,
+                    &format!("the batch was refused: {message}"),
+                );
+                return;
+            }
+        }
+    };
+    record.batch_id = Some(id);
+    record.state = "open".into();
+    if let Err(error) = record.save(&batcher.folder) {
+        tracing::error!(endpoint = %endpoint.name, %error, "could not record a submitted batch");
+    }
+    tracing::info!(endpoint = %endpoint.name, batch = ?record.batch_id, requests = record.keys.len(), "submitted a batch");
+    follow(endpoint, record).await;
+}
+
+/// Every call of a batch that could not be submitted fails with the reason.
+fn fail_batch(endpoint: &Endpoint, record: &mut Record, message: &str) {
+    let Some(batcher) = endpoint.batcher.get() else {
+        return;
+    };
+    record.state = "refused".into();
+    let _ = record.save(&batcher.folder);
+    close(batcher, record);
+    for key in &record.keys {
+        batcher.answer(
+            key,
+            Answer::Done(Err(FailureKind::Provider {
+                endpoint: endpoint.name.clone(),
+                message: message.to_owned(),
+            })),
+        );
+    }
+}
+
+fn close(batcher: &Batcher, record: &Record) {
+    let mut state = batcher.state();
+    state.counts.open = state.counts.open.saturating_sub(1);
+    state.counts.open_requests = state.counts.open_requests.saturating_sub(record.keys.len());
+    state.counts.done += 1;
+    OPEN_BATCHES.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Polls a batch until it ends, then answers its calls and records how it ended.
+async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
+    let Some(batcher) = endpoint.batcher.get() else {
+        return;
+    };
+    if record.batch_id.is_none() {
+        // Killed between submitting and recording the id: find it by its metadata.
+        match find_lost(endpoint, &record).await {
+            Some(id) => {
+                record.batch_id = Some(id);
+                record.state = "open".into();
+                let _ = record.save(&batcher.folder);
+            }
+            None => {
+                // Never accepted: its calls go into the next batch.
+                tracing::warn!(endpoint = %endpoint.name, local = %record.local, "a recorded batch was never accepted; its calls are submitted again");
+                record.state = "refused".into();
+                let _ = record.save(&batcher.folder);
+                close(batcher, &record);
+                requeue(endpoint, &record.keys, &HashMap::new());
+                return;
+            }
+        }
+    }
+    let ended = loop {
+        tokio::time::sleep(batcher.spec.poll.0).await;
+        match poll(endpoint, &record).await {
+            Ok(Some(ended)) => break ended,
+            Ok(None) => {}
+            Err(message) => {
+                tracing::warn!(endpoint = %endpoint.name, batch = ?record.batch_id, %message, "could not poll a batch")
+            }
+        }
+    };
+    let mut outcome: BTreeMap<String, usize> = BTreeMap::new();
+    let mut again = Vec::new();
+    for key in &record.keys {
+        let (kind, result) = match ended.results.get(key) {
+            None => ("unanswered", None),
+            Some(line) => read_result(endpoint.spec.api, line),
+        };
+        *outcome.entry(kind.to_owned()).or_default() += 1;
+        match result {
+            Some(Ok(body)) => {
+                if let Err(error) = batcher.cache.put(
+                    "batch",
+                    key,
+                    &json!({"job": "batch", "batch": record.batch_id}),
+                    &body,
+                ) {
+                    tracing::error!(%key, %error, "could not write a batch result to the cache");
+                }
+                let reply = wire::reply(endpoint.spec.api, &body)
+                    .map(batched)
+                    .map_err(|message| FailureKind::Provider {
+                        endpoint: endpoint.name.clone(),
+                        message: format!("an unreadable batch result: {message}"),
+                    });
+                batcher.answer(key, Answer::Done(reply));
+            }
+            Some(Err((message, retryable))) => {
+                if retryable {
+                    again.push((key.clone(), message));
+                } else {
+                    batcher.answer(
+                        key,
+                        Answer::Done(Err(FailureKind::Provider {
+                            endpoint: endpoint.name.clone(),
+                            message,
+                        })),
+                    );
+                }
+            }
+            None => again.push((
+                key.clone(),
+                format!("the batch ended {} without answering it", ended.status),
+            )),
+        }
+    }
+    record.state = "ended".into();
+    record.outcome = outcome;
+    if let Err(error) = record.save(&batcher.folder) {
+        tracing::error!(endpoint = %endpoint.name, %error, "could not record an ended batch");
+    }
+    close(batcher, &record);
+    tracing::info!(endpoint = %endpoint.name, batch = ?record.batch_id, status = %ended.status, outcome = ?record.outcome, "a batch ended");
+    let reasons: HashMap<String, String> = again.iter().cloned().collect();
+    let keys: Vec<String> = again.into_iter().map(|(key, _)| key).collect();
+    requeue(endpoint, &keys, &reasons);
+}
+
+/// Tells the calls waiting on these keys to submit themselves again (their callers hold
+/// what to send, and submit each again once).
+fn requeue(endpoint: &Arc<Endpoint>, keys: &[String], reasons: &HashMap<String, String>) {
+    let Some(batcher) = endpoint.batcher.get() else {
+        return;
+    };
+    for key in keys {
+        let reason = reasons.get(key).cloned().unwrap_or_else(|| "unanswered".into());
+        batcher.answer(key, Answer::Again(reason));
+    }
+}
+
+/// `(kind, Some(Ok(body)) | Some(Err((message, retryable))) | None)` of one result line.
+#[allow(clippy::type_complexity)]
+fn read_result(api: Api, line: &Value) -> (&'static str, Option<Result<Value, (String, bool)>>) {
+    match api {
+        Api::OpenaiChat => {
+            let status = line
+                .pointer("/response/status_code")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let body = line.pointer("/response/body");
+            match (status, body) {
+                (200, Some(body)) => ("succeeded", Some(Ok(body.clone()))),
+                _ => {
+                    let message = line
+                        .pointer("/error/message")
+                        .or_else(|| line.pointer("/response/body/error/message"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("the batch answered this request with an error")
+                        .to_owned();
+                    let retryable = status == 429 || status >= 500;
+                    ("errored", Some(Err((format!("{status}: {message}"), retryable))))
+                }
+            }
+        }
+        Api::AnthropicMessages => match line.pointer("/result/type").and_then(Value::as_str) {
+            Some("succeeded") => match line.pointer("/result/message") {
+                Some(message) => ("succeeded", Some(Ok(message.clone()))),
+                None => (
+                    "errored",
+                    Some(Err(("a result without its message".into(), false))),
+                ),
+            },
+            Some("errored") => {
+                let error = line
+                    .pointer("/result/error/error")
+                    .or_else(|| line.pointer("/result/error"));
+                let message = error
+                    .and_then(|e| e.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("the batch answered this request with an error")
+                    .to_owned();
+                let kind = error
+                    .and_then(|e| e.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let retryable = matches!(kind, "overloaded_error" | "api_error" | "rate_limit_error");
+                ("errored", Some(Err((message, retryable))))
+            }
+            Some("expired") => ("expired", None),
+            Some("canceled") => ("canceled", None),
+            _ => ("unanswered", None),
+        },
+    }
+}
+
+fn base(endpoint: &Endpoint) -> String {
+    endpoint.spec.base_url.trim_end_matches('/').to_owned()
+}
+
+/// `(message, retryable)` of a failed batch request.
+type Refusal = (String, bool);
+
+async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Result<Value, Refusal> {
+    let response = request
+        .send()
+        .await
+        .map_err(|error| (super::without_url(&error), true))?;
+    let status = response.status().as_u16();
+    let text = response
+        .text()
+        .await
+        .map_err(|error| (super::without_url(&error), true))?;
+    if !(200..300).contains(&status) {
+        let message = format!("{status}: {}", wire::error_message(&text));
+        let retryable = status == 429 || status >= 500;
+        return Err((super::scrub(&message, endpoint.key.as_deref()), retryable));
+    }
+    serde_json::from_str(&text).map_err(|error| (format!("a reply that is not JSON ({error})"), true))
+}
+
+/// Submits a batch; its provider id.
+async fn create(endpoint: &Endpoint, record: &Record, requests: &[Queued]) -> Result<String, Refusal> {
+    let base = base(endpoint);
+    let reply = match endpoint.spec.api {
+        Api::OpenaiChat => {
+            let mut lines = String::new();
+            for request in requests {
+                let line = json!({"custom_id": request.key, "method": "POST", "url": "/v1/chat/completions", "body": request.body});
+                lines.push_str(&line.to_string());
+                lines.push('\n');
+            }
+            let boundary = format!("gacc-{}", &record.submission[..16]);
+            let mut form = Vec::new();
+            form.extend_from_slice(
+                format!("--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n")
+                    .as_bytes(),
+            );
+            form.extend_from_slice(
+                format!(
+                    "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n",
+                    record.local
+                )
+                .as_bytes(),
+            );
+            form.extend_from_slice(lines.as_bytes());
+            form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+            let upload = endpoint
+                .authorised(endpoint.client.post(format!("{base}/files")))
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    format!("multipart/form-data; boundary={boundary}"),
+                )
+                .body(form);
+            let file = send_json(endpoint, upload).await?;
+            let file_id = file
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or(("the upload's reply has no id".to_owned(), false))?;
+            let body = json!({
+                "input_file_id": file_id,
+                "endpoint": "/v1/chat/completions",
+                "completion_window": endpoint.batcher.get().map_or("24h".to_owned(), |b| b.spec.window.clone()),
+                "metadata": {"gacc_submission": record.submission},
+            });
+            let create = endpoint
+                .authorised(endpoint.client.post(format!("{base}/batches")))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            send_json(endpoint, create).await?
+        }
+        Api::AnthropicMessages => {
+            let items: Vec<Value> = requests
+                .iter()
+                .map(|r| json!({"custom_id": r.key, "params": r.body}))
+                .collect();
+            let create = endpoint
+                .authorised(endpoint.client.post(format!("{base}/v1/messages/batches")))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(json!({"requests": items}).to_string());
+            send_json(endpoint, create).await?
+        }
+    };
+    reply
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or(("the batch's reply has no id".to_owned(), false))
+}
+
+/// A batch's state: None while it runs, its results once it ended.
+async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, String> {
+    let base = base(endpoint);
+    let id = record.batch_id.as_deref().unwrap_or_default();
+    match endpoint.spec.api {
+        Api::OpenaiChat => {
+            let batch = send_json(
+                endpoint,
+                endpoint.authorised(endpoint.client.get(format!("{base}/batches/{id}"))),
+            )
+            .await
+            .map_err(|(m, _)| m)?;
+            let status = batch
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if !matches!(status.as_str(), "completed" | "expired" | "cancelled" | "failed") {
+                return Ok(None);
+            }
+            let mut results = HashMap::new();
+            for field in ["output_file_id", "error_file_id"] {
+                let Some(file) = batch.get(field).and_then(Value::as_str) else {
+                    continue;
+                };
+                let text = fetch_text(endpoint, &format!("{base}/files/{file}/content")).await?;
+                collect_lines(&text, &mut results);
+            }
+            Ok(Some(Ended { status, results }))
+        }
+        Api::AnthropicMessages => {
+            let batch = send_json(
+                endpoint,
+                endpoint.authorised(endpoint.client.get(format!("{base}/v1/messages/batches/{id}"))),
+            )
+            .await
+            .map_err(|(m, _)| m)?;
+            if batch.get("processing_status").and_then(Value::as_str) != Some("ended") {
+                return Ok(None);
+            }
+            let url = batch
+                .get("results_url")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{base}/v1/messages/batches/{id}/results"));
+            let text = fetch_text(endpoint, &url).await?;
+            let mut results = HashMap::new();
+            collect_lines(&text, &mut results);
+            Ok(Some(Ended {
+                status: "ended".into(),
+                results,
+            }))
+        }
+    }
+}
+
+fn collect_lines(text: &str, results: &mut HashMap<String, Value>) {
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Ok(value) = serde_json::from_str::<Value>(line)
+            && let Some(id) = value.get("custom_id").and_then(Value::as_str)
+        {
+            results.insert(id.to_owned(), value);
+        }
+    }
+}
+
+async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
+    let response = endpoint
+        .authorised(endpoint.client.get(url))
+        .send()
+        .await
+        .map_err(|error| super::without_url(&error))?;
+    let status = response.status().as_u16();
+    let text = response
+        .text()
+        .await
+        .map_err(|error| super::without_url(&error))?;
+    if (200..300).contains(&status) {
+        Ok(text)
+    } else {
+        Err(format!("{status}: {}", wire::error_message(&text)))
+    }
+}
+
+/// The provider id of a batch recorded as `submitting`, found by its metadata (OpenAI) or by
+/// its size and time (Anthropic, whose batches carry no metadata).
+async fn find_lost(endpoint: &Endpoint, record: &Record) -> Option<String> {
+    let base = base(endpoint);
+    let listed = match endpoint.spec.api {
+        Api::OpenaiChat => format!("{base}/batches?limit=100"),
+        Api::AnthropicMessages => format!("{base}/v1/messages/batches?limit=100"),
+    };
+    let list = send_json(endpoint, endpoint.authorised(endpoint.client.get(listed)))
+        .await
+        .ok()?;
+    let batches = list.get("data").and_then(Value::as_array)?;
+    batches.iter().find_map(|batch| {
+        let id = batch.get("id").and_then(Value::as_str)?;
+        let found = match endpoint.spec.api {
+            Api::OpenaiChat => {
+                batch.pointer("/metadata/gacc_submission").and_then(Value::as_str) == Some(&record.submission)
+            }
+            Api::AnthropicMessages => {
+                let counts = batch.get("request_counts")?;
+                let total: u64 = ["processing", "succeeded", "errored", "canceled", "expired"]
+                    .iter()
+                    .filter_map(|k| counts.get(*k).and_then(Value::as_u64))
+                    .sum();
+                total == record.keys.len() as u64
+                    && batch
+                        .get("created_at")
+                        .and_then(Value::as_str)
+                        .is_some_and(|at| at >= record.created.as_str())
+            }
+        };
+        found.then(|| id.to_owned())
+    })
+}
+
+/// Cancels a recorded batch at its provider (`gacc batches cancel`).
+pub(crate) async fn cancel(record: &Record, client: &reqwest::Client) -> Result<(), String> {
+    let key = match &record.api_key_env {
+        Some(variable) => Some(std::env::var(variable).map_err(|_| format!("`{variable}` is not set"))?),
+        None => None,
+    };
+    let base = record.base_url.trim_end_matches('/');
+    let id = record
+        .batch_id
+        .as_deref()
+        .ok_or("the batch has no provider id yet")?;
+    let url = match record.api {
+        Api::OpenaiChat => format!("{base}/batches/{id}/cancel"),
+        Api::AnthropicMessages => format!("{base}/v1/messages/batches/{id}/cancel"),
+    };
+    let mut request = client.post(url);
+    match (record.api, &key) {
+        (Api::OpenaiChat, Some(key)) => request = request.bearer_auth(key),
+        (Api::AnthropicMessages, key) => {
+            request = request.header("anthropic-version", "2023-06-01");
+            if let Some(key) = key {
+                request = request.header("x-api-key", key);
+            }
+        }
+        _ => {}
+    }
+    let response = request.send().await.map_err(|error| super::without_url(&error))?;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(super::scrub(
+            &format!("{status}: {}", wire::error_message(&text)),
+            key.as_deref(),
+        ))
+    }
+}
