@@ -20,6 +20,11 @@ the role's one field (the memory, the answer, the verdict) or a whole response o
 - An exception becomes `{"error": "Type: message", "retryable": false}` (its traceback goes to
   stderr); raise `Retryable` for a transient failure that gacc should retry.
 - `@setup` functions run once per process, before the first request (load a model once).
+- `@compressor(batch_size=32)` (any role): the function receives a list of requests (dicts of
+  their fields) and returns a list of replies; under `mode = "persistent"` with
+  `max_inflight = N`, each batch is the requests that arrive within `batch_wait` (default
+  5 ms) of its first, up to `batch_size` — one forward pass per batch. Replies echo each
+  request's `id`.
 - `python -m gacc_callback try script.py --role compressor --context FILE --goal "..."
   --budget 200` calls a script's function by hand and prints the reply.
 
@@ -30,8 +35,11 @@ import argparse
 import inspect
 import json
 import os
+import queue
 import runpy
 import sys
+import threading
+import time
 import traceback
 
 __all__ = [
@@ -52,6 +60,11 @@ PROTOCOL = "gacc/1"
 _FIELD = {"compressor": "memory", "reader": "answer", "judge": "correct"}
 
 _handlers = {}
+_batch_sizes = {}
+_batch_waits = {}
+
+# How long a batch waits, after its first request, for more to arrive (seconds).
+BATCH_WAIT = 0.005
 _setups = []
 _ready = False
 
@@ -61,9 +74,19 @@ class Retryable(Exception):
 
 
 def _register(role):
-    def decorate(function):
-        _handlers[role] = function
-        return function
+    def decorate(function=None, *, batch_size=1, batch_wait=BATCH_WAIT):
+        """`@compressor`, or `@compressor(batch_size=32)`: the function then receives a list of
+        requests (each a dict of the fields) and returns a list of replies, one per request."""
+
+        def register(function):
+            if batch_size < 1:
+                raise ValueError("batch_size must be at least 1")
+            _handlers[role] = function
+            _batch_sizes[role] = batch_size
+            _batch_waits[role] = batch_wait
+            return function
+
+        return register(function) if function is not None else register
 
     return decorate
 
@@ -104,27 +127,52 @@ def _arguments(function, request):
     return {name: value for name, value in request.items() if name in names}
 
 
+def _as_reply(role, result):
+    if isinstance(result, dict):
+        return result
+    if role in _FIELD:
+        return {_FIELD[role]: result}
+    raise TypeError(f"a {role} function returns a response object, not {type(result).__name__}")
+
+
+def _failure(error):
+    traceback.print_exc(file=sys.stderr)
+    if isinstance(error, Retryable):
+        return {"error": f"{error}", "retryable": True}
+    return {"error": f"{type(error).__name__}: {error}", "retryable": False}
+
+
+def _set_up():
+    global _ready
+    if not _ready:
+        for function in _setups:
+            function()
+        _ready = True
+
+
 def _respond(role, request):
     """The reply to one request: the function's answer, or the error it raised."""
-    global _ready
     try:
-        if not _ready:
-            for function in _setups:
-                function()
-            _ready = True
+        _set_up()
         function = _handlers[role]
-        result = function(**_arguments(function, request))
-        if isinstance(result, dict):
-            return result
-        if role in _FIELD:
-            return {_FIELD[role]: result}
-        raise TypeError(f"a {role} function returns a response object, not {type(result).__name__}")
-    except Retryable as error:
-        traceback.print_exc(file=sys.stderr)
-        return {"error": f"{error}", "retryable": True}
+        if _batch_sizes.get(role, 1) > 1:
+            return _respond_batch(role, [request])[0]
+        return _as_reply(role, function(**_arguments(function, request)))
     except Exception as error:  # every failure is explained, never a broken reply
-        traceback.print_exc(file=sys.stderr)
-        return {"error": f"{type(error).__name__}: {error}", "retryable": False}
+        return _failure(error)
+
+
+def _respond_batch(role, requests):
+    """The replies to a batch: the function takes the list of requests, returns a list."""
+    try:
+        _set_up()
+        results = _handlers[role](requests)
+        if not isinstance(results, (list, tuple)) or len(results) != len(requests):
+            raise TypeError(f"a batch function returns a list of {len(requests)} replies, not {type(results).__name__}")
+        return [_as_reply(role, result) for result in results]
+    except Exception as error:  # the whole batch failed: each request says why
+        reply = _failure(error)
+        return [dict(reply) for _ in requests]
 
 
 def _reply_channel():
@@ -149,17 +197,62 @@ def serve():
             reply = {"error": f"the request is not JSON: {error}", "retryable": False}
         else:
             reply = _respond(role, request)
+            # With max_inflight > 1 each request carries an id its reply echoes.
+            if isinstance(request, dict) and "id" in request:
+                reply["id"] = request["id"]
         if "error" in reply:
             status = 1
         replies.write(json.dumps(reply, ensure_ascii=False) + "\n")
         replies.flush()
 
-    if os.environ.get("GACC_MODE") == "persistent":
+    if os.environ.get("GACC_MODE") != "persistent":
+        answer(sys.stdin.read())
+        return status
+    size = _batch_sizes.get(role, 1)
+    if size == 1:
         for line in sys.stdin:
             if line.strip():
                 answer(line)
-    else:
-        answer(sys.stdin.read())
+        return status
+    # Batches: a thread reads requests as they come; each batch is what has arrived (up to
+    # batch_size), answered together, each reply carrying its request's id.
+    lines = queue.Queue()
+
+    def read():
+        for line in sys.stdin:
+            if line.strip():
+                lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    ended = False
+    while not ended:
+        batch = [lines.get()]
+        # What arrives within the gather window after the batch's first request joins it.
+        until = time.monotonic() + _batch_waits.get(role, BATCH_WAIT)
+        while len(batch) < size and batch[-1] is not None:
+            try:
+                batch.append(lines.get(timeout=max(0.0, until - time.monotonic())))
+            except queue.Empty:
+                break
+        if None in batch:
+            ended = True
+            batch = [line for line in batch if line is not None]
+        requests, replies_of = [], []
+        for line in batch:
+            try:
+                requests.append(json.loads(line))
+            except ValueError as error:
+                replies_of.append({"error": f"the request is not JSON: {error}", "retryable": False})
+        if requests:
+            replies_of = _respond_batch(role, requests) + replies_of
+        for request, reply in zip(requests, replies_of):
+            if "id" in request:
+                reply["id"] = request["id"]
+            if "error" in reply:
+                status = 1
+            replies.write(json.dumps(reply, ensure_ascii=False) + "\n")
+        replies.flush()
     return status
 
 

@@ -76,6 +76,42 @@ class OneshotAndPersistent(unittest.TestCase):
         self.assertEqual({r["meta"]["setups"] for r in replies}, {1})
 
 
+class Batches(unittest.TestCase):
+    SCRIPT = """
+        from gacc_callback import compressor, serve
+
+        @compressor(batch_size=4)
+        def compress(requests):
+            if any(r["goal"] == "boom" for r in requests):
+                raise ValueError("the batch broke")
+            return [{"memory": r["goal"].upper(), "meta": {"batch": len(requests)}} for r in requests]
+
+        if __name__ == "__main__":
+            raise SystemExit(serve())
+    """
+
+    def test_a_batch_function_takes_what_has_arrived_and_each_reply_keeps_its_id(self):
+        requests = [dict(request(f"g{i}"), id=i + 1) for i in range(10)]
+        replies, stderr, status = Callback(self.SCRIPT).run(requests, mode="persistent")
+        self.assertEqual(status, 0, stderr)
+        self.assertEqual(sorted(r["id"] for r in replies), list(range(1, 11)))
+        for reply in replies:
+            self.assertEqual(reply["memory"], f"G{reply['id'] - 1}")
+        # All ten were waiting at once: batches of at most four, so at least three.
+        self.assertTrue(all(r["meta"]["batch"] <= 4 for r in replies))
+        self.assertGreater(max(r["meta"]["batch"] for r in replies), 1)
+
+    def test_a_failed_batch_answers_each_of_its_requests_with_the_error(self):
+        replies, stderr, status = Callback(self.SCRIPT).run([dict(request("boom"), id=7)], mode="persistent")
+        self.assertEqual(status, 1)
+        self.assertEqual(replies, [{"error": "ValueError: the batch broke", "retryable": False, "id": 7}])
+        self.assertIn("the batch broke", stderr)
+
+    def test_a_batch_function_serves_oneshot_too(self):
+        replies, stderr, status = Callback(self.SCRIPT).run([request("one")])
+        self.assertEqual((status, replies[0]["memory"]), (0, "ONE"), stderr)
+
+
 class Failures(unittest.TestCase):
     SCRIPT = """
         from gacc_callback import Retryable, reader, serve

@@ -175,6 +175,24 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
         seconds: persistent.as_secs_f64(),
         detail: json!({"per_second": (spawns * 5) as f64 / persistent.as_secs_f64()}),
     });
+    // A model that serves a batch of up to 32 requests in 50 ms, one worker: one request in
+    // flight at a time, then 32 (SPEC's pipelined protocol).
+    let mut per_second = Vec::new();
+    for inflight in [1, 32] {
+        let calls = if inflight == 1 { 40 } else { 640 };
+        let mut worker = batching_worker(inflight);
+        worker.max_inflight = inflight;
+        let took = runtime.block_on(call_many(worker, calls, inflight));
+        per_second.push(calls as f64 / took.as_secs_f64());
+        out.push(Measurement {
+            name: format!(
+                "one batching worker (50 ms per batch of up to 32), max_inflight = {inflight}, {calls} calls"
+            ),
+            seconds: took.as_secs_f64(),
+            detail: json!({"per_second": calls as f64 / took.as_secs_f64(),
+                "throughput_over_max_inflight_1": per_second.last().copied().unwrap_or(0.0) / per_second[0]}),
+        });
+    }
     let sleepers = 400;
     let sleeping = runtime.block_on(call_many(sleep_callback(16), sleepers, 16));
     out.push(Measurement {
@@ -309,6 +327,7 @@ fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
         sandbox: None,
         launcher: Arc::new(Process::default()),
         local: true,
+        max_inflight: 1,
     }
 }
 
@@ -339,6 +358,17 @@ fn echo_worker(concurrency: usize) -> Callback {
         .unwrap_or_else(|_| "gacc".into());
     callback(
         vec![exe, "callback".into(), "bench-reader".into()],
+        concurrency,
+        Mode::Persistent,
+    )
+}
+
+fn batching_worker(concurrency: usize) -> Callback {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "gacc".into());
+    callback(
+        vec![exe, "callback".into(), "bench-batch-reader".into()],
         concurrency,
         Mode::Persistent,
     )

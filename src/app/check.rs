@@ -242,6 +242,7 @@ async fn unsandboxed(
         sandbox: None,
         launcher: Arc::new(Process::default()),
         local: true,
+        max_inflight: callback.max_inflight,
     };
     let bytes = probe.request.to_string();
     let attempt = open.launcher.attempt(&open, probe.what, bytes.as_bytes()).await;

@@ -81,11 +81,24 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
     let resolved_sha256 = sha256(&resolved);
     // What was run, not how: the same experiment run locally or on Slurm, with any
     // concurrency or cache place, has one identity and one report.json.
+    let how = |spec: &CallbackSpec| CallbackSpec {
+        mode: crate::protocol::Mode::default(),
+        timeout: manifest::default_timeout(),
+        retries: manifest::DEFAULT_RETRIES,
+        concurrency: None,
+        max_inflight: None,
+        ..spec.clone()
+    };
     let experiment = manifest::Manifest {
         run: manifest::RunSpec::default(),
         models: (loaded.manifest.models.iter())
             .map(|(name, model)| (name.clone(), model.without_operations()))
             .collect(),
+        compressors: (loaded.manifest.compressors.iter())
+            .map(|(name, spec)| (name.clone(), how(spec)))
+            .collect(),
+        reader: how(&loaded.manifest.reader),
+        judge: how(&loaded.manifest.judge),
         ..loaded.manifest.clone()
     };
     let experiment_sha256 = sha256(toml::to_string(&experiment).unwrap_or_default());
@@ -225,6 +238,7 @@ pub(super) fn callbacks(
                 None => Arc::new(Process::default()),
             },
             local: true,
+            max_inflight: spec.max_inflight.unwrap_or(1).max(1),
         }
     };
     let manifest = &loaded.manifest;
@@ -335,6 +349,7 @@ fn model_callback(
         sandbox: None,
         launcher: Arc::new(launcher),
         local: false,
+        max_inflight: 1,
     };
     let confinement = sandbox::Confinement {
         sandbox: "in-process",

@@ -115,6 +115,13 @@ const BUILTINS: &[Builtin] = &[
         respond: bench_reader,
     },
     Builtin {
+        name: "bench-batch-reader",
+        role: Role::Reader,
+        revision: "1",
+        summary: "for gacc bench: bench-reader as a batching model serves, 50 ms per batch of up to 32 requests (persistent)",
+        respond: bench_reader,
+    },
+    Builtin {
         name: "bench-judge",
         role: Role::Judge,
         revision: "1",
@@ -166,24 +173,31 @@ pub(crate) fn serve(name: &str) -> i32 {
         );
         return 2;
     };
+    if name == "bench-batch-reader" {
+        return serve_batches(respond, BENCH_BATCH, BENCH_GATHER, BENCH_BATCH_TIME);
+    }
     let stdin = std::io::stdin().lock();
     let mut requests = serde_json::Deserializer::from_reader(stdin).into_iter::<Value>();
     let mut stdout = std::io::stdout().lock();
     let mut status = 0;
     let mut served = 0;
     loop {
-        let (response, stop) = match requests.next() {
+        let (response, stop, id) = match requests.next() {
             None if served > 0 => break,
-            None => (Err("no request on stdin".to_owned()), true),
-            Some(Err(error)) => (Err(format!("the request is not JSON: {error}")), true),
-            Some(Ok(request)) => (respond(&request), false),
+            None => (Err("no request on stdin".to_owned()), true, None),
+            Some(Err(error)) => (Err(format!("the request is not JSON: {error}")), true, None),
+            Some(Ok(request)) => (respond(&request), false, request.get("id").cloned()),
         };
         served += 1;
-        let response = response.unwrap_or_else(|message| {
+        let mut response = response.unwrap_or_else(|message| {
             eprintln!("{name}: {message}");
             status = 1;
             json!({"error": message, "retryable": false})
         });
+        // A pipelined worker's reply names its request.
+        if let (Some(id), Some(fields)) = (id, response.as_object_mut()) {
+            fields.insert("id".into(), id);
+        }
         if writeln!(stdout, "{response}")
             .and_then(|_| stdout.flush())
             .is_err()
@@ -195,6 +209,79 @@ pub(crate) fn serve(name: &str) -> i32 {
         }
     }
     status
+}
+
+/// `bench-batch-reader`'s batches: at most this many requests, gathered for at most
+/// `gathered` after the first, taking `BENCH_BATCH_TIME` each.
+const BENCH_BATCH: usize = 32;
+const BENCH_GATHER: std::time::Duration = std::time::Duration::from_millis(5);
+const BENCH_BATCH_TIME: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Serves as a batching model does: the requests that have arrived (up to `most`) are taken
+/// together, answered after `takes`, each reply with its request's `id`.
+fn serve_batches(
+    respond: fn(&Value) -> Result<Value, String>,
+    most: usize,
+    gathered: std::time::Duration,
+    takes: std::time::Duration,
+) -> i32 {
+    use std::io::BufRead;
+    let mut stdin = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let mut batch = Vec::new();
+        let mut started = std::time::Instant::now();
+        loop {
+            let mut line = String::new();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) if batch.is_empty() => return 0,
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if batch.is_empty() {
+                        started = std::time::Instant::now();
+                    }
+                    batch.push(line);
+                }
+            }
+            if batch.len() >= most {
+                break;
+            }
+            // More of the batch: lines already read in, or arriving within the gather window
+            // that follows the batch's first request (as a model server's batcher waits).
+            if !stdin.buffer().contains(&b'\n')
+                && !stdin_readable_within(gathered.saturating_sub(started.elapsed()))
+            {
+                break;
+            }
+        }
+        std::thread::sleep(takes);
+        for line in batch {
+            let request: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            let mut response =
+                respond(&request).unwrap_or_else(|message| json!({"error": message, "retryable": false}));
+            if let (Some(id), Some(fields)) = (request.get("id"), response.as_object_mut()) {
+                fields.insert("id".into(), id.clone());
+            }
+            if writeln!(stdout, "{response}").is_err() {
+                return 1;
+            }
+        }
+        if stdout.flush().is_err() {
+            return 1;
+        }
+    }
+}
+
+/// Whether stdin has something to read within `wait`.
+fn stdin_readable_within(wait: std::time::Duration) -> bool {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: poll(2) on one pollfd that lives on this stack frame for the call.
+    unsafe { libc::poll(&mut fd, 1, millis) > 0 }
 }
 
 /// The built-in cl100k_base served over the tokenizer role, for external tokenizers that

@@ -43,6 +43,9 @@ pub(crate) struct Callback {
     /// Whether its attempts use this machine's cores, so that the run's concurrency bounds
     /// them (a model endpoint's calls are bounded by the endpoint's own limit instead).
     pub local: bool,
+    /// A persistent worker's requests in flight at once (1: the protocol's request, reply,
+    /// request; more: each request carries an `id` its reply echoes, in any order).
+    pub max_inflight: usize,
 }
 
 /// Why a call failed.

@@ -2,8 +2,10 @@
 //! of long-lived ones (`persistent`), each with a cleared environment, in its own process
 //! group, in its sandbox when it has one. Whatever happens, nothing a call started outlives it.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +27,8 @@ const PIPE_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 pub(crate) struct Process {
     idle: Mutex<Vec<PersistentProcess>>,
+    /// Workers that take several requests at once (`max_inflight > 1`).
+    pipelined: Mutex<Vec<Arc<Pipelined>>>,
 }
 
 impl Launcher for Process {
@@ -44,6 +48,7 @@ impl Process {
     pub(crate) async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
         let mut outcome = match callback.mode {
             Mode::Oneshot => oneshot(callback, request).await,
+            Mode::Persistent if callback.max_inflight > 1 => self.pipelined(callback, request).await,
             Mode::Persistent => self.persistent(callback, request).await,
         };
         callback.redact_attempt(&mut outcome);
@@ -75,11 +80,42 @@ impl Process {
         }
     }
 
+    /// One request to a pipelined worker: sent with an `id` beside the others in flight, its
+    /// reply matched by that id whenever it comes. A worker that dies fails its requests in
+    /// flight as `WorkerDied`, which the callback retries.
+    async fn pipelined(&self, callback: &Callback, request: &[u8]) -> Attempt {
+        let worker = {
+            let mut workers = self.pipelined.lock().unwrap_or_else(|e| e.into_inner());
+            workers.retain(|w| !w.dead.load(Ordering::Relaxed));
+            let free = workers
+                .iter()
+                .filter(|w| w.in_flight.load(Ordering::Relaxed) < callback.max_inflight)
+                .min_by_key(|w| w.in_flight.load(Ordering::Relaxed))
+                .cloned();
+            match free {
+                Some(worker) => worker,
+                None => match Pipelined::start(callback) {
+                    Ok(worker) => {
+                        workers.push(worker.clone());
+                        worker
+                    }
+                    Err(kind) => {
+                        return Attempt {
+                            result: Err(kind),
+                            stderr_tail: String::new(),
+                        };
+                    }
+                },
+            }
+        };
+        worker.call(callback, request).await
+    }
+
     /// An idle worker that is still running, if there is one; exited ones are dropped.
     fn idle(&self) -> Option<PersistentProcess> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(mut worker) = idle.pop() {
-            if matches!(worker.child.try_wait(), Ok(None)) {
+            if matches!(worker.group.child.try_wait(), Ok(None)) {
                 return Some(worker);
             }
         }
@@ -249,11 +285,19 @@ async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
 /// A long-lived persistent callback process: one request per line in, one response per line out.
 #[derive(Debug)]
 pub(crate) struct PersistentProcess {
-    child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    group: Option<i32>,
     stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Last: its process group is killed when the worker goes.
+    group: Group,
+}
+
+/// A worker's process and its group, killed together when dropped; then its scratch folder
+/// is removed.
+#[derive(Debug)]
+struct Group {
+    child: Child,
+    group: Option<i32>,
     /// Removed after the worker's process group is killed (fields drop after `drop`).
     _scratch: Option<Scratch>,
 }
@@ -288,12 +332,14 @@ impl PersistentProcess {
             }
         });
         Ok(PersistentProcess {
-            child,
             stdin,
             stdout: BufReader::new(stdout),
-            group,
             stderr: tail,
-            _scratch: scratch,
+            group: Group {
+                child,
+                group,
+                _scratch: scratch,
+            },
         })
     }
 
@@ -304,7 +350,7 @@ impl PersistentProcess {
     }
 }
 
-impl Drop for PersistentProcess {
+impl Drop for Group {
     fn drop(&mut self) {
         kill_group(self.group);
         let _ = self.child.start_kill();
@@ -439,5 +485,145 @@ fn classify(role: Role, status: std::process::ExitStatus, output: Output) -> Res
             check_response(role, &response)?;
             Ok(response)
         }
+    }
+}
+
+/// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
+/// its calls, and a reader task that hands each reply to the call whose `id` it echoes.
+#[derive(Debug)]
+struct Pipelined {
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Result<Value, FailureKind>>>>,
+    next_id: AtomicU64,
+    in_flight: AtomicUsize,
+    dead: AtomicBool,
+    /// Its process (killed with its group when the worker dies or is dropped) and stderr.
+    process: Mutex<Option<Group>>,
+    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Pipelined {
+    fn start(callback: &Callback) -> Result<Arc<Pipelined>, FailureKind> {
+        let PersistentProcess {
+            stdin,
+            stdout,
+            stderr,
+            group,
+        } = PersistentProcess::start(callback)?;
+        let worker = Arc::new(Pipelined {
+            stdin: tokio::sync::Mutex::new(stdin),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0),
+            dead: AtomicBool::new(false),
+            process: Mutex::new(Some(group)),
+            stderr,
+        });
+        let reader = worker.clone();
+        let role = callback.role;
+        tokio::spawn(async move { reader.read_replies(stdout, role).await });
+        Ok(worker)
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        String::from_utf8_lossy(&tail[start..]).into_owned()
+    }
+
+    /// Hands each reply line to its call, until the worker's stdout ends or breaks the
+    /// protocol; then every call still in flight fails as `WorkerDied`.
+    async fn read_replies(self: Arc<Self>, mut stdout: BufReader<ChildStdout>, role: Role) {
+        let why = loop {
+            let line = match read_line_limited(&mut stdout, MAX_RESPONSE_BYTES).await {
+                Ok(line) => line,
+                Err(kind) => break kind.to_string(),
+            };
+            let response = match parse_response(&line) {
+                Ok(response) => response,
+                Err(kind) => break format!("it {kind}"),
+            };
+            let Some(id) = response.get("id").and_then(Value::as_u64) else {
+                break "it answered without the request's `id` (max_inflight > 1 needs it echoed)".into();
+            };
+            if id >= self.next_id.load(Ordering::Relaxed) {
+                break format!("it answered an `id` it was never sent ({id})");
+            }
+            // A reply to a call that timed out finds nobody waiting: it is dropped.
+            let waiter = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            if let Some(waiter) = waiter {
+                let result = match reported_error(&response, 0) {
+                    Some(error) => Err(error),
+                    None => check_response(role, &response).map(|()| response),
+                };
+                let _ = waiter.send(result);
+            }
+        };
+        self.die(&why);
+    }
+
+    fn die(&self, why: &str) {
+        self.dead.store(true, Ordering::Relaxed);
+        let waiting: Vec<_> = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, waiter) in waiting {
+            let _ = waiter.send(Err(FailureKind::WorkerDied(why.to_owned())));
+        }
+        // Its process group goes with it.
+        drop(self.process.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+
+    async fn call(&self, callback: &Callback, request: &[u8]) -> Attempt {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, sender);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        // The request with its id first: `{"id":N,` then the rest of the object.
+        let mut line = format!("{{\"id\":{id},").into_bytes();
+        match request.iter().position(|b| *b == b'{') {
+            Some(open)
+                if request[open + 1..]
+                    .iter()
+                    .any(|b| !b.is_ascii_whitespace() && *b != b'}') =>
+            {
+                line.extend_from_slice(&request[open + 1..]);
+            }
+            _ => {
+                line.pop();
+                line.push(b'}');
+            }
+        }
+        line.push(b'\n');
+        let exchange = async {
+            {
+                let mut stdin = self.stdin.lock().await;
+                if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {
+                    self.die(&format!("could not write the request: {error}"));
+                }
+            }
+            receiver
+                .await
+                .unwrap_or_else(|_| Err(FailureKind::WorkerDied("it stopped".into())))
+        };
+        let result = match tokio::time::timeout(callback.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                Err(FailureKind::Timeout(callback.timeout))
+            }
+        };
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let stderr_tail = match &result {
+            Ok(_) | Err(FailureKind::Reported { .. }) => String::new(),
+            Err(_) => self.stderr_tail(),
+        };
+        Attempt { result, stderr_tail }
     }
 }

@@ -431,6 +431,7 @@ mod tests {
             sandbox: None,
             launcher: launcher.clone(),
             local: true,
+            max_inflight: 1,
         };
         let manifest = &loaded.manifest;
         let callbacks = Callbacks {

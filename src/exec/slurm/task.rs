@@ -145,5 +145,6 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
         sandbox,
         launcher: Arc::new(Process::default()),
         local: true,
+        max_inflight: 1,
     })
 }

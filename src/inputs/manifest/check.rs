@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::builtin;
 use crate::error::Problem;
 use crate::inputs::manifest::{CallbackSpec, Loaded, find_program};
-use crate::protocol::Role;
+use crate::protocol::{Mode, Role};
 
 /// Names a manifest's `name` may take: `[a-z0-9][a-z0-9_-]*`.
 fn valid_name(name: &str) -> bool {
@@ -197,6 +197,13 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
     }
     if spec.concurrency == Some(0) {
         problems.push("`concurrency` must be at least 1".into());
+    }
+    match spec.max_inflight {
+        Some(0) => problems.push("`max_inflight` must be at least 1".into()),
+        Some(n) if n > 1 && spec.mode != Mode::Persistent => problems.push(format!(
+            "`max_inflight = {n}` pipelines a persistent worker's requests: it needs `mode = \"persistent\"`"
+        )),
+        _ => {}
     }
     if !spec.params.is_object() {
         problems.push("`params` must be a table".into());

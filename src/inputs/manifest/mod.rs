@@ -144,6 +144,10 @@ pub(crate) struct CallbackSpec {
     /// compressors and readers run in a Landlock sandbox unless this is `false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSpec>,
+    /// A persistent callback's requests in flight per worker (default 1); more pipelines them:
+    /// each request then carries an `id` that its reply echoes, in any order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_inflight: Option<usize>,
     /// A model built-in's user-message template (minijinja), relative to the manifest's folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<PathBuf>,
@@ -252,7 +256,7 @@ impl<'de> Deserialize<'de> for SandboxSpec {
     }
 }
 
-fn default_timeout() -> Timeout {
+pub(crate) fn default_timeout() -> Timeout {
     Timeout(DEFAULT_TIMEOUT)
 }
 
