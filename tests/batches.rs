@@ -405,3 +405,36 @@ fn ctrl_c_leaves_batches_running_and_gacc_batches_cancel_cancels_them() {
         "{thrice:?} {recorded:#?}"
     );
 }
+
+#[test]
+fn the_plan_bounds_a_batch_endpoints_calls_at_the_batch_price() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    let bound = |name: &str, endpoint: &str| {
+        let manifest = write(
+            &scratch,
+            name,
+            &llm_manifest(&api.url, Format::OpenAi, endpoint, ""),
+        );
+        let output = scratch
+            .gacc()
+            .args(["plan", &manifest, "--json"])
+            .env("MOCK_API_KEY", KEY)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+        plan["endpoints"]["mock"]["cost_usd"].as_f64().unwrap()
+    };
+    let online = bound("online", PRICE);
+    let batch = bound("batch", &format!("{PRICE}\n{BATCH}"));
+    assert!(
+        online > 0.0 && (batch - online / 2.0).abs() < 1e-12,
+        "{batch} is not half of {online}"
+    );
+    assert_eq!(api.requests(), 0);
+}

@@ -336,10 +336,12 @@ async fn read_limited(mut response: reqwest::Response) -> Result<String, String>
 /// `retry-after-ms`, `Retry-After` (seconds), or OpenAI's reset headers (`1s`, `6m0s`, `20ms`).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+    // Whatever a server sends, a wait is a finite number of seconds within an hour.
+    let number = |text: &str| text.parse::<f64>().ok().filter(|n| n.is_finite());
+    if let Some(ms) = header("retry-after-ms").and_then(number) {
         return Some(Duration::from_secs_f64(ms.clamp(0.0, 3.6e6) / 1000.0));
     }
-    if let Some(seconds) = header("retry-after").and_then(|v| v.parse::<f64>().ok()) {
+    if let Some(seconds) = header("retry-after").and_then(number) {
         return Some(Duration::from_secs_f64(seconds.clamp(0.0, 3600.0)));
     }
     ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
@@ -559,25 +561,24 @@ impl ModelLauncher {
 
     /// The most a call can cost at the endpoint's price.
     pub(crate) fn most_cost(&self, (input, output): (u64, u64)) -> f64 {
-        wire::Tokens {
-            input,
-            cached_input: 0,
-            cache_write: 0,
-            output,
-        }
-        .cost(self.endpoint.spec.price.as_ref())
-        .0
-        .max(
-            // Writing the prompt cache costs more than plain input.
+        // A batch endpoint's calls are billed at the batch price.
+        let price = match (self.endpoint.spec.price, self.endpoint.spec.batch.spec()) {
+            (Some(price), Some(_)) => Some(price.for_batch()),
+            (price, None) => price,
+            (None, Some(_)) => None,
+        };
+        let at = |cache_write| {
             wire::Tokens {
                 input,
                 cached_input: 0,
-                cache_write: input,
+                cache_write,
                 output,
             }
-            .cost(self.endpoint.spec.price.as_ref())
-            .0,
-        )
+            .cost(price.as_ref())
+            .0
+        };
+        // Writing the prompt cache costs more than plain input.
+        at(0).max(at(input))
     }
 
     async fn answer(&self, callback: &Callback, key: &str, request: &[u8]) -> Result<Value, FailureKind> {
@@ -763,6 +764,16 @@ mod tests {
         assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(go_duration("soon"), None);
         assert_eq!(retry_after(&reqwest::header::HeaderMap::new()), None);
+        // Nonsense from a server is no wait, never a panic.
+        for nonsense in ["NaN", "inf", "-3", "soon", "1e400"] {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert("retry-after", nonsense.parse().unwrap());
+            headers.insert("x-ratelimit-reset-tokens", nonsense.parse().unwrap());
+            assert!(
+                retry_after(&headers).is_none_or(|d| d <= Duration::from_secs(3600)),
+                "{nonsense}"
+            );
+        }
     }
 
     #[test]
