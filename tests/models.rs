@@ -256,6 +256,15 @@ fn bursts_of_5xx_malformed_replies_and_a_rate_limit_are_survived_with_no_failed_
         "{retries} retries in the trace"
     );
     assert!(stderr.contains("retrying a model call"), "{stderr}");
+    // run.json counts what the endpoint did, as the mock saw it.
+    let record = &read_json(&folder.join("run.json"))["endpoints"]["mock"];
+    assert_eq!(record["requests"], api.requests(), "{record}");
+    assert_eq!(
+        record["rate_limited"],
+        counts.get(&counts.rate_limited),
+        "{record}"
+    );
+    assert_eq!(record["retries"].as_u64().unwrap(), retries, "{record}");
 }
 
 #[test]

@@ -64,6 +64,26 @@ pub(crate) struct Finished {
     pub(crate) views: Result<(), Error>,
 }
 
+/// What each model endpoint did in this run: HTTP requests, retries, 429s, its last limit.
+fn endpoint_record(models: &super::prepare::Models) -> Value {
+    let endpoints: serde_json::Map<String, Value> = models
+        .endpoints
+        .iter()
+        .map(|(name, endpoint)| {
+            let live = endpoint.live();
+            let record = json!({
+                "requests": endpoint.requests.load(std::sync::atomic::Ordering::Relaxed),
+                "retries": endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
+                "rate_limited": live.rate_limited,
+                "final_limit": live.limit,
+                "batches": endpoint.batches().map(|b| b.done),
+            });
+            (name.clone(), record)
+        })
+        .collect();
+    Value::Object(endpoints)
+}
+
 /// Where a cache keeps the records of its provider batches.
 pub(crate) const BATCHES: &str = "batches";
 
@@ -172,6 +192,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         "paid": paid,
         "failures": failures,
         "stopped": stop.as_ref().map(ToString::to_string),
+        "endpoints": endpoint_record(&models),
         "phases": phases.seconds,
         "landlock_abi": abi,
     });
