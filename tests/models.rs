@@ -251,9 +251,16 @@ fn bursts_of_5xx_malformed_replies_and_a_rate_limit_are_survived_with_no_failed_
     // Each retry is in the trace, and on the terminal with -v.
     let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
     let retries = trace.matches("retrying a model call").count() as u64;
-    assert!(
-        retries >= 7 + counts.get(&counts.rate_limited),
+    // Every request the mock did not answer (429, 503, a cut-off body) was retried once; which
+    // requests meet the bursts depends on how the calls interleave, not their sum.
+    assert_eq!(
+        retries,
+        api.requests() - counts.get(&counts.answered),
         "{retries} retries in the trace"
+    );
+    assert!(
+        retries > counts.get(&counts.rate_limited),
+        "the 5xx and cut-off replies were retried too"
     );
     assert!(stderr.contains("retrying a model call"), "{stderr}");
     // run.json counts what the endpoint did, as the mock saw it.
