@@ -416,18 +416,7 @@ fn the_plan_bounds_a_batch_endpoints_calls_at_the_batch_price() {
             name,
             &llm_manifest(&api.url, Format::OpenAi, endpoint, ""),
         );
-        let output = scratch
-            .gacc()
-            .args(["plan", &manifest, "--json"])
-            .env("MOCK_API_KEY", KEY)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let plan = scratch.json_with_env(["plan", &manifest, "--json"], &[("MOCK_API_KEY", KEY)]);
         plan["endpoints"]["mock"]["cost_usd"].as_f64().unwrap()
     };
     let online = bound("online", PRICE);

@@ -333,20 +333,8 @@ fn gacc_plan_bounds_the_calls_the_cache_does_not_answer_per_endpoint() {
     let scratch = Scratch::new();
     let api = MockApi::start(Format::OpenAi, Behaviour::default());
     let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
-    let plan = |scratch: &Scratch| {
-        let output = scratch
-            .gacc()
-            .args(["plan", &manifest, "--json"])
-            .env("MOCK_API_KEY", KEY)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
-    };
+    let plan =
+        |scratch: &Scratch| scratch.json_with_env(["plan", &manifest, "--json"], &[("MOCK_API_KEY", KEY)]);
     let before = plan(&scratch);
     let bound = &before["endpoints"]["mock"];
     // 2 sources × 2 goals × 3 seeds memories; 12 questions × 3 seeds reads and judgements.

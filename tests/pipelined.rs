@@ -6,20 +6,6 @@ mod common;
 
 use common::{Scratch, python3_on_path, read_json};
 
-/// The fixture with its compressor replaced by `compressor` (TOML lines).
-fn fixture_with(scratch: &Scratch, name: &str, compressor: &str) -> String {
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace(
-            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
-            &format!("[compressors.goal-line]\n{compressor}"),
-        );
-    assert!(manifest.contains(compressor), "{manifest}");
-    let path = format!("experiments/{name}.toml");
-    scratch.write(&path, &manifest);
-    path
-}
-
 /// A scratch folder and the built-in fixture's run in it, when python3 runs here.
 fn python_and_the_fixture() -> Option<(Scratch, std::path::PathBuf)> {
     if !python3_on_path() {
@@ -36,8 +22,7 @@ fn pipelined_built_ins_give_the_report_of_one_request_at_a_time() {
     let scratch = Scratch::new();
     let (status, plain, stderr) = scratch.run("experiments/fixture.toml", &[]);
     assert_eq!(status, 0, "{stderr}");
-    let manifest = fixture_with(
-        &scratch,
+    let manifest = scratch.fixture_with(
         "pipelined",
         "builtin = \"goal-line\"\nmode = \"persistent\"\nmax_inflight = 8\nconcurrency = 8",
     );
@@ -54,7 +39,7 @@ fn pipelined_built_ins_give_the_report_of_one_request_at_a_time() {
 #[test]
 fn max_inflight_needs_a_persistent_callback() {
     let scratch = Scratch::new();
-    let manifest = fixture_with(&scratch, "bad", "builtin = \"goal-line\"\nmax_inflight = 4");
+    let manifest = scratch.fixture_with("bad", "builtin = \"goal-line\"\nmax_inflight = 4");
     let (status, _, stderr) = scratch.run(&manifest, &[]);
     assert_eq!(status, 2, "{stderr}");
     assert!(
@@ -90,9 +75,7 @@ fn replies_in_any_order_are_matched_by_their_id() {
         return;
     };
     scratch.write("experiments/callbacks/reversing.py", REVERSING);
-    let manifest = fixture_with(
-        &scratch,
-        "reversing",
+    let manifest = scratch.fixture_with("reversing",
         "command = [\"python3\", \"callbacks/reversing.py\"]\nmode = \"persistent\"\nmax_inflight = 8\nconcurrency = 8",
     );
     let (status, folder, stderr) = scratch.run(&manifest, &["--set", "run.cache=\"cache-reversing\""]);
@@ -131,14 +114,10 @@ fn the_helper_serves_batches_and_a_worker_killed_with_requests_in_flight_loses_n
         eprintln!("skipped: python3 is not on PATH");
         return;
     };
-    let helper =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
-    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    scratch.copy_helper();
     scratch.write("experiments/callbacks/batching.py", BATCHING);
     // Unsandboxed: it writes its log and marker beside the manifest.
-    let manifest = fixture_with(
-        &scratch,
-        "batching",
+    let manifest = scratch.fixture_with("batching",
         "command = [\"python3\", \"callbacks/batching.py\"]\nmode = \"persistent\"\nmax_inflight = 8\nconcurrency = 8\nsandbox = false",
     );
     let (status, folder, stderr) = scratch.run(&manifest, &["--set", "run.cache=\"cache-batching\""]);

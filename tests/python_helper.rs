@@ -40,23 +40,14 @@ fn the_helper_gives_the_same_report_in_both_modes_whatever_it_prints() {
         return;
     }
     let scratch = Scratch::new();
-    let helper =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
-    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    scratch.copy_helper();
     scratch.write("experiments/callbacks/noisy.py", NOISY);
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace(
-            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
-            "[compressors.goal-line]\ncommand = [\"python3\", \"callbacks/noisy.py\"]",
-        );
-    scratch.write("experiments/helper.toml", &manifest);
+    let manifest = scratch.fixture_with("helper", "command = [\"python3\", \"callbacks/noisy.py\"]");
     let mut reports = Vec::new();
     for mode in ["oneshot", "persistent"] {
         let set = format!("compressors.goal-line.mode=\"{mode}\"");
         let cache = format!("run.cache=\"cache-{mode}\"");
-        let (status, folder, stderr) =
-            scratch.run("experiments/helper.toml", &["--set", &set, "--set", &cache]);
+        let (status, folder, stderr) = scratch.run(&manifest, &["--set", &set, "--set", &cache]);
         assert_eq!(status, 0, "{mode}: {stderr}");
         let run = read_json(&folder.join("run.json"));
         assert_eq!(run["calls"]["compressor"]["made"], 12, "{mode}");

@@ -688,14 +688,8 @@ fn a_script_imports_the_modules_beside_it_but_not_the_experiments_files() {
         "experiments/callbacks/compress.py",
         "import json, sys\nimport helpers\nrequest = json.load(sys.stdin)\ntry:\n    open('data/fixture.jsonl').read()\n    print('the dataset was READABLE', file=sys.stderr)\nexcept PermissionError:\n    print('the dataset was denied', file=sys.stderr)\njson.dump({'memory': helpers.keep(request['context'], request['goal'])}, sys.stdout)\n",
     );
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace(
-            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
-            "[compressors.goal-line]\ncommand = [\"python3\", \"callbacks/compress.py\"]",
-        );
-    scratch.write("experiments/siblings.toml", &manifest);
-    let (status, folder, stderr) = scratch.run("experiments/siblings.toml", &[]);
+    let manifest = scratch.fixture_with("siblings", "command = [\"python3\", \"callbacks/compress.py\"]");
+    let (status, folder, stderr) = scratch.run(&manifest, &[]);
     assert_eq!(status, 0, "{stderr}");
     let report = read_json(&folder.join("report.json"));
     assert_eq!(
@@ -720,9 +714,7 @@ fn a_compressor_from_a_venv_beside_the_manifest_runs_sandboxed_with_no_read_line
         eprintln!("skipped: python3 -m venv is not available");
         return;
     }
-    let helper =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
-    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    scratch.copy_helper();
     let manifest = std::fs::read_to_string(scratch.path("experiments/python-example.toml"))
         .unwrap()
         .replace("command = [\"python3\",", "command = [\".venv/bin/python\",")
@@ -742,9 +734,7 @@ fn a_shebang_script_runs_on_the_interpreter_its_first_line_finds() {
         return;
     }
     let scratch = Scratch::new();
-    let helper =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
-    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    scratch.copy_helper();
     // goal_sentences.py starts `#!/usr/bin/env python3`: run it as a program.
     let script = scratch.path("experiments/callbacks/goal_sentences.py");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -817,14 +807,11 @@ fn python_m_of_a_package_installed_in_development_mode_runs_sandboxed() {
         format!("{}\n", scratch.path("src").display()),
     )
     .unwrap();
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace(
-            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
-            "[compressors.goal-line]\ncommand = [\".venv/bin/python\", \"-m\", \"keywords_pkg\"]",
-        );
-    scratch.write("experiments/editable.toml", &manifest);
-    let (status, folder, stderr) = scratch.run("experiments/editable.toml", &[]);
+    let manifest = scratch.fixture_with(
+        "editable",
+        "command = [\".venv/bin/python\", \"-m\", \"keywords_pkg\"]",
+    );
+    let (status, folder, stderr) = scratch.run(&manifest, &[]);
     assert_eq!(status, 0, "{stderr}");
     let report = read_json(&folder.join("report.json"));
     assert_eq!(
@@ -911,9 +898,7 @@ fn virtual_environment(at: &Path, base: &Path, tool: Option<&str>) {
 
 /// python-example.toml with its compressor run by `interpreter` and no `read` line.
 fn python_example_on(scratch: &Scratch, interpreter: &str) -> String {
-    let helper =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
-    scratch.write("experiments/callbacks/gacc_callback.py", &helper);
+    scratch.copy_helper();
     let manifest = std::fs::read_to_string(scratch.path("experiments/python-example.toml"))
         .unwrap()
         .replace(

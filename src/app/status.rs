@@ -73,26 +73,39 @@ struct Bounder {
     compressors: BTreeMap<String, Arc<ModelLauncher>>,
     reader: Option<Arc<ModelLauncher>>,
     judge: Option<Arc<ModelLauncher>>,
+    /// The most tokens a model reader answers with (an answer not made yet is at most this).
+    reader_max_tokens: Option<u64>,
     bounds: BTreeMap<String, CallBounds>,
 }
 
 impl Bounder {
     fn new(prepared: &Prepared) -> Result<Bounder, Error> {
         let models = models(&prepared.loaded)?;
+        let estimator: Arc<dyn crate::inputs::tokenizer::Tokenizer> =
+            Arc::new(crate::inputs::tokenizer::Cl100k::new());
         let launcher = |spec: &CallbackSpec| -> Option<Arc<ModelLauncher>> {
             let call = spec.model.as_ref()?;
             let endpoint = models.endpoints.get(&call.endpoint)?.clone();
-            let estimator = Arc::new(crate::inputs::tokenizer::Cl100k::new());
-            ModelLauncher::new(endpoint, call.clone(), models.costs.clone(), estimator)
+            ModelLauncher::new(endpoint, call.clone(), models.costs.clone(), estimator.clone())
                 .ok()
                 .map(Arc::new)
         };
         let manifest = &prepared.loaded.manifest;
+        let reader = launcher(&manifest.reader);
+        let reader_max_tokens = reader.as_ref().and_then(|reader| {
+            let empty = serde_json::Map::new();
+            let params = manifest.reader.params.as_object().unwrap_or(&empty);
+            reader
+                .prompt(&json!({"memory": "", "question": ""}), params)
+                .ok()
+                .map(|p| p.max_tokens)
+        });
         Ok(Bounder {
             compressors: (manifest.compressors.iter())
                 .filter_map(|(name, spec)| Some((name.clone(), launcher(spec)?)))
                 .collect(),
-            reader: launcher(&manifest.reader),
+            reader,
+            reader_max_tokens,
             judge: launcher(&manifest.judge),
             bounds: BTreeMap::new(),
         })
@@ -237,15 +250,9 @@ fn bound_question(
     }
     if let Some(judge) = bounder.judge.clone() {
         // An unknown answer: at most the model reader's max_tokens, else the memory's L.
-        let unknown = match (&reader, answer) {
-            (_, Some(_)) => 0,
-            (Some(reader), None) => reader
-                .prompt(
-                    &json!({"memory": "", "question": ""}),
-                    manifest.reader.params.as_object().unwrap_or(&Default::default()),
-                )
-                .map_or(job.budget as u64, |p| p.max_tokens),
-            (None, None) => job.budget as u64,
+        let unknown = match answer {
+            Some(_) => 0,
+            None => bounder.reader_max_tokens.unwrap_or(job.budget as u64),
         };
         let request = json!({"source": source.text, "question": asked.question, "reference": asked.reference,
                              "answer": answer.unwrap_or(""), "seed": job.id.seed});

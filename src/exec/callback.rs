@@ -231,8 +231,13 @@ impl Callback {
 
 /// Exponential backoff with jitter: about BASE * 2^(attempt-1), capped.
 fn backoff(attempt: u32) -> Duration {
-    let exponential = BACKOFF_BASE.saturating_mul(1 << attempt.min(16).saturating_sub(1));
-    let capped = exponential.min(BACKOFF_MAX);
+    jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
+}
+
+/// About `base * 2^(attempt-1)`, capped at `max`, with jitter (callbacks and model endpoints).
+pub(crate) fn jittered_backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let exponential = base.saturating_mul(1 << attempt.min(16).saturating_sub(1));
+    let capped = exponential.min(max);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

@@ -65,13 +65,45 @@ impl Scratch {
         self.run_with_env(manifest, extra, &[])
     }
 
+    /// Writes `experiments/NAME.toml`: the fixture with its compressor's `builtin` line
+    /// replaced by `compressor` (TOML lines under `[compressors.goal-line]`); its path.
+    pub fn fixture_with(&self, name: &str, compressor: &str) -> String {
+        let manifest = std::fs::read_to_string(self.path("experiments/fixture.toml"))
+            .unwrap()
+            .replace(
+                "[compressors.goal-line]\nbuiltin = \"goal-line\"",
+                &format!("[compressors.goal-line]\n{compressor}"),
+            );
+        assert!(manifest.contains(compressor), "{manifest}");
+        let path = format!("experiments/{name}.toml");
+        self.write(&path, &manifest);
+        path
+    }
+
+    /// Copies the Python helper beside the experiments' callbacks
+    /// (`experiments/callbacks/gacc_callback.py`), where their scripts import it from.
+    pub fn copy_helper(&self) {
+        let helper =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
+        self.write("experiments/callbacks/gacc_callback.py", &helper);
+    }
+
     /// Runs gacc with `args`, expects success, and parses what it printed as JSON.
     pub fn json<I, S>(&self, args: I) -> Value
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let output = self.gacc().args(args).output().unwrap();
+        self.json_with_env(args, &[])
+    }
+
+    /// `json`, with more environment variables.
+    pub fn json_with_env<I, S>(&self, args: I, env: &[(&str, &str)]) -> Value
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let output = self.gacc().args(args).envs(env.iter().copied()).output().unwrap();
         assert!(
             output.status.success(),
             "{}",

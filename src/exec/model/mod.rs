@@ -379,13 +379,7 @@ fn go_duration(text: &str) -> Option<Duration> {
 
 /// Exponential backoff with jitter, capped.
 fn backoff(attempt: u32) -> Duration {
-    let exponential = BACKOFF_BASE.saturating_mul(1 << attempt.min(16).saturating_sub(1));
-    let capped = exponential.min(BACKOFF_MAX);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    capped / 2 + capped.mul_f64(f64::from(nanos % 1000) / 2000.0)
+    crate::exec::callback::jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
 }
 
 /// The run's spending cap (`[run] max_cost_usd`): what this run paid, and the most the calls
