@@ -50,13 +50,35 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes rows as JSON Lines, one object a line.
 pub(crate) fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
+    write_with(path, |out| json_lines(out, rows))
+}
+
+fn json_lines<T: serde::Serialize>(out: &mut dyn Write, rows: &[T]) -> std::io::Result<()> {
+    for row in rows {
+        serde_json::to_writer(&mut *out, row)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Writes a file whole as gzip (fast level: a run folder's derived files are large, and
+/// written on every run), streamed through the compressor.
+pub(crate) fn write_gzip_with(
+    path: &Path,
+    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), Error> {
     write_with(path, |out| {
-        for row in rows {
-            serde_json::to_writer(&mut *out, row)?;
-            out.write_all(b"\n")?;
-        }
-        Ok(())
+        let mut encoder = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+        let mut buffered = std::io::BufWriter::with_capacity(1 << 16, &mut encoder);
+        body(&mut buffered)?;
+        buffered.into_inner().map_err(|e| e.into_error())?;
+        encoder.try_finish()
     })
+}
+
+/// Writes rows as gzipped JSON Lines (`zcat`, pandas and DuckDB read them as they are).
+pub(crate) fn write_json_lines_gzip<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
+    write_gzip_with(path, |out| json_lines(out, rows))
 }
 
 /// Pretty JSON with a final newline, as every JSON file of a run folder is written.

@@ -18,7 +18,7 @@ fn no_goal_makes_one_memory_per_source_shared_by_its_goals() {
     assert_eq!(status, 0, "{stderr}");
     // sources (2) × budgets (1) × seeds (3) × compressors (1), not goals (4) × …
     assert_eq!(made(&folder, "compressor"), 6);
-    let plan = read_json(&folder.join("plan.json"));
+    let plan = read_json(&folder.join("plan.json.gz"));
     assert_eq!(plan["stages"], json!({"compress": 6, "read": 36, "judge": 36}));
     let ledger = read_lines(&folder.join("memories.jsonl"));
     assert_eq!(ledger.len(), 6);

@@ -13,7 +13,8 @@ fn the_fixture_reproduces_the_reference_numbers() {
     assert_eq!(status, 0, "{stderr}");
     for file in [
         "manifest.toml",
-        "plan.json",
+        "plan.json.gz",
+        "memory_texts.jsonl.gz",
         "memories.jsonl",
         "results.jsonl",
         "report.json",
@@ -81,7 +82,7 @@ fn the_fixture_reproduces_the_reference_numbers() {
             .any(|f| q.ends_with(f))
     }));
 
-    let plan = read_json(&folder.join("plan.json"));
+    let plan = read_json(&folder.join("plan.json.gz"));
     assert_eq!(
         plan["stages"],
         serde_json::json!({"compress": 12, "read": 36, "judge": 36})
@@ -89,7 +90,19 @@ fn the_fixture_reproduces_the_reference_numbers() {
     let latest = std::fs::canonicalize(scratch.path("runs/fixture/latest")).unwrap();
     assert_eq!(latest, std::fs::canonicalize(&folder).unwrap());
     let trace = read_lines(&folder.join("trace.jsonl"));
-    assert!(trace.iter().filter(|e| e["message"] == "job finished").count() >= 84);
+    let summaries: Vec<&serde_json::Value> = trace
+        .iter()
+        .filter(|e| e["message"] == "stage finished")
+        .collect();
+    let stages: Vec<&str> = summaries.iter().map(|e| e["stage"].as_str().unwrap()).collect();
+    assert_eq!(stages, ["compress", "read", "judge"]);
+    let sum = |field: &str| -> u64 { summaries.iter().map(|e| e[field].as_u64().unwrap()).sum() };
+    assert_eq!((sum("planned"), sum("finished"), sum("failed")), (84, 84, 0));
+    assert_eq!(sum("called") + sum("cached") + sum("skipped"), 84);
+    // A line for each job that called, none for a job served without a call.
+    let lines = trace.iter().filter(|e| e["message"] == "job finished").count() as u64;
+    assert_eq!(lines, sum("called"));
+    assert!(trace.iter().all(|e| e["cache_hit"] != true));
 }
 
 #[test]
@@ -107,6 +120,16 @@ fn a_second_run_makes_no_calls_and_writes_the_same_report() {
         std::fs::read(first.join("report.json")).unwrap(),
         std::fs::read(second.join("report.json")).unwrap()
     );
+    // A run that made no call writes no line per job: its stages' summaries say it all.
+    let trace = read_lines(&second.join("trace.jsonl"));
+    assert!(trace.len() < 20, "{} events", trace.len());
+    assert!(trace.iter().all(|e| e["message"] != "job finished"));
+    let cached: u64 = trace
+        .iter()
+        .filter(|e| e["message"] == "stage finished")
+        .map(|e| e["cached"].as_u64().unwrap())
+        .sum();
+    assert_eq!(cached, 84);
     let plan = scratch.gacc().args(["plan", FIXTURE]).output().unwrap();
     let plan = String::from_utf8(plan.stdout).unwrap();
     assert!(plan.contains("compress         12       12        0"), "{plan}");
@@ -315,5 +338,69 @@ fn every_cell_has_bootstrap_intervals() {
         .unwrap();
     assert!(
         goal_bm25["micro_ci95"]["low"].as_f64().unwrap() < goal_bm25["micro_ci95"]["high"].as_f64().unwrap()
+    );
+}
+
+/// Rewrites the first cache entry of `kind` whose payload contains `from` so that it holds `to`
+/// instead, with a checksum that matches: a forged entry, not a torn one.
+fn forge_cache_entry(scratch: &Scratch, kind: &str, from: &str, to: &str) {
+    use sha2::Digest;
+    let segments = scratch.path(".gacc/cache/segments");
+    for segment in std::fs::read_dir(&segments).unwrap() {
+        let path = segment.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut forged = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.splitn(4, ' ').collect();
+                if forged || fields[1] != kind || !fields[3].contains(from) {
+                    return line.to_owned();
+                }
+                forged = true;
+                let payload = fields[3].replacen(from, to, 1);
+                let checksum: String = sha2::Sha256::digest(payload.as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                format!("{} {} {checksum} {payload}", fields[0], fields[1])
+            })
+            .collect();
+        if forged {
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+            return;
+        }
+    }
+    panic!("no {kind} entry holds {from}");
+}
+
+#[test]
+fn a_forged_count_in_the_cache_is_caught_by_the_recount_on_a_re_run() {
+    let scratch = Scratch::new();
+    let (status, first, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0);
+    // The first run proved its counts (one per distinct text, sources included).
+    assert!(scratch.cached("count") >= 3, "{}", scratch.cached("count"));
+    let memory_tokens = read_lines(&first.join("memories.jsonl"))[0]["memory_tokens"]
+        .as_u64()
+        .unwrap();
+    forge_cache_entry(
+        &scratch,
+        "memory",
+        &format!("\"memory_tokens\":{memory_tokens},"),
+        &format!("\"memory_tokens\":{},", memory_tokens + 1),
+    );
+    let (status, second, stderr) = scratch.run(FIXTURE, &[]);
+    assert_eq!(
+        made(&second, "compressor"),
+        0,
+        "the forged entry is served: {stderr}"
+    );
+    let report = read_json(&second.join("report.json"));
+    assert_eq!(report["integrity"]["count_errors"], 1, "{stderr}");
+    assert_eq!(status, 0, "{stderr}");
+    assert!(
+        stderr.contains("count errors 1"),
+        "the summary shows it: {stderr}"
     );
 }

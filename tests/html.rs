@@ -121,10 +121,7 @@ fn the_fixture_page_is_self_contained_and_holds_every_question_once() {
         .iter()
         .map(|t| t.as_array().unwrap().len())
         .sum();
-    assert_eq!(
-        texts,
-        scratch.count_lines(&format!("{}/memory_texts.jsonl", folder.display()))
-    );
+    assert_eq!(texts, read_lines(&folder.join("memory_texts.jsonl.gz")).len());
 }
 
 /// A copy of the fixture where the reactor has a `label` whose value tries to end the page's
@@ -241,12 +238,12 @@ fn gacc_report_rewrites_the_page_and_names_a_broken_file() {
     );
     std::fs::write(&ledger, rows).unwrap();
 
-    std::fs::remove_file(folder.join("memory_texts.jsonl")).unwrap();
+    std::fs::remove_file(folder.join("memory_texts.jsonl.gz")).unwrap();
     let output = scratch.gacc().arg("report").arg(&folder).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("memory_texts.jsonl") && stderr.contains("cannot read"),
+        stderr.contains("memory_texts.jsonl.gz") && stderr.contains("cannot read"),
         "{stderr}"
     );
 }

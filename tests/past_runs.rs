@@ -152,7 +152,7 @@ fn export_memories_and_json_lines_hold_each_row_once() {
         .collect();
     let ledger = read_lines(&folder.join("memories.jsonl"));
     assert_eq!(rows.len(), ledger.len());
-    let texts: HashMap<String, String> = read_lines(&folder.join("memory_texts.jsonl"))
+    let texts: HashMap<String, String> = read_lines(&folder.join("memory_texts.jsonl.gz"))
         .into_iter()
         .map(|t| {
             (

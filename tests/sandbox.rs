@@ -309,8 +309,8 @@ fn same_results_with_the_sandbox_on_and_off(manifest: &str) {
     for file in [
         "results.jsonl",
         "memories.jsonl",
-        "memory_texts.jsonl",
-        "plan.json",
+        "memory_texts.jsonl.gz",
+        "plan.json.gz",
         "manifest.toml",
     ] {
         assert_eq!(

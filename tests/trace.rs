@@ -147,3 +147,70 @@ fn the_text_review() {
         .collect();
     insta::assert_snapshot!(masked);
 }
+
+#[test]
+fn a_job_served_without_a_call_is_told_from_the_run_folder() {
+    let scratch = Scratch::new();
+    let first = run_with_a_failing_reader(&scratch);
+    let (_, again, _) = scratch.run("experiments/failing.toml", &[]);
+    let ledger = read_lines(&again.join("memories.jsonl"));
+    let memory = &ledger[0];
+    assert_eq!(memory["cached"], true);
+    let key = memory["key"].as_str().unwrap();
+
+    // A compress job: no event in the re-run's trace, its plan entry and ledger row stored.
+    let review_of = |folder: &std::path::Path, job: &str| review(&scratch, folder, &["--job", job]);
+    let compress = review_of(&again, &key[..10]);
+    assert_eq!(compress["story"].as_array().unwrap().len(), 0);
+    let stored = &compress["stored"];
+    assert_eq!(stored["stage"], "compress");
+    assert_eq!(stored["job"], key);
+    assert_eq!(stored["plan"]["cache_key"], memory["cache_key"]);
+    assert_eq!(stored["ledger"], *memory);
+    let questions = stored["results"].as_array().unwrap();
+    assert_eq!(questions.len(), 3);
+    assert!(questions.iter().all(|r| r["memory_key"] == key));
+    // Its compressor call's cache key names it too.
+    let by_cache_key = review_of(&again, memory["cache_key"].as_str().unwrap());
+    assert_eq!(by_cache_key["stored"]["job"], key);
+
+    // A read and a judge job, by the keys the first run's trace gave them.
+    let events = read_lines(&first.join("trace.jsonl"));
+    let job_of = |stage: &str| {
+        events
+            .iter()
+            .find(|e| e["message"] == "job finished" && e["stage"] == stage && e["failed"] == false)
+            .map(|e| e["job"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    for stage in ["read", "judge"] {
+        let job = job_of(stage);
+        let told = review_of(&again, &job);
+        assert_eq!(told["stored"]["stage"], stage);
+        assert_eq!(told["stored"]["job"], job.as_str());
+        let result = &told["stored"]["results"][0];
+        assert_eq!(result["question_id"], told["stored"]["question_id"]);
+        assert!(result["correct"].is_boolean(), "{result}");
+        // The first run's own story of it, from its trace, agrees on the stage.
+        let story = review_of(&first, &job)["story"].as_array().unwrap().clone();
+        assert!(
+            story
+                .iter()
+                .any(|e| e["message"] == "job finished" && e["stage"] == stage)
+        );
+    }
+    // A key of no job: no story, nothing stored.
+    let none = review_of(&again, "0000000000000000");
+    assert!(none["story"].as_array().unwrap().is_empty() && none.get("stored").is_none());
+    // The text form says why the trace has no line for it.
+    let output = scratch
+        .gacc()
+        .arg("trace")
+        .arg(&again)
+        .args(["--job", &key[..10]])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("served without a call in this run"), "{text}");
+    assert!(text.contains("questions: 3 answered from it"), "{text}");
+}

@@ -18,7 +18,7 @@ use crate::clock::utc_timestamp;
 use crate::error::{Error, io};
 use crate::error::{Invalid, Problem};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
-use crate::files::{pretty, write_json_lines, write_with};
+use crate::files::{pretty, write_gzip_with, write_json_lines, write_json_lines_gzip};
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::report;
@@ -95,7 +95,6 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let opening = open_cache_early(&options.manifest, &options.sets);
     let prepared = prepare(&options.manifest, &options.sets)?;
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
-    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset);
     let runs = options
         .out
         .clone()
@@ -117,6 +116,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
             .map_err(io(&root))?,
         _ => cache_for(&prepared.loaded)?,
     };
+    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, Some(cache.clone()));
     // Batch endpoints record their batches beside the cache, and take up those left open.
     for endpoint in models.endpoints.values() {
         endpoint.use_batches(root.join(BATCHES), cache.clone());
@@ -131,7 +131,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     // The plan file is large at scale: write it while the jobs run.
     let plan_writer = {
         let (plan, dataset, path) = (prepared.plan.clone(), prepared.dataset.clone(), folder.file(PLAN));
-        std::thread::spawn(move || write_with(&path, |out| plan.write_json(&dataset, out)))
+        std::thread::spawn(move || write_gzip_with(&path, |out| plan.write_json(&dataset, out)))
     };
     let progress = Arc::new(Progress {
         endpoints: models.endpoints.values().cloned().collect(),
@@ -337,6 +337,7 @@ fn execute(
                  `gacc run` again collects their results, `gacc batches cancel` cancels them"
             );
         }
+        runner::trace_stages(progress);
         tracing::warn!(folder = %folder.path().display(), "run interrupted");
         crate::trace::close();
         return Err(Error::Interrupted {
@@ -394,7 +395,7 @@ fn write_rows(
         let results = scope.spawn(|| write_json_lines(&folder.file(RESULTS), &outcome.results));
         let ledger = scope.spawn(|| {
             write_json_lines(&folder.file(MEMORIES), &outcome.ledger)?;
-            write_json_lines(&folder.file(MEMORY_TEXTS), &texts)
+            write_json_lines_gzip(&folder.file(MEMORY_TEXTS), &texts)
         });
         let report = report::build(&inputs, outcome, recount);
         let written = [

@@ -18,7 +18,7 @@ use crate::protocol::Ratio;
 use crate::protocol::{CellId, Condition, MemoryId};
 use crate::rng::SplitMix64;
 
-pub(crate) const SCHEMA: &str = "gacc.plan/1";
+pub(crate) const SCHEMA: &str = "gacc.plan/2";
 
 /// A goal by position: (source index, goal index within the source).
 pub(crate) type GoalRef = (usize, usize);
@@ -307,52 +307,58 @@ impl Plan {
         self.memories.iter().map(|m| m.questions.len()).sum()
     }
 
-    /// Writes `plan.json`: the schema, the size per stage, and every job with its key, stage
-    /// and dependencies, one job per line (streamed: a paper-scale plan has ~10^6 jobs).
-    pub(crate) fn write_json(&self, dataset: &Dataset, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    /// Writes `plan.json` (`gacc.plan/2`): the schema, the size per stage, how read and judge
+    /// job keys follow from a memory job's, and one line per memory job with its fields, its
+    /// keys and the questions read (then judged) from its memory, by goal. Streamed: a
+    /// paper-scale plan has ~10^5 memory jobs and ~10^6 jobs in all.
+    pub(crate) fn write_json(&self, dataset: &Dataset, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let questions = self.question_jobs();
         let stages = json!({"compress": self.memories.len(), "read": questions, "judge": questions});
         write!(
             out,
-            "{{\"schema\": \"{SCHEMA}\", \"stages\": {stages}, \"jobs\": ["
+            "{{\"schema\": \"{SCHEMA}\", \"stages\": {stages}, \"job_keys\": {}, \"jobs\": [",
+            json!({"read": READ_JOB_KEY, "judge": JUDGE_JOB_KEY})
         )?;
         let mut first = true;
         for memory in &self.memories {
-            write_entry(out, &mut first, &CompressEntry::of(memory))?;
             let source = &dataset.sources[memory.source];
+            let mut questions: Vec<(&str, Vec<&str>)> = Vec::new();
             for question in &memory.questions {
                 let goal = &source.goals[question.goal];
-                let (goal_id, question_id) = (&goal.id, &goal.questions[question.question].id);
-                write_entry(
-                    out,
-                    &mut first,
-                    &QuestionEntry {
-                        deps: [&memory.key],
-                        goal_id,
-                        key: &question.read_key,
-                        question_id,
-                        stage: "read",
-                    },
-                )?;
-                write_entry(
-                    out,
-                    &mut first,
-                    &QuestionEntry {
-                        deps: [&question.read_key],
-                        goal_id,
-                        key: &question.judge_key,
-                        question_id,
-                        stage: "judge",
-                    },
-                )?;
+                let id = goal.questions[question.question].id.as_str();
+                match questions.last_mut() {
+                    Some((goal_id, ids)) if *goal_id == goal.id => ids.push(id),
+                    _ => questions.push((&goal.id, vec![id])),
+                }
             }
+            out.write_all(if std::mem::take(&mut first) { b"\n" } else { b",\n" })?;
+            serde_json::to_writer(&mut *out, &CompressEntry::of(memory, Questions(&questions)))?;
         }
         writeln!(out, "\n]}}")
     }
 }
 
-/// A compress job as `plan.json` lists it: the memory job's fields, its stage and (no)
-/// dependencies, keys in sorted order as a JSON object of them would print.
+/// How `plan.json` says a read job's key follows from its memory job's and its question's.
+pub(crate) const READ_JOB_KEY: &str = "sha256(\"read\\n\" + memory job key + \"\\n\" + question_id)";
+/// How `plan.json` says a judge job's key follows from its read job's.
+pub(crate) const JUDGE_JOB_KEY: &str = "sha256(\"judge\\n\" + read job key)";
+
+/// A memory job's questions by goal, in plan order: `{"goal_id": ["question_id", ...]}`.
+struct Questions<'a>(&'a [(&'a str, Vec<&'a str>)]);
+
+impl Serialize for Questions<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (goal, ids) in self.0 {
+            map.serialize_entry(goal, ids)?;
+        }
+        map.end()
+    }
+}
+
+/// A memory job as `plan.json` lists it: its fields, its stage and its questions, keys in
+/// sorted order as a JSON object of them would print.
 #[derive(Serialize)]
 struct CompressEntry<'a> {
     budget: usize,
@@ -361,9 +367,9 @@ struct CompressEntry<'a> {
     cache_key: &'a str,
     compressor: &'a str,
     condition: Condition,
-    deps: [&'a str; 0],
     goal_id: &'a Option<String>,
     key: &'a str,
+    questions: Questions<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio: Option<Ratio>,
     seed: u64,
@@ -374,16 +380,16 @@ struct CompressEntry<'a> {
 }
 
 impl<'a> CompressEntry<'a> {
-    fn of(job: &'a MemoryJob) -> Self {
+    fn of(job: &'a MemoryJob, questions: Questions<'a>) -> Self {
         CompressEntry {
             budget: job.budget,
             budget_tokens: job.id.cell.budget.budget_tokens(),
             cache_key: &job.cache_key,
             compressor: &job.id.cell.compressor,
             condition: job.id.cell.condition,
-            deps: [],
             goal_id: &job.id.goal_id,
             key: &job.key,
+            questions,
             ratio: job.id.cell.budget.ratio(),
             seed: job.id.seed,
             shown_goal_id: &job.id.shown_goal_id,
@@ -392,27 +398,6 @@ impl<'a> CompressEntry<'a> {
             stage: "compress",
         }
     }
-}
-
-/// A read or judge job as `plan.json` lists it, keys in sorted order.
-#[derive(Serialize)]
-struct QuestionEntry<'a> {
-    deps: [&'a str; 1],
-    goal_id: &'a str,
-    key: &'a str,
-    question_id: &'a str,
-    stage: &'static str,
-}
-
-/// Writes one `plan.json` entry as it is, without building a JSON value per job (a
-/// paper-scale plan has most of a million).
-fn write_entry(
-    out: &mut impl std::io::Write,
-    first: &mut bool,
-    entry: &impl Serialize,
-) -> std::io::Result<()> {
-    out.write_all(if std::mem::take(first) { b"\n" } else { b",\n" })?;
-    serde_json::to_writer(out, entry).map_err(std::io::Error::from)
 }
 
 /// How many seeded shuffles to try for a true derangement before choosing per goal.
@@ -474,19 +459,70 @@ mod tests {
         // What plan.json held before entries were written directly: the job as a JSON object.
         let mut expected = serde_json::to_value(&job).unwrap();
         expected["stage"] = json!("compress");
-        expected["deps"] = json!([]);
-        let written = serde_json::to_string(&CompressEntry::of(&job)).unwrap();
+        expected["questions"] = json!({"g1": ["q1", "q2"], "g2": ["q1"]});
+        let questions = [("g1", vec!["q1", "q2"]), ("g2", vec!["q1"])];
+        let written = serde_json::to_string(&CompressEntry::of(&job, Questions(&questions))).unwrap();
         assert_eq!(written, expected.to_string());
-        let question = QuestionEntry {
-            deps: ["k"],
-            goal_id: "g1",
-            key: "r",
-            question_id: "q1",
-            stage: "read",
+    }
+
+    #[test]
+    fn the_plan_file_names_every_job_and_its_keys_follow_from_it() {
+        let dataset = Dataset {
+            sources: serde_json::from_value(json!([
+                {"id": "s1", "text": "alpha beta gamma delta", "goals": [
+                    {"id": "g1", "text": "greek", "questions": [
+                        {"id": "q1", "question": "first?", "reference": "alpha"},
+                        {"id": "q2", "question": "last?", "reference": "delta"}]},
+                    {"id": "g2", "text": "more", "questions": [
+                        {"id": "q1", "question": "second?", "reference": "beta"}]}]},
+                {"id": "s2", "text": "one two three", "goals": [
+                    {"id": "g1", "text": "numbers", "questions": [
+                        {"id": "q1", "question": "first?", "reference": "one"}]}]}
+            ]))
+            .unwrap(),
         };
-        let expected =
-            json!({"key": "r", "stage": "read", "deps": ["k"], "goal_id": "g1", "question_id": "q1"});
-        assert_eq!(serde_json::to_string(&question).unwrap(), expected.to_string());
+        let manifest = "name = \"t\"\nseeds = [1, 2]\nratios = [0.5]\nconditions = [\"own-goal\", \"no-goal\", \"cross-goal\"]\n[dataset]\npath = \"d.jsonl\"\n[compressors.c]\nbuiltin = \"goal-line\"\n[reader]\nbuiltin = \"field-lookup\"\n[judge]\nbuiltin = \"exact-match\"\n";
+        let folder = tempfile::tempdir().unwrap();
+        std::fs::write(folder.path().join("t.toml"), manifest).unwrap();
+        let (loaded, _) = crate::inputs::manifest::load(&folder.path().join("t.toml"), &[]).unwrap();
+        let tokenizer = crate::inputs::tokenizer::Cl100k::new();
+        let plan = plan(&loaded, &dataset, &tokenizer).unwrap();
+        let mut bytes = Vec::new();
+        plan.write_json(&dataset, &mut bytes).unwrap();
+        let written: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(written["schema"], SCHEMA);
+        assert_eq!(
+            written["stages"],
+            json!({"compress": 16, "read": 24, "judge": 24})
+        );
+        let jobs = written["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), plan.memories.len());
+        for (entry, job) in jobs.iter().zip(&plan.memories) {
+            assert_eq!(entry["key"], job.key.as_str());
+            assert_eq!(entry["cache_key"], job.cache_key.as_str());
+            // Each question job's keys, from the formulas the file states.
+            let mut listed = Vec::new();
+            for (goal, ids) in entry["questions"].as_object().unwrap() {
+                for id in ids.as_array().unwrap() {
+                    let read = sha256(format!("read\n{}\n{}", job.key, id.as_str().unwrap()));
+                    listed.push((goal.clone(), read.clone(), sha256(format!("judge\n{read}"))));
+                }
+            }
+            let source = &dataset.sources[job.source];
+            let planned: Vec<(String, String, String)> = job
+                .questions
+                .iter()
+                .map(|q| {
+                    (
+                        source.goals[q.goal].id.clone(),
+                        q.read_key.clone(),
+                        q.judge_key.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(listed, planned, "job {}", job.key);
+        }
+        assert_eq!(written["job_keys"]["read"], READ_JOB_KEY);
     }
 
     #[test]

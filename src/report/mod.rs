@@ -283,7 +283,7 @@ pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
 /// Builds the report; deterministic in its inputs.
 pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
     let dataset = inputs.dataset;
-    let count_errors = recount.errors(inputs.tokenizer, dataset, &outcome.ledger);
+    let count_errors = recount.errors(dataset, &outcome.ledger);
     let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
     let padding_tokens = outcome.ledger.iter().map(|r| r.padding_tokens).sum();
 

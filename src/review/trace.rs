@@ -1,5 +1,7 @@
 //! `gacc trace RUN_DIR`: the tracing log reviewed without jq — the slowest calls, every
-//! failure, latency percentiles per callback, cache hits per stage, and one job's whole story.
+//! failure, latency percentiles per callback, cache hits per stage, and one job's whole story
+//! (for a job served without a call, which has no line in the trace, told from the run
+//! folder's plan, ledger and results).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,8 +10,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::hash::sha256;
 use crate::report::stats::percentile;
-use crate::store::run_folder::{RunFolder, TRACE};
+use crate::store::run_folder::{MEMORIES, PLAN, RESULTS, RunFolder, TRACE};
 
 /// How many of the slowest calls a review lists.
 pub(crate) const SLOWEST: usize = 10;
@@ -33,6 +36,10 @@ pub(crate) struct Review {
     pub cache: BTreeMap<String, CacheHits>,
     /// With `--job`: every event of that job, in order.
     pub story: Vec<Value>,
+    /// With `--job`: the job as the run folder's files record it (its plan entry, and its
+    /// ledger row or result row), whether or not the trace has events of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,6 +109,7 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let mut retries = 0;
     let mut cache: BTreeMap<String, CacheHits> = BTreeMap::new();
     let mut story = Vec::new();
+    let summarised = events.iter().any(|e| e["message"] == "stage finished");
     for event in &events {
         if let Some(job) = &filter.job {
             let keys = [key_of(event), text(event, "cache_key"), text(event, "job")];
@@ -123,11 +131,19 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
             }),
             Some("job failed") => failures.push(event.clone()),
             Some("retrying") => retries += 1,
-            Some("job finished") => {
+            // A trace of gacc before 0.2 has a line per job and no stage summaries.
+            Some("job finished") if !summarised => {
                 let stage = text(event, "stage").unwrap_or_default();
                 let hits = cache.entry(stage).or_default();
                 hits.jobs += 1;
                 hits.hits += usize::from(event["cache_hit"].as_bool().unwrap_or(false));
+            }
+            Some("stage finished") => {
+                let stage = text(event, "stage").unwrap_or_default();
+                let count = |field: &str| event[field].as_u64().unwrap_or(0) as usize;
+                let hits = cache.entry(stage).or_default();
+                hits.jobs += count("finished");
+                hits.hits += count("cached");
             }
             _ => {}
         }
@@ -161,6 +177,10 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
         .collect();
     calls.sort_by(|a, b| b.duration_ms.total_cmp(&a.duration_ms));
     calls.truncate(SLOWEST);
+    let stored = match &filter.job {
+        Some(job) if !job.is_empty() => stored_job(&RunFolder::open(folder), job)?,
+        _ => None,
+    };
     Ok(Review {
         events: events.len(),
         slowest: calls,
@@ -169,7 +189,111 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
         latency,
         cache,
         story,
+        stored,
     })
+}
+
+/// The job whose key (a compress, read or judge job's, or a compressor call's cache key)
+/// starts with `prefix`, as the run folder's files record it: its plan entry, its ledger row
+/// (a compress job) or result row (a read or judge job). None when the plan has no such job
+/// (or the folder predates `plan.json.gz`).
+fn stored_job(folder: &RunFolder, prefix: &str) -> Result<Option<Value>, Error> {
+    if !folder.file(PLAN).is_file() {
+        return Ok(None);
+    }
+    let Some((entry, stage, question)) = plan_job(folder, prefix)? else {
+        return Ok(None);
+    };
+    let memory_key = entry["key"].as_str().unwrap_or_default().to_owned();
+    let mut stored = serde_json::json!({"stage": stage, "plan": entry});
+    if let Some((goal_id, question_id, read, judge)) = &question {
+        stored["job"] = Value::from(if stage == "read" {
+            read.as_str()
+        } else {
+            judge.as_str()
+        });
+        stored["read_job"] = Value::from(read.as_str());
+        stored["judge_job"] = Value::from(judge.as_str());
+        stored["goal_id"] = Value::from(goal_id.as_str());
+        stored["question_id"] = Value::from(question_id.as_str());
+    } else {
+        stored["job"] = Value::from(memory_key.as_str());
+    }
+    // Rows name their memory job's key: a line without it is not parsed.
+    let rows = |name: &str| -> Result<Vec<Value>, Error> {
+        let mut found = Vec::new();
+        for line in std::io::BufRead::lines(folder.open_lines(name)?) {
+            let line = line.map_err(|error| Error::Io {
+                path: folder.file(name),
+                message: format!("cannot read: {error}"),
+            })?;
+            if line.contains(memory_key.as_str())
+                && let Ok(row) = serde_json::from_str::<Value>(&line)
+            {
+                found.push(row);
+            }
+        }
+        Ok(found)
+    };
+    stored["ledger"] = rows(MEMORIES)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|row| row["key"] == memory_key.as_str())
+        .unwrap_or(Value::Null);
+    let results: Vec<Value> = rows(RESULTS)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|row| row["memory_key"] == memory_key.as_str())
+        .filter(|row| {
+            question.as_ref().is_none_or(|(goal, id, _, _)| {
+                row["goal_id"] == goal.as_str() && row["question_id"] == id.as_str()
+            })
+        })
+        .collect();
+    stored["results"] = Value::from(results);
+    Ok(Some(stored))
+}
+
+/// A read or judge job's question: goal id, question id, read job key, judge job key.
+type QuestionKeys = (String, String, String, String);
+
+/// A plan entry, the stage of the job found in it, and (a read or judge job) its question.
+type PlanJob = (Value, &'static str, Option<QuestionKeys>);
+
+/// The plan entry of the job `prefix` names, its stage, and (a read or judge job) its question.
+fn plan_job(folder: &RunFolder, prefix: &str) -> Result<Option<PlanJob>, Error> {
+    for line in std::io::BufRead::lines(folder.open_lines(PLAN)?) {
+        let line = line.map_err(|error| Error::Io {
+            path: folder.file(PLAN),
+            message: format!("cannot read: {error}"),
+        })?;
+        // One memory job a line, after the header's and before the closing line.
+        let Ok(entry) = serde_json::from_str::<Value>(line.trim_end_matches(',')) else {
+            continue;
+        };
+        let Some(key) = entry["key"].as_str() else {
+            continue;
+        };
+        if key.starts_with(prefix) || entry["cache_key"].as_str().is_some_and(|k| k.starts_with(prefix)) {
+            return Ok(Some((entry, "compress", None)));
+        }
+        for (goal, ids) in entry["questions"].as_object().into_iter().flatten() {
+            for id in ids.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                let read = sha256(format!("read\n{key}\n{id}"));
+                let judge = sha256(format!("judge\n{read}"));
+                let stage = if read.starts_with(prefix) {
+                    "read"
+                } else if judge.starts_with(prefix) {
+                    "judge"
+                } else {
+                    continue;
+                };
+                let question = (goal.clone(), id.to_owned(), read, judge);
+                return Ok(Some((entry.clone(), stage, Some(question))));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The review as text for a terminal.
@@ -198,6 +322,9 @@ pub(crate) fn render(review: &Review, filter: &Filter) -> String {
                 .collect();
             fields.sort();
             out.push_str(&format!("  {time} {message}: {}\n", fields.join(" ")));
+        }
+        if let Some(stored) = &review.stored {
+            out.push_str(&render_stored(stored, review.story.is_empty()));
         }
         return out;
     }
@@ -246,6 +373,97 @@ pub(crate) fn render(review: &Review, filter: &Filter) -> String {
         for line in stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev() {
             out.push_str(&format!("      stderr: {line}\n"));
         }
+    }
+    out
+}
+
+/// A job as the run folder records it, for a terminal.
+fn render_stored(stored: &Value, no_events: bool) -> String {
+    let plan = &stored["plan"];
+    let field = |value: &Value| {
+        value
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| value.to_string())
+    };
+    let stage = field(&stored["stage"]);
+    let mut out = format!(
+        "\n{stage} job {} as the run folder records it\n",
+        field(&stored["job"])
+    );
+    if no_events {
+        out.push_str("  served without a call in this run (from the cache, or an identical call of this run): such a job has no line in the trace\n");
+    }
+    let budget = match (plan.get("ratio"), plan.get("budget_tokens")) {
+        (Some(ratio), _) => format!("ratio {ratio}"),
+        (_, Some(tokens)) => format!("budget_tokens {tokens}"),
+        _ => String::new(),
+    };
+    out.push_str(&format!(
+        "  compressors.{} seed {} {} {budget} source {} goal {} shown goal {}\n",
+        field(&plan["compressor"]),
+        plan["seed"],
+        field(&plan["condition"]),
+        field(&plan["source_id"]),
+        field(&plan["goal_id"]),
+        field(&plan["shown_goal_id"]),
+    ));
+    out.push_str(&format!(
+        "  memory job {}  compressor call {}\n",
+        field(&plan["key"]),
+        field(&plan["cache_key"])
+    ));
+    if stage != "compress" {
+        out.push_str(&format!(
+            "  question {} of goal {}: read job {}, judge job {}\n",
+            field(&stored["question_id"]),
+            field(&stored["goal_id"]),
+            field(&stored["read_job"]),
+            field(&stored["judge_job"])
+        ));
+    }
+    let ledger = &stored["ledger"];
+    if ledger.is_object() {
+        out.push_str(&format!(
+            "  memory: {} of L = {} tokens kept (generated {}{}), sha256 {}{}\n",
+            ledger["retained_tokens"],
+            ledger["budget"],
+            ledger["generated_tokens"],
+            if ledger["truncated"] == true {
+                ", truncated"
+            } else {
+                ""
+            },
+            field(&ledger["memory_sha256"]),
+            if ledger["cached"] == true {
+                ", served without calling the compressor"
+            } else {
+                ", made in this run"
+            },
+        ));
+    } else {
+        out.push_str("  memory: not made (no ledger row)\n");
+    }
+    let results = stored["results"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if stage == "compress" {
+        let correct = results.iter().filter(|r| r["correct"] == true).count();
+        let failed = results.iter().filter(|r| r["failure"].is_string()).count();
+        out.push_str(&format!(
+            "  questions: {} answered from it, {correct} correct, {failed} failed\n",
+            results.len()
+        ));
+    }
+    for row in results.iter().filter(|_| stage != "compress") {
+        let verdict = match (&row["correct"], &row["failure"]) {
+            (_, Value::String(failure)) => format!("failed: {failure}"),
+            (Value::Bool(true), _) => "correct".to_owned(),
+            (Value::Bool(false), _) => "incorrect".to_owned(),
+            _ => "not judged".to_owned(),
+        };
+        out.push_str(&format!("  answer {}: {verdict}\n", row["answer"]));
     }
     out
 }

@@ -51,8 +51,14 @@ impl CallBook {
 
 pub(super) fn note_done(progress: &StageProgress, origin: Origin) {
     progress.done.fetch_add(1, Ordering::Relaxed);
-    if matches!(origin, Origin::Cache | Origin::RunState) {
-        progress.cached.fetch_add(1, Ordering::Relaxed);
+    match origin {
+        Origin::Cache | Origin::RunState => {
+            progress.cached.fetch_add(1, Ordering::Relaxed);
+        }
+        Origin::Skipped => {
+            progress.skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        Origin::Called => {}
     }
 }
 

@@ -242,6 +242,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
         }
     }
+    trace_stages(&shared.run.progress);
     outcome.this_run = shared
         .calls
         .counts
@@ -266,6 +267,31 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         .map(|(name, calls)| (name, calls.into_iter().collect()))
         .collect();
     outcome
+}
+
+/// Each stage's summary in the trace: what its jobs came to, those served without a call
+/// included (they get no line of their own).
+pub(crate) fn trace_stages(progress: &progress::Progress) {
+    for stage in crate::protocol::Stage::ALL {
+        let counts = progress.stage(stage.role());
+        let load = |counter: &std::sync::atomic::AtomicUsize| counter.load(Ordering::Relaxed);
+        let (done, cached, skipped, failed) = (
+            load(&counts.done),
+            load(&counts.cached),
+            load(&counts.skipped),
+            load(&counts.failed),
+        );
+        tracing::info!(
+            stage = stage.as_str(),
+            planned = load(&counts.total),
+            finished = done + failed,
+            called = done - cached - skipped,
+            cached,
+            skipped,
+            failed,
+            "stage finished"
+        );
+    }
 }
 
 /// The distinct calls the results rest on, gathered with the outcomes: hashed, then sorted

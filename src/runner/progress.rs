@@ -122,6 +122,8 @@ pub(crate) struct StageProgress {
     pub total: AtomicUsize,
     pub done: AtomicUsize,
     pub cached: AtomicUsize,
+    /// Done with nothing to call (`L = 0`).
+    pub skipped: AtomicUsize,
     pub failed: AtomicUsize,
 }
 

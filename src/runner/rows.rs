@@ -1,4 +1,4 @@
-//! The rows a job leaves: its result row, its failure row, and its trace line.
+//! The rows a job leaves: its result row, its failure row, and its trace line (when it called).
 
 use std::time::Instant;
 
@@ -71,8 +71,8 @@ pub(super) fn failure_row(
     }
 }
 
-/// Records a finished step of a job: its stage's progress (done and cached, or failed) and its
-/// trace line.
+/// Records a finished step of a job: its stage's progress (done and cached, or failed) and,
+/// unless it was served without a call, its trace line.
 pub(super) fn finished(
     progress: &StageProgress,
     job: &MemoryJob,
@@ -96,17 +96,21 @@ pub(super) fn finished(
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::RunState));
     let skipped = origin == Some(Origin::Skipped);
     let failed = failure.is_some();
-    // The job's seed, condition, ratio and source are in plan.json under its key.
-    crate::trace::job_finished(&crate::trace::JobFinished {
-        job: key,
-        stage: stage.as_str(),
-        cache_key,
-        compressor: &job.id.cell.compressor,
-        duration_ms,
-        cache_hit,
-        skipped,
-        failed,
-    });
+    // A job served without a call gets no line of its own: each stage's summary counts it,
+    // and `gacc trace --job` tells its story from the run folder's other files. The job's
+    // seed, condition, ratio and source are in plan.json.gz under its key.
+    if !cache_hit {
+        crate::trace::job_finished(&crate::trace::JobFinished {
+            job: key,
+            stage: stage.as_str(),
+            cache_key,
+            compressor: &job.id.cell.compressor,
+            duration_ms,
+            cache_hit,
+            skipped,
+            failed,
+        });
+    }
     // The terminal shows every job only when asked to (`-vv`, `RUST_LOG`).
     if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
         tracing::info!(

@@ -34,8 +34,17 @@ const RESIDENT_TOTAL: usize = 256 << 20;
 const RESIDENT: usize = usize::MAX;
 
 /// The kinds of entry a cache holds: one per callback role, truncated memories (their
-/// counts), and memory texts (once each, by their SHA-256).
-const KINDS: &[&str] = &["compressor", "reader", "judge", "memory", "text", "batch"];
+/// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
+/// recount's proven token counts.
+const KINDS: &[&str] = &[
+    "compressor",
+    "reader",
+    "judge",
+    "memory",
+    "text",
+    "batch",
+    "count",
+];
 
 /// An entry's kind and binary key.
 type Slot = (u8, [u8; 32]);

@@ -12,9 +12,11 @@ use crate::error::{Error, io};
 
 pub(crate) const MANIFEST: &str = "manifest.toml";
 pub(crate) const DATASET: &str = "dataset.jsonl";
-pub(crate) const PLAN: &str = "plan.json";
+/// The job graph, gzipped (`gacc.plan/2`: every memory job and the questions read from it).
+pub(crate) const PLAN: &str = "plan.json.gz";
 pub(crate) const MEMORIES: &str = "memories.jsonl";
-pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl";
+/// Each distinct memory's text once, gzipped (gacc before 0.2 wrote it plain, without `.gz`).
+pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl.gz";
 pub(crate) const RESULTS: &str = "results.jsonl";
 pub(crate) const REPORT_JSON: &str = "report.json";
 pub(crate) const REPORT_MD: &str = "report.md";
@@ -100,11 +102,13 @@ impl RunFolder {
     }
 
     /// The rows of one of its JSON Lines files; a row that is not one names its line.
+    /// A gzipped file (`.gz`) is read through its decompressor; one a run folder of an older
+    /// gacc holds plain, without `.gz`, is read as it is.
     pub(crate) fn read_rows<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>, Error> {
         let path = self.file(name);
-        let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
+        let reader = self.open_lines(name)?;
         let mut rows = Vec::new();
-        for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+        for (number, line) in reader.lines().enumerate() {
             let line = line.map_err(|error| unreadable(&path, error))?;
             if line.trim().is_empty() {
                 continue;
@@ -115,6 +119,22 @@ impl RunFolder {
             })?);
         }
         Ok(rows)
+    }
+
+    /// One of its files for reading line by line, decompressed if it is gzipped.
+    pub(crate) fn open_lines(&self, name: &str) -> Result<Box<dyn BufRead>, Error> {
+        let path = self.file(name);
+        let plain = name.strip_suffix(".gz").map(|plain| self.file(plain));
+        if let Some(plain) = plain.filter(|plain| !path.exists() && plain.exists()) {
+            let file = std::fs::File::open(&plain).map_err(|error| unreadable(&plain, error))?;
+            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)));
+        }
+        let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
+        if name.ends_with(".gz") {
+            let decoder = flate2::read::GzDecoder::new(std::io::BufReader::with_capacity(1 << 20, file));
+            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, decoder)));
+        }
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
     }
 
     /// Points `latest` beside it at it, replacing the link in one step.

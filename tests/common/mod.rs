@@ -124,13 +124,24 @@ pub fn gacc_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gacc"))
 }
 
+/// A file's text, decompressed when its name ends in `.gz` (as a run folder's plan and memory
+/// texts are written).
+pub fn read_text(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text).unwrap();
+        return text;
+    }
+    String::from_utf8(bytes).unwrap()
+}
+
 pub fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    serde_json::from_str(&read_text(path)).unwrap()
 }
 
 pub fn read_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
+    read_text(path)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
