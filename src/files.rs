@@ -48,17 +48,47 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&temp, path)
 }
 
-/// Writes rows as JSON Lines, one object a line.
-pub(crate) fn write_json_lines<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
-    write_with(path, |out| json_lines(out, rows))
+/// Writes rows as JSON Lines, one object a line, and gives the SHA-256 of the bytes written.
+pub(crate) fn write_json_lines_hashed<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<String, Error> {
+    let mut digest = String::new();
+    write_with(path, |out| {
+        let mut tee = Hashing::new(out);
+        json_lines(&mut tee, rows)?;
+        digest = tee.digest();
+        Ok(())
+    })?;
+    Ok(digest)
 }
 
-fn json_lines<T: serde::Serialize>(out: &mut dyn Write, rows: &[T]) -> std::io::Result<()> {
-    for row in rows {
-        serde_json::to_writer(&mut *out, row)?;
-        out.write_all(b"\n")?;
+/// A writer that hashes what goes through it (to `io::sink()`, it only hashes).
+pub(crate) struct Hashing<W> {
+    inner: W,
+    hasher: sha2::Sha256,
+}
+
+impl<W: Write> Hashing<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        Hashing {
+            inner,
+            hasher: <sha2::Sha256 as sha2::Digest>::new(),
+        }
     }
-    Ok(())
+
+    /// The SHA-256 of everything written, in hex.
+    pub(crate) fn digest(self) -> String {
+        crate::hash::hex(&sha2::Digest::finalize(self.hasher))
+    }
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(bytes)?;
+        sha2::Digest::update(&mut self.hasher, &bytes[..written]);
+        Ok(written)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Writes a file whole as gzip (fast level: a run folder's derived files are large, and
@@ -76,9 +106,13 @@ pub(crate) fn write_gzip_with(
     })
 }
 
-/// Writes rows as gzipped JSON Lines (`zcat`, pandas and DuckDB read them as they are).
-pub(crate) fn write_json_lines_gzip<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<(), Error> {
-    write_gzip_with(path, |out| json_lines(out, rows))
+/// Writes rows as JSON Lines, one object a line, to any writer.
+pub(crate) fn json_lines<T: serde::Serialize>(out: &mut dyn Write, rows: &[T]) -> std::io::Result<()> {
+    for row in rows {
+        serde_json::to_writer(&mut *out, row)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// Pretty JSON with a final newline, as every JSON file of a run folder is written.
@@ -98,7 +132,8 @@ mod tests {
         std::fs::create_dir_all(&folder).unwrap();
         let path = folder.join("report.json");
         write(&path, b"old").unwrap();
-        write_json_lines(&path, &[1, 2]).unwrap();
+        let digest = write_json_lines_hashed(&path, &[1, 2]).unwrap();
+        assert_eq!(digest, crate::hash::sha256("1\n2\n"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n2\n");
         write_durably(&folder.join("calls/ab/x.json"), b"{}").unwrap();
         let failed = write_with(&path, |_| Err(std::io::Error::other("disk full")));

@@ -404,3 +404,64 @@ fn a_forged_count_in_the_cache_is_caught_by_the_recount_on_a_re_run() {
         "the summary shows it: {stderr}"
     );
 }
+
+#[test]
+fn re_runs_share_their_derived_files_by_content() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = Scratch::new();
+    let (_, first, _) = scratch.run(FIXTURE, &[]);
+    let (_, second, _) = scratch.run(FIXTURE, &[]);
+    let inode = |folder: &std::path::Path, file: &str| std::fs::metadata(folder.join(file)).unwrap().ino();
+    for file in ["plan.json.gz", "memory_texts.jsonl.gz"] {
+        assert_eq!(
+            inode(&first, file),
+            inode(&second, file),
+            "{file}: one copy for both runs"
+        );
+    }
+    // The page is made from the ledger too, whose rows say they were served from the cache
+    // this time: the next re-run shares the second's page.
+    assert_ne!(inode(&first, "report.html"), inode(&second, "report.html"));
+    let (_, again, _) = scratch.run(FIXTURE, &[]);
+    assert_eq!(inode(&second, "report.html"), inode(&again, "report.html"));
+    std::fs::remove_dir_all(&again).unwrap();
+    // Files users read and edit stay each run's own.
+    for file in ["results.jsonl", "memories.jsonl", "report.json"] {
+        assert_ne!(inode(&first, file), inode(&second, file), "{file}");
+    }
+    // Another budget: other memories and another plan, each written anew.
+    let (status, third, _) = scratch.run(FIXTURE, &["--set", "ratios=[0.3]"]);
+    assert_eq!(status, 0);
+    for file in ["plan.json.gz", "memory_texts.jsonl.gz", "report.html"] {
+        assert_ne!(inode(&first, file), inode(&third, file), "{file}");
+    }
+    let shared = scratch.path("runs/fixture/.shared");
+    assert_eq!(std::fs::read_dir(&shared).unwrap().count(), 7);
+    // `gacc report` makes the page again in that run's folder alone.
+    let page = std::fs::read(second.join("report.html")).unwrap();
+    let shared_page = inode(&second, "report.html");
+    assert_eq!(
+        scratch
+            .gacc()
+            .arg("report")
+            .arg(&second)
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_ne!(inode(&second, "report.html"), shared_page);
+    assert_eq!(
+        std::fs::read(second.join("report.html")).unwrap(),
+        page,
+        "the same page either way"
+    );
+    // A shared file is a whole file: the run reads back from it, and a deleted run leaves the
+    // others theirs.
+    std::fs::remove_dir_all(&first).unwrap();
+    let plan = read_json(&second.join("plan.json.gz"));
+    assert_eq!(plan["stages"]["compress"], 12);
+    let runs = scratch.json(["runs", "list", "--json"]);
+    assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
+}

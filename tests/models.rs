@@ -38,7 +38,7 @@ fn assert_no_key(scratch: &Scratch, printed: &str) {
         "{printed}"
     );
     let mut stack = vec![scratch.path("experiments")];
-    stack.push(scratch.path(".gacc"));
+    stack.extend([scratch.path(".gacc"), scratch.path("runs")]);
     while let Some(path) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&path) else {
             continue;
@@ -47,7 +47,8 @@ fn assert_no_key(scratch: &Scratch, printed: &str) {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
+            } else if path.is_file() {
+                let bytes = common::read_bytes(&path);
                 let text = String::from_utf8_lossy(&bytes);
                 assert!(
                     !text.contains("0123456789abcdef"),

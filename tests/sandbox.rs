@@ -369,7 +369,7 @@ fn a_secret_echoed_by_a_callback_appears_nowhere_in_the_run_folder() {
     let files = files(&folder);
     assert!(files.len() >= 8, "{files:?}");
     for file in &files {
-        let bytes = std::fs::read(file).unwrap();
+        let bytes = common::read_bytes(file);
         assert!(
             !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
             "{} holds the secret",

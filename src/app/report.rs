@@ -27,6 +27,7 @@ pub(super) fn rerender(folder: &Path, template: Option<&Path>) -> Result<Option<
         report: &report,
         run: &run,
         rows: None,
+        page_key: None,
     };
     let markdown = Markdown {
         template: text,

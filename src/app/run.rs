@@ -18,7 +18,8 @@ use crate::clock::utc_timestamp;
 use crate::error::{Error, io};
 use crate::error::{Invalid, Problem};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
-use crate::files::{pretty, write_gzip_with, write_json_lines, write_json_lines_gzip};
+use crate::files::{json_lines, pretty, write_json_lines_hashed};
+use crate::hash::sha256;
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::report;
@@ -127,11 +128,12 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let _ = crate::trace::open(&folder.file(TRACE));
     tracing::info!(manifest = %options.manifest.display(), folder = %folder.path().display(), "run started");
     folder.write(MANIFEST, resolved_manifest(&prepared).as_bytes())?;
-    write_json_lines(&folder.file(DATASET), &prepared.dataset.sources)?;
+    let dataset_digest = write_json_lines_hashed(&folder.file(DATASET), &prepared.dataset.sources)?;
     // The plan file is large at scale: write it while the jobs run.
     let plan_writer = {
-        let (plan, dataset, path) = (prepared.plan.clone(), prepared.dataset.clone(), folder.file(PLAN));
-        std::thread::spawn(move || write_gzip_with(&path, |out| plan.write_json(&dataset, out)))
+        let (plan, dataset) = (prepared.plan.clone(), prepared.dataset.clone());
+        let folder = folder.clone();
+        std::thread::spawn(move || folder.write_shared_gzip(PLAN, |out| plan.write_json(&dataset, out)))
     };
     let progress = Arc::new(Progress {
         endpoints: models.endpoints.values().cloned().collect(),
@@ -163,13 +165,23 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     }
     phases.end("execute jobs");
 
-    let (mut report, texts) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
+    let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
     let hints = denial_hints(&report.failures, &confinements, &sandboxing, &prepared);
     report.holdout = holdout;
     phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
-    folder.write(REPORT_JSON, pretty(&report).as_bytes())?;
-    let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts);
+    let report_text = pretty(&report);
+    folder.write(REPORT_JSON, report_text.as_bytes())?;
+    // The page is made from the report and the rows: the same files, the same page.
+    let page_key = sha256(format!(
+        "gacc {}\nreport {}\nresults {}\nmemories {}\ntexts {}\ndataset {dataset_digest}\n",
+        env!("CARGO_PKG_VERSION"),
+        sha256(&report_text),
+        digests[0],
+        digests[1],
+        digests[2],
+    ));
+    let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
     let (this_run, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
         outcome.paid.clone(),
@@ -201,6 +213,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         report: &report_json,
         run: &run_record,
         rows: None,
+        page_key: None,
     };
     let views = views.and(write_views(&folder, &document, &[&markdown]));
     folder.point_latest();
@@ -242,6 +255,7 @@ fn write_pictures(
     prepared: &Prepared,
     outcome: &runner::Outcome,
     texts: &[MemoryText],
+    page_key: &str,
 ) -> Result<(), Error> {
     let rows = Rows {
         sources: &prepared.dataset.sources,
@@ -253,6 +267,7 @@ fn write_pictures(
         report,
         run: &Value::Null,
         rows: Some(rows),
+        page_key: Some(page_key),
     };
     write_views(folder, &pictures, &[&Charts, &Html(Packing::Auto)])
 }
@@ -351,14 +366,15 @@ fn execute(
 }
 
 /// Writes the ledger, the memory texts and the results (on threads of their own) while the
-/// report is built, and waits for the plan file; the report and the memory texts.
+/// report is built, and waits for the plan file; the report, the memory texts, and the
+/// SHA-256 of each file written, in order: results, ledger, memory texts.
 fn write_rows(
     prepared: &Prepared,
     folder: &RunFolder,
     outcome: &runner::Outcome,
     recount: report::Recount,
-    plan_writer: std::thread::JoinHandle<Result<(), Error>>,
-) -> Result<(report::Report, Vec<MemoryText>), Error> {
+    plan_writer: std::thread::JoinHandle<Result<String, Error>>,
+) -> Result<(report::Report, Vec<MemoryText>, [String; 3]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
         name: &manifest.name,
@@ -392,23 +408,24 @@ fn write_rows(
     };
     let texts = crate::store::ledger::memory_texts(&outcome.ledger);
     let (written, report) = std::thread::scope(|scope| {
-        let results = scope.spawn(|| write_json_lines(&folder.file(RESULTS), &outcome.results));
+        let results = scope.spawn(|| write_json_lines_hashed(&folder.file(RESULTS), &outcome.results));
         let ledger = scope.spawn(|| {
-            write_json_lines(&folder.file(MEMORIES), &outcome.ledger)?;
-            write_json_lines_gzip(&folder.file(MEMORY_TEXTS), &texts)
+            let ledger = write_json_lines_hashed(&folder.file(MEMORIES), &outcome.ledger)?;
+            let texts = folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts))?;
+            Ok::<_, Error>([ledger, texts])
         });
         let report = report::build(&inputs, outcome, recount);
-        let written = [
+        let written = (
             plan_writer.join().unwrap_or_else(|_| Err(stopped(PLAN))),
             ledger.join().unwrap_or_else(|_| Err(stopped(MEMORIES))),
             results.join().unwrap_or_else(|_| Err(stopped(RESULTS))),
-        ];
+        );
         (written, report)
     });
-    for result in written {
-        result?;
-    }
-    Ok((report, texts))
+    let (plan, ledger, results) = written;
+    plan?;
+    let [ledger, texts_digest] = ledger?;
+    Ok((report, texts, [results?, ledger, texts_digest]))
 }
 
 /// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for

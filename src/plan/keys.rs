@@ -58,23 +58,23 @@ pub(crate) fn callback_identity(spec: &CallbackSpec) -> Value {
     json!({"program": program, "revision": spec.revision, "params": spec.params})
 }
 
+/// A compressor call's key (SPEC §4), written from the callback's and tokenizer's identities
+/// already serialised: the bytes serde_json writes for the canonical description.
 pub(crate) fn compressor_key(
-    identity: &Value,
-    tokenizer: &Value,
+    identity_json: &str,
+    tokenizer_json: &str,
     source_sha256: &str,
     goal_sha256: Option<&str>,
     budget: usize,
     seed: u64,
 ) -> String {
-    key(&json!({
-        "role": "compressor",
-        "callback": identity,
-        "tokenizer": tokenizer,
-        "source_sha256": source_sha256,
-        "goal_sha256": goal_sha256,
-        "budget": budget,
-        "seed": seed,
-    }))
+    let goal = match goal_sha256 {
+        Some(sha) => format!("\"{sha}\""),
+        None => "null".to_owned(),
+    };
+    key_of_canonical(&format!(
+        r#"{{"budget":{budget},"callback":{identity_json},"goal_sha256":{goal},"role":"compressor","seed":{seed},"source_sha256":"{source_sha256}","tokenizer":{tokenizer_json}}}"#
+    ))
 }
 
 /// A reader call's key (SPEC §4), written from the identity already serialised: the same bytes
@@ -227,5 +227,19 @@ mod tests {
             "seed": 7,
         }));
         assert_eq!(judge_key_with(&identity.to_string(), &inputs, 7), described);
+        let tokenizer = json!({"name": "cl100k_base", "builtin": true, "revision": "vocabulary sha256:x"});
+        for goal in [Some("g"), None] {
+            let described = key(&json!({
+                "role": "compressor",
+                "callback": identity,
+                "tokenizer": tokenizer,
+                "source_sha256": "s",
+                "goal_sha256": goal,
+                "budget": 12,
+                "seed": 7,
+            }));
+            let fast = compressor_key(&identity.to_string(), &tokenizer.to_string(), "s", goal, 12, 7);
+            assert_eq!(fast, described, "goal {goal:?}");
+        }
     }
 }

@@ -46,11 +46,11 @@ pub(crate) struct MemoryJob {
     pub questions: Vec<QuestionJob>,
 }
 
-/// A question read from a memory, then judged.
+/// A question read from a memory, then judged. Its read and judge jobs' keys follow from
+/// the memory job's key and the question's id ([`keys::read_job`], [`keys::judge_job`]): they
+/// are made when something writes them, not for every job of the plan.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct QuestionJob {
-    pub read_key: String,
-    pub judge_key: String,
     pub goal: usize,
     pub question: usize,
 }
@@ -121,7 +121,13 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         manifest,
         dataset,
         tokenizer_identity: keys::tokenizer_identity(tokenizer),
+        tokenizer_identity_json: keys::tokenizer_identity(tokenizer).to_string(),
         source_tokens,
+        goal_sha256: dataset
+            .sources
+            .iter()
+            .map(|source| source.goals.iter().map(|g| sha256(&g.text)).collect())
+            .collect(),
         source_sha256: dataset.sources.iter().map(|s| s.sha256()).collect(),
         goals: dataset
             .sources
@@ -177,8 +183,11 @@ struct Expansion<'a> {
     manifest: &'a Manifest,
     dataset: &'a Dataset,
     tokenizer_identity: Value,
+    tokenizer_identity_json: String,
     source_tokens: Vec<usize>,
     source_sha256: Vec<String>,
+    /// Each goal's text's SHA-256, by [source][goal].
+    goal_sha256: Vec<Vec<String>>,
     /// Every goal, in dataset order.
     goals: Vec<GoalRef>,
 }
@@ -193,6 +202,7 @@ impl Expansion<'_> {
         identity: &Value,
     ) -> Vec<MemoryJob> {
         let mut memories = Vec::new();
+        let identity = identity.to_string();
         for &condition in &self.manifest.conditions {
             let units: Vec<Unit> = match condition {
                 Condition::OwnGoal => self
@@ -214,23 +224,27 @@ impl Expansion<'_> {
                     condition,
                     budget,
                 };
-                memories.extend(units.iter().map(|&unit| self.memory(seed, &cell, identity, unit)));
+                memories.extend(
+                    units
+                        .iter()
+                        .map(|&unit| self.memory(seed, &cell, &identity, unit)),
+                );
             }
         }
         memories
     }
 
     /// One memory job: its keys, budget and questions.
-    fn memory(&self, seed: u64, cell: &CellId, identity: &Value, (s, goal, shown): Unit) -> MemoryJob {
+    fn memory(&self, seed: u64, cell: &CellId, identity: &str, (s, goal, shown): Unit) -> MemoryJob {
         let source = &self.dataset.sources[s];
         let budget = cell.budget.tokens(self.source_tokens[s]);
         let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
-        let goal_sha = shown_goal.map(|g| sha256(&g.text));
+        let goal_sha = shown.map(|(ss, gg)| self.goal_sha256[ss][gg].as_str());
         let cache_key = keys::compressor_key(
             identity,
-            &self.tokenizer_identity,
+            &self.tokenizer_identity_json,
             &self.source_sha256[s],
-            goal_sha.as_deref(),
+            goal_sha,
             budget,
             seed,
         );
@@ -250,16 +264,7 @@ impl Expansion<'_> {
         let questions = answered
             .into_iter()
             .flat_map(|g| (0..source.goals[g].questions.len()).map(move |q| (g, q)))
-            .map(|(g, q)| {
-                let read_key = keys::read_job(&key, &source.goals[g].questions[q].id);
-                let judge_key = keys::judge_job(&read_key);
-                QuestionJob {
-                    read_key,
-                    judge_key,
-                    goal: g,
-                    question: q,
-                }
-            })
+            .map(|(goal, question)| QuestionJob { goal, question })
             .collect();
         MemoryJob {
             key,
@@ -513,11 +518,9 @@ mod tests {
                 .questions
                 .iter()
                 .map(|q| {
-                    (
-                        source.goals[q.goal].id.clone(),
-                        q.read_key.clone(),
-                        q.judge_key.clone(),
-                    )
+                    let goal = &source.goals[q.goal];
+                    let read = keys::read_job(&job.key, &goal.questions[q.question].id);
+                    (goal.id.clone(), read.clone(), keys::judge_job(&read))
                 })
                 .collect();
             assert_eq!(listed, planned, "job {}", job.key);

@@ -95,8 +95,19 @@ pub(crate) fn write_rows(
     rows: Rows,
     packing: Packing,
 ) -> Result<(), Error> {
+    write_rows_to(&folder.file(REPORT_HTML), folder, report, rows, packing)
+}
+
+/// Writes the page of a run folder's rows to `path`.
+pub(crate) fn write_rows_to(
+    path: &Path,
+    folder: &RunFolder,
+    report: &Value,
+    rows: Rows,
+    packing: Packing,
+) -> Result<(), Error> {
     let page = render_rows(folder.path(), report, rows, packing)?;
-    folder.write(REPORT_HTML, page.as_bytes())
+    crate::files::write(path, page.as_bytes())
 }
 
 fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<String, Error> {
@@ -114,18 +125,23 @@ fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> R
         report["experiment"]["name"].as_str().unwrap_or("run")
     );
     let (title, charts) = (escape_html(&title), charts(folder));
-    Ok(fill(PAGE, |name| match name {
-        "title" => Some(&title),
-        "charts" => Some(&charts),
-        "data" => Some(&data),
-        _ => None,
-    }))
+    Ok(fill(
+        PAGE,
+        title.len() + charts.len() + data.len(),
+        |name| match name {
+            "title" => Some(&title),
+            "charts" => Some(&charts),
+            "data" => Some(&data),
+            _ => None,
+        },
+    ))
 }
 
 /// The template with each `{{name}}` replaced in one pass, so no inserted text is read as a
 /// placeholder.
-fn fill<'a>(template: &str, value: impl Fn(&str) -> Option<&'a String>) -> String {
-    let mut out = String::with_capacity(template.len());
+/// `extra` is how much the values add (the page is sized once).
+fn fill<'a>(template: &str, extra: usize, value: impl Fn(&str) -> Option<&'a String>) -> String {
+    let mut out = String::with_capacity(template.len() + extra);
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
         let Some(length) = rest[start..].find("}}") else {
@@ -442,12 +458,23 @@ impl<'a> Columns<'a> {
     }
 }
 
+/// A value's JSON, written into a buffer of `estimate` bytes (more if it needs them).
+fn sized(value: &impl Serialize, estimate: usize) -> String {
+    let mut bytes = Vec::with_capacity(estimate);
+    let _ = serde_json::to_writer(&mut bytes, value);
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
 /// The data blob's JSON, safe inside a `<script>` element.
 fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing) -> String {
-    let index = serde_json::to_string(index).unwrap_or_default();
+    // Written into buffers sized up front: a paper-scale index is tens of megabytes, and a
+    // buffer that doubles as it goes copies it over and over.
+    let results = index.results.memory.len();
+    let answers: usize = index.answers.iter().map(|a| a.len() + 3).sum();
+    let index = sized(index, 4096 + results * 48 + answers);
     let chunks: Vec<String> = chunks
         .iter()
-        .map(|chunk| serde_json::to_string(chunk).unwrap_or_default())
+        .map(|chunk| sized(chunk, 64 + chunk.iter().map(|t| t.len() + 8).sum::<usize>()))
         .collect();
     let size = index.len() + chunks.iter().map(String::len).sum::<usize>();
     let gzip = match packing {

@@ -291,7 +291,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     let mut usage = BTreeMap::new();
     for role in [Role::Compressor, Role::Reader, Role::Judge] {
         let distinct = outcome.calls.get(&role);
-        let made = distinct.map_or(0, |c| c.len());
+        let made = distinct.map_or(0, |c| c.calls);
         let jobs = outcome.jobs.get(&role).copied().unwrap_or(0);
         let failed = outcome
             .failures
@@ -307,7 +307,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             },
         );
         let mut sum = Usage::default();
-        for usage in distinct.into_iter().flat_map(|c| c.values()) {
+        for usage in distinct.into_iter().flat_map(|c| &c.usage) {
             sum.plus(usage);
         }
         usage.insert(role, sum);
@@ -354,7 +354,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             .iter()
             .map(|(name, calls)| {
                 let mut sum = Usage::default();
-                calls.values().for_each(|usage| sum.plus(usage));
+                calls.usage.iter().for_each(|usage| sum.plus(usage));
                 (name.clone(), sum)
             })
             .collect(),
@@ -382,10 +382,14 @@ fn endpoints(model_callbacks: &ModelCallbacks, outcome: &Outcome) -> BTreeMap<St
                 by_role: BTreeMap::new(),
                 several_models_served: false,
             });
-        for usage in calls.into_iter().flat_map(|c| c.values()) {
-            account.calls += 1;
+        let Some(calls) = calls.filter(|c| c.calls > 0) else {
+            continue;
+        };
+        account.calls += calls.calls;
+        let by_role = account.by_role.entry(*role).or_default();
+        for usage in &calls.usage {
             account.usage.plus(usage);
-            account.by_role.entry(*role).or_default().plus(usage);
+            by_role.plus(usage);
         }
     }
     for account in endpoints.values_mut() {

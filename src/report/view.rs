@@ -17,6 +17,9 @@ pub(crate) struct RunView<'a> {
     pub run: &'a Value,
     /// The run's rows still in memory; None: read them from the folder.
     pub rows: Option<Rows<'a>>,
+    /// What the page is made from, hashed (report and rows): a page of another run of the
+    /// experiment made from the same is shared, not made again.
+    pub page_key: Option<&'a str>,
 }
 
 /// One way of showing a run, written into its folder.
@@ -68,7 +71,12 @@ impl View for Html {
 
     fn write(&self, folder: &RunFolder, run: &RunView) -> Result<(), Error> {
         match run.rows {
-            Some(rows) => html::write_rows(folder, run.report, rows, self.0),
+            Some(rows) => match run.page_key {
+                Some(key) => folder.write_shared(crate::store::run_folder::REPORT_HTML, key, |path| {
+                    html::write_rows_to(path, folder, run.report, rows, self.0)
+                }),
+                None => html::write_rows(folder, run.report, rows, self.0),
+            },
             None => html::write(folder, self.0),
         }
         .map(|_| ())

@@ -67,7 +67,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
         progress,
         job,
         Stage::Compress,
-        &job.key,
+        &|| job.key.clone(),
         &job.cache_key,
         started,
         ended,
@@ -259,7 +259,7 @@ pub(super) async fn make_memory<'a>(
         .as_ref()
         .and_then(|entry| Measured::from_json(shared, entry))
     {
-        shared.calls.count(Role::Compressor, |c| c.cached += 1);
+        shared.calls.found(Role::Compressor);
         return Ok((Arc::new(measured), Origin::Cache, usage));
     }
     let source = &run.dataset.sources[job.source];
@@ -270,8 +270,8 @@ pub(super) async fn make_memory<'a>(
         }
         request
     };
-    let description = json!({"job": "compress", "cache_key": job.cache_key});
-    let (response, origin) = obtain(shared, callback, &job.cache_key, &description, request)
+    let description = || json!({"job": "compress", "cache_key": job.cache_key});
+    let (response, origin) = obtain(shared, callback, &job.cache_key, description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
     let mut usage = Usage::default();

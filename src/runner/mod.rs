@@ -18,6 +18,7 @@ mod rows;
 pub(crate) use progress::{CallCounts, Progress, Usage};
 
 use crate::exec::callback::{Callback, FailureKind};
+use crate::hash::{DigestMap, key_bytes};
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::Plan;
@@ -68,13 +69,13 @@ pub(crate) struct Outcome {
     /// What this run paid, per role (calls it made).
     pub paid: BTreeMap<Role, Usage>,
     /// Every distinct successful call the results rest on, per role, with the usage it reported.
-    pub calls: BTreeMap<Role, BTreeMap<String, Usage>>,
+    pub calls: BTreeMap<Role, Distinct>,
     /// Jobs per role that needed a call (all but `L = 0` memories).
     pub jobs: BTreeMap<Role, usize>,
     /// Jobs not run because the run stopped early.
     pub cancelled: usize,
     /// Each compressor's distinct calls, with their usage.
-    pub compressor_calls: BTreeMap<String, BTreeMap<String, Usage>>,
+    pub compressor_calls: BTreeMap<String, Distinct>,
     /// Why the run stopped before its plan was done, if it did.
     pub stop: Option<Stop>,
 }
@@ -215,6 +216,15 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         ..Outcome::default()
     };
     let mut distinct = DistinctCalls::default();
+    // Sized once for the plan: a paper-scale run folds most of a million calls.
+    let questions = shared.run.plan.question_jobs();
+    for (role, calls) in [
+        (Role::Compressor, total),
+        (Role::Reader, questions),
+        (Role::Judge, questions),
+    ] {
+        distinct.calls.entry(role).or_default().keys.reserve(calls);
+    }
     loop {
         while next < total && tasks.len() < window {
             let shared = shared.clone();
@@ -243,12 +253,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         }
     }
     trace_stages(&shared.run.progress);
-    outcome.this_run = shared
-        .calls
-        .counts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    outcome.this_run = shared.calls.totals();
     outcome.stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outcome.paid = shared
         .calls
@@ -259,12 +264,12 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     outcome.calls = distinct
         .calls
         .into_iter()
-        .map(|(role, calls)| (role, calls.into_iter().collect()))
+        .map(|(role, calls)| (role, calls.finish()))
         .collect();
     outcome.compressor_calls = distinct
         .compressor_calls
         .into_iter()
-        .map(|(name, calls)| (name, calls.into_iter().collect()))
+        .map(|(name, calls)| (name, calls.finish()))
         .collect();
     outcome
 }
@@ -294,12 +299,48 @@ pub(crate) fn trace_stages(progress: &progress::Progress) {
     }
 }
 
+/// A call's cache key as its 32 bytes (sorted as its hex is).
+pub(crate) type CallKey = [u8; 32];
+
+/// The distinct calls of a role (or of one compressor) that the results rest on: how many, and
+/// the usage of those that reported any, in the order of their keys (so the same calls always
+/// sum to the same bytes).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Distinct {
+    pub calls: usize,
+    pub usage: Vec<Usage>,
+}
+
+/// Distinct calls as they are gathered: each key once, and the usage of those with any (a
+/// paper-scale run without usage keeps no usage at all).
+#[derive(Default)]
+struct Gathering {
+    keys: DigestMap<CallKey, ()>,
+    usage: Vec<(CallKey, Usage)>,
+}
+
+impl Gathering {
+    fn insert(&mut self, key: CallKey, usage: &Usage) {
+        if self.keys.insert(key, ()).is_none() && *usage != Usage::default() {
+            self.usage.push((key, usage.clone()));
+        }
+    }
+
+    fn finish(mut self) -> Distinct {
+        self.usage.sort_unstable_by_key(|(key, _)| *key);
+        Distinct {
+            calls: self.keys.len(),
+            usage: self.usage.into_iter().map(|(_, usage)| usage).collect(),
+        }
+    }
+}
+
 /// The distinct calls the results rest on, gathered with the outcomes: hashed, then sorted
 /// once at the end.
 #[derive(Default)]
 struct DistinctCalls {
-    calls: BTreeMap<Role, HashMap<String, Usage>>,
-    compressor_calls: BTreeMap<String, HashMap<String, Usage>>,
+    calls: BTreeMap<Role, Gathering>,
+    compressor_calls: BTreeMap<String, Gathering>,
     /// Memory texts handed over already, by address (rows of one memory share its `Arc`).
     memories: std::collections::HashSet<usize>,
 }
@@ -330,6 +371,7 @@ fn fold(
     }
     outcome.exposure_violations += usize::from(memory.exposure_violation);
     for (role, key, usage) in memory.calls {
+        let key = key_bytes(&key);
         if role == Role::Compressor {
             let calls = match distinct.compressor_calls.get_mut(compressor) {
                 Some(calls) => calls,
@@ -338,9 +380,9 @@ fn fold(
                     .entry(compressor.to_owned())
                     .or_default(),
             };
-            calls.insert(key.clone(), usage.clone());
+            calls.insert(key, &usage);
         }
-        distinct.calls.entry(role).or_default().insert(key, usage);
+        distinct.calls.entry(role).or_default().insert(key, &usage);
     }
     for role in memory.jobs {
         *outcome.jobs.entry(role).or_default() += 1;

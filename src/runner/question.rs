@@ -11,7 +11,7 @@ use super::calls::obtain;
 use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
-use crate::plan::MemoryJob;
+use crate::plan::{MemoryJob, keys};
 use crate::protocol::{PROTOCOL, Role, Stage};
 use crate::store::ledger::{FailureRow, ResultRow};
 
@@ -23,12 +23,23 @@ pub(super) struct QuestionOutcome {
     pub(super) jobs: usize,
 }
 
-/// One step of a question: which stage, its job key, and the call that makes it.
+/// One step of a question: which stage, its question, and the call that makes it.
 struct Step<'a> {
     stage: Stage,
-    job_key: &'a str,
+    question_id: &'a str,
     callback: &'a Callback,
     cache_key: String,
+}
+
+impl Step<'_> {
+    /// The step's job key, made only when it is written (a re-run writes none).
+    fn job_key(&self, job: &MemoryJob) -> String {
+        let read = keys::read_job(&job.key, self.question_id);
+        match self.stage {
+            Stage::Judge => keys::judge_job(&read),
+            _ => read,
+        }
+    }
 }
 
 impl QuestionOutcome {
@@ -42,15 +53,15 @@ impl QuestionOutcome {
         request: impl Fn() -> Value,
     ) -> Option<Value> {
         let started = Instant::now();
-        let description = json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
-        let made = obtain(shared, step.callback, &step.cache_key, &description, request).await;
+        let description = || json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
+        let made = obtain(shared, step.callback, &step.cache_key, description, request).await;
         let progress = shared.run.progress.stage(step.stage.role());
         let ended = made.as_ref().map(|(_, origin)| *origin);
         finished(
             progress,
             job,
             step.stage,
-            step.job_key,
+            &|| step.job_key(job),
             &step.cache_key,
             started,
             ended,
@@ -67,7 +78,7 @@ impl QuestionOutcome {
                 self.failure = Some(failure_row(
                     job,
                     step.stage,
-                    step.job_key,
+                    &step.job_key(job),
                     &step.callback.name,
                     &failure,
                     Some(&question_id),
@@ -100,7 +111,7 @@ pub(super) async fn run_question(
 
     let read = Step {
         stage: Stage::Read,
-        job_key: &question_job.read_key,
+        question_id: &question.id,
         callback: reader,
         cache_key: run.plan.read_key(job, question_job, memory_sha256),
     };
@@ -127,7 +138,7 @@ pub(super) async fn run_question(
     outcome.jobs = 2;
     let judgement = Step {
         stage: Stage::Judge,
-        job_key: &question_job.judge_key,
+        question_id: &question.id,
         callback: judge,
         cache_key: run.plan.judge_key(job, question_job, &answer),
     };

@@ -77,7 +77,7 @@ pub(super) fn finished(
     progress: &StageProgress,
     job: &MemoryJob,
     stage: Stage,
-    key: &str,
+    key: &dyn Fn() -> String,
     cache_key: &str,
     started: Instant,
     ended: Result<Origin, &Failure>,
@@ -101,7 +101,7 @@ pub(super) fn finished(
     // seed, condition, ratio and source are in plan.json.gz under its key.
     if !cache_hit {
         crate::trace::job_finished(&crate::trace::JobFinished {
-            job: key,
+            job: &key(),
             stage: stage.as_str(),
             cache_key,
             compressor: &job.id.cell.compressor,
@@ -115,7 +115,7 @@ pub(super) fn finished(
     if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
         tracing::info!(
             target: crate::trace::JOB_TARGET,
-            job = key,
+            job = key(),
             stage = stage.as_str(),
             cache_key,
             compressor = job.id.cell.compressor.as_str(),

@@ -8,9 +8,8 @@
 //! miss, never a wrong answer. Readers of a cache see every segment that existed when they
 //! opened it, so two gacc processes can share one cache safely.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +48,8 @@ const KINDS: &[&str] = &[
 /// An entry's kind and binary key.
 type Slot = (u8, [u8; 32]);
 /// Every entry: where its payload lies and the payload's SHA-256.
-type Index = HashMap<Slot, (Location, [u8; 32])>;
+/// Keys are SHA-256 digests: hashed by their first bytes, not mixed again.
+type Index = crate::hash::DigestMap<Slot, (Location, [u8; 32])>;
 
 fn slot(kind: &str, key: &str) -> Option<Slot> {
     let kind = KINDS.iter().position(|k| *k == kind)? as u8;
@@ -106,15 +106,7 @@ pub(crate) struct Stats {
 }
 
 fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (i, pair) in text.chunks(2).enumerate() {
-        let digit = |b: u8| (b as char).to_digit(16);
-        out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
-    }
-    Some(out)
+    crate::hash::from_hex(text)
 }
 
 impl Cache {
@@ -134,8 +126,14 @@ impl Cache {
             .collect();
         names.sort();
         let mut segments = Vec::new();
-        let mut index = HashMap::new();
-        let mut resident = Vec::new();
+        let mut index = Index::default();
+        // Reserved at most once for all of it (pages never written are never made).
+        let bytes: u64 = names
+            .iter()
+            .filter_map(|path| std::fs::metadata(path).ok())
+            .map(|m| m.len())
+            .sum();
+        let mut resident = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0).min(RESIDENT_TOTAL));
         for path in names {
             let file = File::open(&path)?;
             let segment = segments.len();
@@ -148,7 +146,6 @@ impl Cache {
             )?;
             segments.push(file);
         }
-        resident.shrink_to_fit();
         let inner = Arc::new(Inner {
             root: root.to_path_buf(),
             resident,
@@ -301,7 +298,7 @@ impl Cache {
         let Ok(entries) = std::fs::read_dir(&folder) else {
             return Ok(stats);
         };
-        let mut index = HashMap::new();
+        let mut index = Index::default();
         for entry in entries.filter_map(Result::ok) {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "log") {
@@ -338,59 +335,79 @@ impl Drop for Inner {
 
 /// Indexes one segment's lines, keeping small payloads in `resident` while it has room; a
 /// line without its newline or with a malformed header is skipped (a checksum mismatch is
-/// caught when the entry is read).
+/// caught when the entry is read). The segment is read in large blocks and each line parsed
+/// where it lies (a re-run's cache is read whole before its first job).
 fn scan(
-    file: &File,
+    mut file: &File,
     segment: usize,
     index: &mut Index,
     stats: &mut Stats,
     mut resident: Option<&mut Vec<u8>>,
 ) -> std::io::Result<()> {
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut offset = 0u64;
-    let mut line = Vec::new();
+    let mut block = vec![0u8; SCAN_BLOCK];
+    // Bytes of `block` holding data, and the segment offset of `block[0]`.
+    let (mut filled, mut base) = (0usize, 0u64);
     loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
+        if filled == block.len() {
+            // A line longer than the block: the block grows to hold it.
+            block.resize(block.len() * 2, 0);
         }
-        let start = offset;
-        offset += read as u64;
-        let parsed = (|| {
-            let body = line.strip_suffix(b"\n")?;
-            let mut fields = body.splitn(4, |b| *b == b' ');
-            let key = std::str::from_utf8(fields.next()?).ok()?;
-            let kind = std::str::from_utf8(fields.next()?).ok()?;
-            let checksum = decode_hex(fields.next()?)?;
-            let payload = fields.next()?;
-            let header = key.len() + kind.len() + 64 + 3;
-            Some((slot(kind, key)?, checksum, header, payload.len()))
-        })();
-        match parsed {
-            Some((entry_slot, checksum, header, length)) => {
-                let mut location = Location {
-                    segment,
-                    offset: start + header as u64,
-                    length,
-                };
-                if let Some(resident) = resident.as_deref_mut()
-                    && length <= RESIDENT_PAYLOAD
-                    && resident.len() + length <= RESIDENT_TOTAL
-                {
-                    location = Location {
-                        segment: RESIDENT,
-                        offset: resident.len() as u64,
+        let read = std::io::Read::read(&mut file, &mut block[filled..])?;
+        if read == 0 {
+            if filled > 0 {
+                stats.torn_lines += 1;
+            }
+            return Ok(());
+        }
+        filled += read;
+        let mut start = 0;
+        while let Some(length) = memchr::memchr(b'\n', &block[start..filled]) {
+            let line = &block[start..start + length];
+            let offset = base + start as u64;
+            match parse_line(line) {
+                Some((entry_slot, checksum, header)) => {
+                    let length = line.len() - header;
+                    let mut location = Location {
+                        segment,
+                        offset: offset + header as u64,
                         length,
                     };
-                    resident.extend_from_slice(&line[header..header + length]);
+                    if let Some(resident) = resident.as_deref_mut()
+                        && length <= RESIDENT_PAYLOAD
+                        && resident.len() + length <= RESIDENT_TOTAL
+                    {
+                        location = Location {
+                            segment: RESIDENT,
+                            offset: resident.len() as u64,
+                            length,
+                        };
+                        resident.extend_from_slice(&line[header..]);
+                    }
+                    index.insert(entry_slot, (location, checksum));
                 }
-                index.insert(entry_slot, (location, checksum));
+                None => stats.torn_lines += 1,
             }
-            None => stats.torn_lines += 1,
+            start += length + 1;
         }
+        block.copy_within(start..filled, 0);
+        filled -= start;
+        base += start as u64;
     }
-    Ok(())
+}
+
+/// How much of a segment is read at once when it is indexed.
+const SCAN_BLOCK: usize = 4 << 20;
+
+/// A line's slot, payload checksum and header length (`<key> <kind> <sha256> `), if its
+/// header is well formed.
+fn parse_line(line: &[u8]) -> Option<(Slot, [u8; 32], usize)> {
+    let mut fields = line.splitn(4, |b| *b == b' ');
+    let key = std::str::from_utf8(fields.next()?).ok()?;
+    let kind = std::str::from_utf8(fields.next()?).ok()?;
+    let checksum = decode_hex(fields.next()?)?;
+    fields.next()?;
+    let header = key.len() + kind.len() + 64 + 3;
+    Some((slot(kind, key)?, checksum, header))
 }
 
 #[cfg(test)]
@@ -422,6 +439,28 @@ mod tests {
         let stats = Cache::stats(dir.path()).unwrap();
         assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
+    }
+
+    #[test]
+    fn entries_longer_than_a_scan_block_are_indexed_with_those_around_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..3).map(|n| sha256(json!(n).to_string())).collect();
+        let long = json!({"memory": "y".repeat(SCAN_BLOCK + 17)});
+        {
+            let cache = Cache::open(dir.path()).unwrap();
+            cache
+                .put("compressor", &keys[0], &json!(0), &json!({"memory": "a"}))
+                .unwrap();
+            cache.put("compressor", &keys[1], &json!(1), &long).unwrap();
+            cache
+                .put("compressor", &keys[2], &json!(2), &json!({"memory": "c"}))
+                .unwrap();
+        }
+        let cache = Cache::open(dir.path()).unwrap();
+        assert_eq!(cache.get("compressor", &keys[0]), Some(json!({"memory": "a"})));
+        assert_eq!(cache.get("compressor", &keys[1]), Some(long));
+        assert_eq!(cache.get("compressor", &keys[2]), Some(json!({"memory": "c"})));
+        assert_eq!(Cache::stats(dir.path()).unwrap().torn_lines, 0);
     }
 
     #[test]

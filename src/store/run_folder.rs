@@ -85,6 +85,48 @@ impl RunFolder {
         crate::files::write(&self.file(name), bytes)
     }
 
+    /// Writes one of its derived files (`plan.json.gz`, `memory_texts.jsonl.gz`) gzipped, shared
+    /// by content with the experiment's other runs (see [`RunFolder::write_shared`]), keyed by
+    /// the SHA-256 of its uncompressed content, which it gives back.
+    pub(crate) fn write_shared_gzip(
+        &self,
+        name: &str,
+        body: impl Fn(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<String, Error> {
+        let mut hashing = crate::files::Hashing::new(std::io::sink());
+        body(&mut hashing).map_err(io(&self.file(name)))?;
+        let digest = hashing.digest();
+        self.write_shared(name, &digest, |path| crate::files::write_gzip_with(path, &body))?;
+        Ok(digest)
+    }
+
+    /// Writes one of its files as a hard link to `runs/<name>/.shared/<key>-<name>`, which
+    /// `write` makes only when no run of the experiment holds it yet: `key` names the file's
+    /// content (the SHA-256 of it, or of everything it is made from). A re-run whose plan,
+    /// memories and rows did not change writes none of them again. Where no link can be made
+    /// (another file system), the file is written on its own.
+    pub(crate) fn write_shared(
+        &self,
+        name: &str,
+        key: &str,
+        write: impl Fn(&Path) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let target = self.file(name);
+        let Some(shared) = self.path.parent().map(|runs| runs.join(SHARED)) else {
+            return write(&target);
+        };
+        let object = shared.join(format!("{key}-{name}"));
+        if !object.is_file() {
+            std::fs::create_dir_all(&shared).map_err(io(&shared))?;
+            write(&object)?;
+        }
+        if std::fs::hard_link(&object, &target).is_err() {
+            write(&target)?;
+        }
+        forget_unshared(&shared);
+        Ok(())
+    }
+
     /// One of its files as text.
     pub(crate) fn read_text(&self, name: &str) -> Result<String, Error> {
         let path = self.file(name);
@@ -148,6 +190,28 @@ impl RunFolder {
             && std::fs::rename(&temp, runs.join(LATEST)).is_err()
         {
             let _ = std::fs::remove_file(&temp);
+        }
+    }
+}
+
+/// The folder beside an experiment's runs that holds their shared derived files.
+pub(crate) const SHARED: &str = ".shared";
+
+/// Removes shared files no run folder links to any more (their runs were deleted). One written
+/// a moment ago by another gacc, not linked yet, is spared: only files older than a minute go.
+fn forget_unshared(shared: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    for entry in std::fs::read_dir(shared).into_iter().flatten().flatten() {
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        let old = metadata
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 60);
+        if metadata.is_file() && metadata.nlink() == 1 && old {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

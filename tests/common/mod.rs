@@ -124,16 +124,21 @@ pub fn gacc_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gacc"))
 }
 
-/// A file's text, decompressed when its name ends in `.gz` (as a run folder's plan and memory
-/// texts are written).
-pub fn read_text(path: &Path) -> String {
+/// A file's bytes, decompressed when its name ends in `.gz` (as a run folder's plan and memory
+/// texts are written): what a search of the file for a secret must look through.
+pub fn read_bytes(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if path.extension().is_some_and(|e| e == "gz") {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text).unwrap();
-        return text;
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain).unwrap();
+        return plain;
     }
-    String::from_utf8(bytes).unwrap()
+    bytes
+}
+
+/// A file's text, decompressed when its name ends in `.gz`.
+pub fn read_text(path: &Path) -> String {
+    String::from_utf8(read_bytes(path)).unwrap()
 }
 
 pub fn read_json(path: &Path) -> Value {
