@@ -178,8 +178,8 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         env!("CARGO_PKG_VERSION"),
         sha256(&report_text),
         digests[0],
+        crate::store::ledger::page_digest(&outcome.ledger),
         digests[1],
-        digests[2],
     ));
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
     let (this_run, paid, failures, cancelled, stop) = (
@@ -367,14 +367,14 @@ fn execute(
 
 /// Writes the ledger, the memory texts and the results (on threads of their own) while the
 /// report is built, and waits for the plan file; the report, the memory texts, and the
-/// SHA-256 of each file written, in order: results, ledger, memory texts.
+/// SHA-256 of the results and of the memory texts.
 fn write_rows(
     prepared: &Prepared,
     folder: &RunFolder,
     outcome: &runner::Outcome,
     recount: report::Recount,
     plan_writer: std::thread::JoinHandle<Result<String, Error>>,
-) -> Result<(report::Report, Vec<MemoryText>, [String; 3]), Error> {
+) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
         name: &manifest.name,
@@ -410,9 +410,8 @@ fn write_rows(
     let (written, report) = std::thread::scope(|scope| {
         let results = scope.spawn(|| write_json_lines_hashed(&folder.file(RESULTS), &outcome.results));
         let ledger = scope.spawn(|| {
-            let ledger = write_json_lines_hashed(&folder.file(MEMORIES), &outcome.ledger)?;
-            let texts = folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts))?;
-            Ok::<_, Error>([ledger, texts])
+            write_json_lines_hashed(&folder.file(MEMORIES), &outcome.ledger)?;
+            folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts))
         });
         let report = report::build(&inputs, outcome, recount);
         let written = (
@@ -424,8 +423,8 @@ fn write_rows(
     });
     let (plan, ledger, results) = written;
     plan?;
-    let [ledger, texts_digest] = ledger?;
-    Ok((report, texts, [results?, ledger, texts_digest]))
+    let texts_digest = ledger?;
+    Ok((report, texts, [results?, texts_digest]))
 }
 
 /// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for
