@@ -460,3 +460,17 @@ fn re_runs_share_their_derived_files_by_content() {
     let runs = scratch.json(["runs", "list", "--json"]);
     assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
 }
+
+#[test]
+fn a_run_whose_shared_folder_cannot_be_made_writes_its_own_files() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = Scratch::new();
+    std::fs::create_dir_all(scratch.path("runs/fixture")).unwrap();
+    scratch.write("runs/fixture/.shared", "not a folder");
+    let (status, folder, stderr) = scratch.run(FIXTURE, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    for file in ["plan.json.gz", "memory_texts.jsonl.gz", "report.html"] {
+        assert_eq!(std::fs::metadata(folder.join(file)).unwrap().nlink(), 1, "{file}");
+    }
+    assert_eq!(read_json(&folder.join("plan.json.gz"))["stages"]["compress"], 12);
+}

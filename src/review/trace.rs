@@ -131,7 +131,7 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
             }),
             Some("job failed") => failures.push(event.clone()),
             Some("retrying") => retries += 1,
-            // A trace of gacc before 0.2 has a line per job and no stage summaries.
+            // A trace of an older gacc has a line per job and no stage summaries.
             Some("job finished") if !summarised => {
                 let stage = text(event, "stage").unwrap_or_default();
                 let hits = cache.entry(stage).or_default();

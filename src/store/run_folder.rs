@@ -15,7 +15,7 @@ pub(crate) const DATASET: &str = "dataset.jsonl";
 /// The job graph, gzipped (`gacc.plan/2`: every memory job and the questions read from it).
 pub(crate) const PLAN: &str = "plan.json.gz";
 pub(crate) const MEMORIES: &str = "memories.jsonl";
-/// Each distinct memory's text once, gzipped (gacc before 0.2 wrote it plain, without `.gz`).
+/// Each distinct memory's text once, gzipped (an older gacc wrote it plain, without `.gz`).
 pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl.gz";
 pub(crate) const RESULTS: &str = "results.jsonl";
 pub(crate) const REPORT_JSON: &str = "report.json";
@@ -116,11 +116,10 @@ impl RunFolder {
             return write(&target);
         };
         let object = shared.join(format!("{key}-{name}"));
-        if !object.is_file() {
-            std::fs::create_dir_all(&shared).map_err(io(&shared))?;
-            write(&object)?;
-        }
-        if std::fs::hard_link(&object, &target).is_err() {
+        // Sharing is an economy: any trouble with the shared folder, and the run writes its own.
+        let shared_ok =
+            object.is_file() || (std::fs::create_dir_all(&shared).is_ok() && write(&object).is_ok());
+        if !shared_ok || std::fs::hard_link(&object, &target).is_err() {
             write(&target)?;
         }
         forget_unshared(&shared);
