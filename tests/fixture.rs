@@ -474,3 +474,42 @@ fn a_run_whose_shared_folder_cannot_be_made_writes_its_own_files() {
     }
     assert_eq!(read_json(&folder.join("plan.json.gz"))["stages"]["compress"], 12);
 }
+
+#[test]
+fn shared_files_no_run_links_are_removed_after_a_run_and_those_it_reuses_are_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = Scratch::new();
+    let shared = scratch.path("runs/fixture/.shared");
+    let inode = |folder: &std::path::Path, file: &str| std::fs::metadata(folder.join(file)).unwrap().ino();
+    // Every shared file as if written two minutes ago.
+    let age = || {
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        for entry in std::fs::read_dir(&shared).unwrap() {
+            let file = std::fs::File::options()
+                .write(true)
+                .open(entry.unwrap().path())
+                .unwrap();
+            file.set_modified(then).unwrap();
+        }
+    };
+    let (_, first, _) = scratch.run(FIXTURE, &[]);
+    let (_, other, _) = scratch.run(FIXTURE, &["--set", "ratios=[0.3]"]);
+    let files = ["plan.json.gz", "memory_texts.jsonl.gz", "report.html"];
+    let before: Vec<u64> = files.iter().map(|f| inode(&first, f)).collect();
+    std::fs::remove_dir_all(&first).unwrap();
+    age();
+    // A re-run of the first experiment, its run deleted: its shared files are taken up again.
+    let (_, again, _) = scratch.run(FIXTURE, &[]);
+    let after: Vec<u64> = files.iter().map(|f| inode(&again, f)).collect();
+    assert_eq!(before, after);
+    assert_eq!(
+        std::fs::read_dir(&shared).unwrap().count(),
+        6,
+        "the other run's are kept"
+    );
+    // Once the other run is deleted, the next run removes what only it used.
+    std::fs::remove_dir_all(&other).unwrap();
+    age();
+    scratch.run(FIXTURE, &[]);
+    assert_eq!(std::fs::read_dir(&shared).unwrap().count(), 3);
+}

@@ -216,6 +216,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         page_key: None,
     };
     let views = views.and(write_views(&folder, &document, &[&markdown]));
+    folder.forget_unshared();
     folder.point_latest();
     tracing::info!(folder = %folder.path().display(), failures, "run finished");
     crate::trace::close();

@@ -122,8 +122,15 @@ impl RunFolder {
         if !shared_ok || std::fs::hard_link(&object, &target).is_err() {
             write(&target)?;
         }
-        forget_unshared(&shared);
         Ok(())
+    }
+
+    /// Removes the experiment's shared files that no run folder links to any more (their runs
+    /// were deleted): called once a run has linked all of its own, so that none it reuses goes.
+    pub(crate) fn forget_unshared(&self) {
+        if let Some(runs) = self.path.parent() {
+            forget_unshared(&runs.join(SHARED));
+        }
     }
 
     /// One of its files as text.
@@ -196,8 +203,8 @@ impl RunFolder {
 /// The folder beside an experiment's runs that holds their shared derived files.
 pub(crate) const SHARED: &str = ".shared";
 
-/// Removes shared files no run folder links to any more (their runs were deleted). One written
-/// a moment ago by another gacc, not linked yet, is spared: only files older than a minute go.
+/// Removes shared files no run folder links to any more. One written a moment ago by another
+/// gacc, not linked yet, is spared: only files older than a minute go.
 fn forget_unshared(shared: &Path) {
     use std::os::unix::fs::MetadataExt;
     for entry in std::fs::read_dir(shared).into_iter().flatten().flatten() {
