@@ -50,14 +50,27 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes rows as JSON Lines, one object a line, and gives the SHA-256 of the bytes written.
 pub(crate) fn write_json_lines_hashed<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<String, Error> {
-    let mut digest = String::new();
-    write_with(path, |out| {
-        let mut tee = Hashing::new(out);
-        json_lines(&mut tee, rows)?;
-        digest = tee.digest();
-        Ok(())
-    })?;
-    Ok(digest)
+    let temp = temporary(path);
+    let written = (|| {
+        // Hashed as the buffer is flushed: in large pieces, not a field at a time.
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, Hashing::new(std::fs::File::create(&temp)?));
+        json_lines(&mut out, rows)?;
+        let hashing = out.into_inner().map_err(|e| e.into_error())?;
+        let digest = hashing.digest();
+        std::fs::rename(&temp, path)?;
+        Ok(digest)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map_err(io(path))
+}
+
+/// The SHA-256 of what `body` writes, in hex (nothing is kept).
+pub(crate) fn digest_of(body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<String> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, Hashing::new(std::io::sink()));
+    body(&mut out)?;
+    Ok(out.into_inner().map_err(|e| e.into_error())?.digest())
 }
 
 /// A writer that hashes what goes through it (to `io::sink()`, it only hashes).

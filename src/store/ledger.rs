@@ -47,27 +47,29 @@ pub(crate) struct LedgerRow {
 /// a run and its re-run tell apart, and the page does not show), for the page's key. A field the
 /// page comes to show must be added here.
 pub(crate) fn page_digest(ledger: &[LedgerRow]) -> String {
-    let mut hashing = crate::files::Hashing::new(std::io::sink());
-    for row in ledger {
-        let shown = (
-            &row.memory_id,
-            (
-                row.source_tokens,
-                row.budget,
-                row.generated_tokens,
-                row.retained_tokens,
-            ),
-            (
-                row.memory_tokens,
-                row.truncated,
-                row.utf8_split,
-                row.budget_violation,
-            ),
-            (&row.memory_sha256, &row.key),
-        );
-        let _ = serde_json::to_writer(&mut hashing, &shown);
-    }
-    hashing.digest()
+    crate::files::digest_of(|out| {
+        for row in ledger {
+            let shown = (
+                &row.memory_id,
+                (
+                    row.source_tokens,
+                    row.budget,
+                    row.generated_tokens,
+                    row.retained_tokens,
+                ),
+                (
+                    row.memory_tokens,
+                    row.truncated,
+                    row.utf8_split,
+                    row.budget_violation,
+                ),
+                (&row.memory_sha256, &row.key),
+            );
+            serde_json::to_writer(&mut *out, &shown)?;
+        }
+        Ok(())
+    })
+    .unwrap_or_default()
 }
 
 /// One distinct memory's text (`memory_texts.jsonl`).

@@ -93,9 +93,7 @@ impl RunFolder {
         name: &str,
         body: impl Fn(&mut dyn std::io::Write) -> std::io::Result<()>,
     ) -> Result<String, Error> {
-        let mut hashing = crate::files::Hashing::new(std::io::sink());
-        body(&mut hashing).map_err(io(&self.file(name)))?;
-        let digest = hashing.digest();
+        let digest = crate::files::digest_of(|out| body(out)).map_err(io(&self.file(name)))?;
         self.write_shared(name, &digest, |path| crate::files::write_gzip_with(path, &body))?;
         Ok(digest)
     }
