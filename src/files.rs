@@ -22,12 +22,25 @@ pub(crate) fn write_with(
     path: &Path,
     body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {
-    let temp = temporary(path);
-    let written = (|| {
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&temp)?);
+    replace_whole(path, |file| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
         body(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?;
-        std::fs::rename(&temp, path)
+        Ok(())
+    })
+}
+
+/// Makes `path` whole or not at all: `write` fills a temporary file beside it, which is then
+/// renamed into place (and removed if anything failed).
+fn replace_whole<T>(
+    path: &Path,
+    write: impl FnOnce(std::fs::File) -> std::io::Result<T>,
+) -> Result<T, Error> {
+    let temp = temporary(path);
+    let written = (|| {
+        let made = write(std::fs::File::create(&temp)?)?;
+        std::fs::rename(&temp, path)?;
+        Ok(made)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -50,20 +63,12 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes rows as JSON Lines, one object a line, and gives the SHA-256 of the bytes written.
 pub(crate) fn write_json_lines_hashed<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<String, Error> {
-    let temp = temporary(path);
-    let written = (|| {
+    replace_whole(path, |file| {
         // Hashed as the buffer is flushed: in large pieces, not a field at a time.
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, Hashing::new(std::fs::File::create(&temp)?));
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, Hashing::new(file));
         json_lines(&mut out, rows)?;
-        let hashing = out.into_inner().map_err(|e| e.into_error())?;
-        let digest = hashing.digest();
-        std::fs::rename(&temp, path)?;
-        Ok(digest)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map_err(io(path))
+        Ok(out.into_inner().map_err(|e| e.into_error())?.digest())
+    })
 }
 
 /// The SHA-256 of what `body` writes, in hex (nothing is kept).

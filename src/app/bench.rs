@@ -166,7 +166,11 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
                 "share_of_unsandboxed_rate": oneshot.as_secs_f64() / confined.as_secs_f64()}),
         });
     }
-    let persistent = runtime.block_on(call_many(echo_worker(concurrency), spawns * 5, concurrency));
+    let persistent = runtime.block_on(call_many(
+        builtin_worker("bench-reader", concurrency),
+        spawns * 5,
+        concurrency,
+    ));
     out.push(Measurement {
         name: format!(
             "persistent callback round trips, {} at concurrency {concurrency}",
@@ -180,7 +184,7 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
     let mut per_second = Vec::new();
     for inflight in [1, 32] {
         let calls = if inflight == 1 { 40 } else { 640 };
-        let mut worker = batching_worker(inflight);
+        let mut worker = builtin_worker("bench-batch-reader", inflight);
         worker.max_inflight = inflight;
         let took = runtime.block_on(call_many(worker, calls, inflight));
         per_second.push(calls as f64 / took.as_secs_f64());
@@ -352,23 +356,13 @@ fn echo_callback(concurrency: usize, mode: Mode) -> Callback {
     )
 }
 
-fn echo_worker(concurrency: usize) -> Callback {
+/// A persistent worker of one of gacc's own built-ins (`gacc callback NAME`).
+fn builtin_worker(name: &str, concurrency: usize) -> Callback {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "gacc".into());
     callback(
-        vec![exe, "callback".into(), "bench-reader".into()],
-        concurrency,
-        Mode::Persistent,
-    )
-}
-
-fn batching_worker(concurrency: usize) -> Callback {
-    let exe = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "gacc".into());
-    callback(
-        vec![exe, "callback".into(), "bench-batch-reader".into()],
+        vec![exe, "callback".into(), name.into()],
         concurrency,
         Mode::Persistent,
     )

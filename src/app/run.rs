@@ -117,7 +117,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
             .map_err(io(&root))?,
         _ => cache_for(&prepared.loaded)?,
     };
-    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, Some(cache.clone()));
+    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
     // Batch endpoints record their batches beside the cache, and take up those left open.
     for endpoint in models.endpoints.values() {
         endpoint.use_batches(root.join(BATCHES), cache.clone());

@@ -33,13 +33,13 @@ type Counted = (Arc<str>, Option<usize>, String);
 /// Counts texts: from the counts proven before, else by encoding them (and proving them).
 struct Counter {
     tokenizer: Arc<dyn Tokenizer>,
-    proven: Option<Cache>,
+    proven: Cache,
     /// What a proven count is bound to besides its text.
     identity: String,
 }
 
 impl Counter {
-    fn new(tokenizer: Arc<dyn Tokenizer>, proven: Option<Cache>) -> Counter {
+    fn new(tokenizer: Arc<dyn Tokenizer>, proven: Cache) -> Counter {
         let identity = tokenizer.identity();
         let identity = serde_json::json!({
             "gacc": env!("CARGO_PKG_VERSION"),
@@ -63,10 +63,7 @@ impl Counter {
 
     fn count(&self, text: &Arc<str>) -> Counted {
         let text_sha256 = sha256(&**text);
-        let Some(cache) = &self.proven else {
-            let tokens = self.tokenizer.encode(text).ok().map(|t| t.len());
-            return (text.clone(), tokens, text_sha256);
-        };
+        let cache = &self.proven;
         let key = self.key(&text_sha256);
         let proven = cache
             .get(KIND, &key)
@@ -101,7 +98,7 @@ fn address(text: &Arc<str>) -> usize {
 impl Recount {
     /// Starts recounting, with the dataset's sources first; `proven` is the cache that holds
     /// (and receives) proven counts.
-    pub(crate) fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset, proven: Option<Cache>) -> Recount {
+    pub(crate) fn start(tokenizer: Arc<dyn Tokenizer>, dataset: &Dataset, proven: Cache) -> Recount {
         let (sender, receiver) = mpsc::channel::<Arc<str>>();
         let receiver = Arc::new(Mutex::new(receiver));
         let counter = Arc::new(Counter::new(tokenizer, proven));
@@ -274,7 +271,7 @@ mod tests {
     fn recount(tokenizer: &Arc<Counting>, cache: &Cache, ledger: &[LedgerRow]) -> (usize, usize) {
         let before = tokenizer.1.load(Ordering::Relaxed);
         let dataset = dataset();
-        let recount = Recount::start(tokenizer.clone(), &dataset, Some(cache.clone()));
+        let recount = Recount::start(tokenizer.clone(), &dataset, cache.clone());
         let feed = recount.feed().unwrap();
         for row in ledger {
             feed.send(row.memory.clone()).unwrap();

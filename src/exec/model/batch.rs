@@ -644,12 +644,7 @@ async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, Str
     let id = record.batch_id.as_deref().unwrap_or_default();
     match endpoint.spec.api {
         Api::OpenaiChat => {
-            let batch = send_json(
-                endpoint,
-                endpoint.authorised(endpoint.client.get(format!("{base}/batches/{id}"))),
-            )
-            .await
-            .map_err(|(m, _)| m)?;
+            let batch = get_json(endpoint, &format!("{base}/batches/{id}")).await?;
             let status = batch
                 .get("status")
                 .and_then(Value::as_str)
@@ -669,12 +664,7 @@ async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, Str
             Ok(Some(Ended { status, results }))
         }
         Api::AnthropicMessages => {
-            let batch = send_json(
-                endpoint,
-                endpoint.authorised(endpoint.client.get(format!("{base}/v1/messages/batches/{id}"))),
-            )
-            .await
-            .map_err(|(m, _)| m)?;
+            let batch = get_json(endpoint, &format!("{base}/v1/messages/batches/{id}")).await?;
             if batch.get("processing_status").and_then(Value::as_str) != Some("ended") {
                 return Ok(None);
             }
@@ -704,6 +694,13 @@ fn collect_lines(text: &str, results: &mut HashMap<String, Value>) {
     }
 }
 
+/// A JSON document the provider serves at `url` (authorised), or why not.
+async fn get_json(endpoint: &Endpoint, url: &str) -> Result<Value, String> {
+    send_json(endpoint, endpoint.authorised(endpoint.client.get(url)))
+        .await
+        .map_err(|(message, _)| message)
+}
+
 async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
     let response = endpoint
         .authorised(endpoint.client.get(url))
@@ -730,9 +727,7 @@ async fn find_lost(endpoint: &Endpoint, record: &Record) -> Option<String> {
         Api::OpenaiChat => format!("{base}/batches?limit=100"),
         Api::AnthropicMessages => format!("{base}/v1/messages/batches?limit=100"),
     };
-    let list = send_json(endpoint, endpoint.authorised(endpoint.client.get(listed)))
-        .await
-        .ok()?;
+    let list = get_json(endpoint, &listed).await.ok()?;
     let batches = list.get("data").and_then(Value::as_array)?;
     batches.iter().find_map(|batch| {
         let id = batch.get("id").and_then(Value::as_str)?;
