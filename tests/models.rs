@@ -338,8 +338,9 @@ fn gacc_plan_bounds_the_calls_the_cache_does_not_answer_per_endpoint() {
         |scratch: &Scratch| scratch.json_with_env(["plan", &manifest, "--json"], &[("MOCK_API_KEY", KEY)]);
     let before = plan(&scratch);
     let bound = &before["endpoints"]["mock"];
-    // 2 sources × 2 goals × 3 seeds memories; 12 questions × 3 seeds reads and judgements.
-    assert_eq!(bound["calls"], 12 + 36 + 36, "{before}");
+    // 2 sources × 2 goals memories, one request for the 3 seeds of a greedy compressor;
+    // 12 questions × 3 seeds reads and judgements (sampled: each seed's request sends it).
+    assert_eq!(bound["calls"], 4 + 36 + 36, "{before}");
     assert_eq!(api.requests(), 0, "gacc plan made a call");
     let text = scratch
         .gacc()

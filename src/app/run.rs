@@ -72,11 +72,19 @@ fn endpoint_record(models: &super::prepare::Models) -> Value {
         .iter()
         .map(|(name, endpoint)| {
             let live = endpoint.live();
+            let per_minute = |rate: Option<f64>| rate.map(|r| (r * 60.0 * 10.0).round() / 10.0);
+            let sustained = endpoint.pacer.sustained().unwrap_or_default();
             let record = json!({
                 "requests": endpoint.requests.load(std::sync::atomic::Ordering::Relaxed),
                 "retries": endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
                 "rate_limited": live.rate_limited,
                 "final_limit": live.limit,
+                // The pace the endpoint ended on (learned, announced or set), and what it
+                // sustained: `gacc plan` estimates the next run's time from it.
+                "pace_rpm": per_minute(live.pace.requests),
+                "pace_tpm": per_minute(live.pace.tokens),
+                "sustained_rpm": per_minute(sustained.requests),
+                "sustained_tpm": per_minute(sustained.tokens),
                 "batches": endpoint.batches().map(|b| b.done),
             });
             (name.clone(), record)

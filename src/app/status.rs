@@ -76,6 +76,8 @@ struct Bounder {
     /// The most tokens a model reader answers with (an answer not made yet is at most this).
     reader_max_tokens: Option<u64>,
     bounds: BTreeMap<String, CallBounds>,
+    /// Requests bounded already: identical requests (a greedy model's seeds) are made once.
+    bounded: std::collections::HashSet<String>,
 }
 
 impl Bounder {
@@ -108,11 +110,23 @@ impl Bounder {
             reader_max_tokens,
             judge: launcher(&manifest.judge),
             bounds: BTreeMap::new(),
+            bounded: std::collections::HashSet::new(),
         })
     }
 
-    /// Adds one call's bounds; `extra_input` is what an unknown field may add (cl100k tokens).
-    fn add(&mut self, launcher: &ModelLauncher, request: &Value, params: &Value, extra_input: u64) {
+    /// Adds one call's bounds, once per distinct request (`identity`); `extra_input` is what
+    /// an unknown field may add (cl100k tokens).
+    fn add(
+        &mut self,
+        identity: String,
+        launcher: &ModelLauncher,
+        request: &Value,
+        params: &Value,
+        extra_input: u64,
+    ) {
+        if !self.bounded.insert(identity) {
+            return;
+        }
         let empty = serde_json::Map::new();
         let Ok(prompt) = launcher.prompt(request, params.as_object().unwrap_or(&empty)) else {
             return;
@@ -140,7 +154,6 @@ pub(super) fn plan_status(
     let mut bounder = Bounder::new(&prepared)?;
     let manifest = &prepared.loaded.manifest;
     let dataset = &prepared.dataset;
-    let mut compressed = std::collections::HashSet::new();
     let mut status: BTreeMap<&'static str, StageStatus> = Stage::ALL
         .into_iter()
         .map(|stage| (stage.as_str(), StageStatus::default()))
@@ -156,11 +169,15 @@ pub(super) fn plan_status(
         count(Stage::Compress, &|s| s.jobs += 1);
         count(Stage::Read, &|s| s.jobs += job.questions.len());
         count(Stage::Judge, &|s| s.jobs += job.questions.len());
+        let goal = job
+            .shown_goal
+            .map(|(s, g)| dataset.sources[s].goals[g].text.as_str());
         let generation = if job.budget == 0 {
             count(Stage::Compress, &|s| s.skipped += 1);
             Some(String::new())
         } else {
-            let answer = cache.get(Role::Compressor.as_str(), &job.cache_key);
+            let legacy = || plan.legacy_compressor_key(job, goal);
+            let answer = cached(&cache, Role::Compressor, &job.cache_key, legacy);
             let memory = answer.and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned));
             if memory.is_some() {
                 count(Stage::Compress, &|s| s.cached += 1);
@@ -169,20 +186,19 @@ pub(super) fn plan_status(
         };
         let source = &dataset.sources[job.source];
         let name = &job.id.cell.compressor;
-        if let (None, Some(launcher)) = (&generation, bounder.compressors.get(name).cloned())
-            && compressed.insert(job.cache_key.clone())
-        {
-            let goal = job
-                .shown_goal
-                .map(|(s, g)| dataset.sources[s].goals[g].text.as_str());
+        if let (None, Some(launcher)) = (&generation, bounder.compressors.get(name).cloned()) {
             let request = json!({"context": source.text, "goal": goal, "token_budget": job.budget, "seed": job.id.seed});
-            bounder.add(&launcher, &request, &manifest.compressors[name].params, 0);
+            let params = &manifest.compressors[name].params;
+            bounder.add(job.cache_key.clone(), &launcher, &request, params, 0);
         }
         let Some(generation) = generation else {
             // Nothing of its questions is known: each is read and judged, its memory at
-            // most L tokens, its answer at most the reader's max_tokens (else L).
+            // most L tokens, its answer at most the reader's max_tokens (else L). Jobs
+            // whose compressor calls are one request read one memory.
+            let memory = plan.memory_key(job, truncation);
             for question in &job.questions {
-                bound_question(&mut bounder, manifest, source, job, question, None, None);
+                let read = Pending::Unknown(&memory);
+                bound_question(&mut bounder, manifest, plan, source, job, question, read, None);
             }
             continue;
         };
@@ -203,26 +219,30 @@ pub(super) fn plan_status(
             },
         };
         for question in &job.questions {
-            let read = cache.get(
-                Role::Reader.as_str(),
-                &plan.read_key(job, question, &memory_sha256),
-            );
+            let read_key = plan.read_key(job, question, &memory_sha256);
+            let legacy = || plan.legacy_read_key(job, question, &memory_sha256);
+            let read = cached(&cache, Role::Reader, &read_key, legacy);
             let Some(answer) = read.and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
             else {
-                bound_question(&mut bounder, manifest, source, job, question, None, None);
+                let read = Pending::Read(&read_key);
+                bound_question(&mut bounder, manifest, plan, source, job, question, read, None);
                 continue;
             };
             count(Stage::Read, &|s| s.cached += 1);
-            if cache.contains(Role::Judge.as_str(), &plan.judge_key(job, question, &answer)) {
+            let judge_key = plan.judge_key(job, question, &answer);
+            let legacy = || plan.legacy_judge_key(job, question, &answer);
+            if cached(&cache, Role::Judge, &judge_key, legacy).is_some() {
                 count(Stage::Judge, &|s| s.cached += 1);
             } else {
+                let read = Pending::Answered(&judge_key);
                 bound_question(
                     &mut bounder,
                     manifest,
+                    plan,
                     source,
                     job,
                     question,
-                    Some(()),
+                    read,
                     Some(&answer),
                 );
             }
@@ -231,31 +251,77 @@ pub(super) fn plan_status(
     Ok((status, bounder.bounds))
 }
 
-/// Bounds a question's reader call (unless `read` says the cache answers it) and its judge
-/// call (with its answer when known).
+/// A call's cached response, under its key or the key an earlier gacc filed it under.
+fn cached(
+    cache: &crate::store::cache::Cache,
+    role: Role,
+    key: &str,
+    legacy: impl FnOnce() -> Option<String>,
+) -> Option<Value> {
+    cache
+        .get(role.as_str(), key)
+        .or_else(|| cache.get(role.as_str(), &legacy()?))
+}
+
+/// What is known of a question's calls that the cache does not answer.
+#[derive(Clone, Copy)]
+enum Pending<'a> {
+    /// Its memory is not made: the memory's key names the read.
+    Unknown(&'a str),
+    /// The read's key.
+    Read(&'a str),
+    /// Read already: the judge call's key.
+    Answered(&'a str),
+}
+
+/// Bounds a question's reader call (unless it is answered) and its judge call (with its answer
+/// when known), each once per distinct request.
+#[allow(clippy::too_many_arguments)]
 fn bound_question(
     bounder: &mut Bounder,
     manifest: &manifest::Manifest,
+    plan: &crate::plan::Plan,
     source: &crate::inputs::records::Source,
     job: &crate::plan::MemoryJob,
     question: &crate::plan::QuestionJob,
-    read: Option<()>,
+    pending: Pending,
     answer: Option<&str>,
 ) {
     let asked = &source.goals[question.goal].questions[question.question];
+    let seed = job.id.seed;
+    // A read not made yet is named by its memory, question and seed term; its judgement by
+    // that and the judge's seed term.
+    let read = match pending {
+        Pending::Unknown(memory) => format!(
+            "{memory}/{}/{}/{}",
+            question.goal,
+            question.question,
+            plan.reader_seed.key_term(seed)
+        ),
+        Pending::Read(key) | Pending::Answered(key) => key.to_owned(),
+    };
     let reader = bounder.reader.clone();
-    if let (None, Some(reader)) = (read, &reader) {
-        let request = json!({"memory": "", "question": asked.question, "seed": job.id.seed});
-        bounder.add(reader, &request, &manifest.reader.params, job.budget as u64);
+    if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
+        let request = json!({"memory": "", "question": asked.question, "seed": seed});
+        bounder.add(
+            read.clone(),
+            reader,
+            &request,
+            &manifest.reader.params,
+            job.budget as u64,
+        );
     }
     if let Some(judge) = bounder.judge.clone() {
         // An unknown answer: at most the model reader's max_tokens, else the memory's L.
-        let unknown = match answer {
-            Some(_) => 0,
-            None => bounder.reader_max_tokens.unwrap_or(job.budget as u64),
+        let (unknown, identity) = match pending {
+            Pending::Answered(key) => (0, key.to_owned()),
+            _ => (
+                bounder.reader_max_tokens.unwrap_or(job.budget as u64),
+                format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
+            ),
         };
         let request = json!({"source": source.text, "question": asked.question, "reference": asked.reference,
-                             "answer": answer.unwrap_or(""), "seed": job.id.seed});
-        bounder.add(&judge, &request, &manifest.judge.params, unknown);
+                             "answer": answer.unwrap_or(""), "seed": seed});
+        bounder.add(identity, &judge, &request, &manifest.judge.params, unknown);
     }
 }

@@ -197,10 +197,7 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
         .iter()
         .map(|endpoint| {
             let live = endpoint.live();
-            let waiting = match live.cooling {
-                Some(wait) => format!(", rate-limited: waiting {:.1}s", wait.as_secs_f64()),
-                None => String::new(),
-            };
+            let waiting = crate::exec::model::describe_pace(&live);
             let batches = match endpoint.batches() {
                 Some(b) => format!(
                     " · {} batches: {} in progress ({} requests), {} done",

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::hash::sha256;
 use crate::inputs::manifest::CallbackSpec;
+use crate::inputs::models::{KeySeed, SeedRule};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{MemoryJob, Plan, QuestionJob};
 use crate::protocol::{Budget, Condition, TruncationMode};
@@ -58,6 +59,11 @@ pub(crate) fn callback_identity(spec: &CallbackSpec) -> Value {
     json!({"program": program, "revision": spec.revision, "params": spec.params})
 }
 
+/// The seed rule of a callback (SPEC §8): a model built-in's from its endpoint and params.
+pub(crate) fn seed_rule(spec: &CallbackSpec) -> SeedRule {
+    SeedRule::of(spec.model.as_deref(), &spec.params)
+}
+
 /// A compressor call's key (SPEC §4), written from the callback's and tokenizer's identities
 /// already serialised: the bytes serde_json writes for the canonical description.
 pub(crate) fn compressor_key(
@@ -66,7 +72,7 @@ pub(crate) fn compressor_key(
     source_sha256: &str,
     goal_sha256: Option<&str>,
     budget: usize,
-    seed: u64,
+    seed: KeySeed,
 ) -> String {
     let goal = match goal_sha256 {
         Some(sha) => format!("\"{sha}\""),
@@ -84,7 +90,7 @@ pub(crate) fn reader_key_with(
     identity_json: &str,
     memory_sha256: &str,
     question_sha256: &str,
-    seed: u64,
+    seed: KeySeed,
 ) -> String {
     key_of_canonical(&format!(
         r#"{{"callback":{identity_json},"memory_sha256":"{memory_sha256}","question_sha256":"{question_sha256}","role":"reader","seed":{seed}}}"#
@@ -99,7 +105,7 @@ pub(crate) struct JudgeInputs<'a> {
 }
 
 /// A judge call's key (SPEC §4), written like `reader_key_with`.
-pub(crate) fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: u64) -> String {
+pub(crate) fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: KeySeed) -> String {
     key_of_canonical(&format!(
         r#"{{"answer_sha256":"{}","callback":{identity_json},"question_sha256":"{}","reference_sha256":"{}","role":"judge","seed":{seed},"source_sha256":"{}"}}"#,
         sha256(inputs.answer),
@@ -161,17 +167,75 @@ pub(crate) fn judge_job(read_job: &str) -> String {
 impl Plan {
     /// The reader call's key for a question of `job`, read from the memory with this hash.
     pub(crate) fn read_key(&self, job: &MemoryJob, question: &QuestionJob, memory_sha256: &str) -> String {
+        self.read_key_seeded(job, question, memory_sha256, self.reader_seed)
+    }
+
+    /// The judge call's key for a question of `job` answered with `answer`.
+    pub(crate) fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
+        self.judge_key_seeded(job, question, answer, self.judge_seed)
+    }
+
+    /// The keys the same calls had before seeds reached the model (every key with its run
+    /// seed), where the request is the same: an entry under one answers the call.
+    pub(crate) fn legacy_read_key(
+        &self,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        memory_sha256: &str,
+    ) -> Option<String> {
+        let legacy = self.reader_seed.legacy();
+        legacy.then(|| self.read_key_seeded(job, question, memory_sha256, SeedRule::EachSeed))
+    }
+
+    pub(crate) fn legacy_judge_key(
+        &self,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        answer: &str,
+    ) -> Option<String> {
+        let legacy = self.judge_seed.legacy();
+        legacy.then(|| self.judge_key_seeded(job, question, answer, SeedRule::EachSeed))
+    }
+
+    /// A compressor call's key before seeds reached the model; `goal` is the goal shown.
+    pub(crate) fn legacy_compressor_key(&self, job: &MemoryJob, goal: Option<&str>) -> Option<String> {
+        let rule = self.compressor_seeds.get(&job.id.cell.compressor)?;
+        let identity = self.compressor_identities.get(&job.id.cell.compressor)?;
+        rule.legacy().then(|| {
+            compressor_key(
+                &identity.to_string(),
+                &self.tokenizer_identity.to_string(),
+                &self.source_sha256[job.source],
+                goal.map(sha256).as_deref(),
+                job.budget,
+                SeedRule::EachSeed.key_term(job.id.seed),
+            )
+        })
+    }
+
+    fn read_key_seeded(
+        &self,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        memory_sha256: &str,
+        rule: SeedRule,
+    ) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         reader_key_with(
             &self.reader_identity_json,
             memory_sha256,
             &hashes.question,
-            job.id.seed,
+            rule.key_term(job.id.seed),
         )
     }
 
-    /// The judge call's key for a question of `job` answered with `answer`.
-    pub(crate) fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
+    fn judge_key_seeded(
+        &self,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        answer: &str,
+        rule: SeedRule,
+    ) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         let inputs = JudgeInputs {
             source_sha256: &self.source_sha256[job.source],
@@ -179,7 +243,7 @@ impl Plan {
             reference_sha256: &hashes.reference,
             answer,
         };
-        judge_key_with(&self.judge_identity_json, &inputs, job.id.seed)
+        judge_key_with(&self.judge_identity_json, &inputs, rule.key_term(job.id.seed))
     }
 
     /// The key of `job`'s memory as measured.
@@ -210,7 +274,8 @@ mod tests {
             "question_sha256": "q",
             "seed": 7,
         }));
-        assert_eq!(reader_key_with(&identity.to_string(), "m", "q", 7), described);
+        let seven = SeedRule::EachSeed.key_term(7);
+        assert_eq!(reader_key_with(&identity.to_string(), "m", "q", seven), described);
         let inputs = JudgeInputs {
             source_sha256: "s",
             question_sha256: "q",
@@ -226,7 +291,7 @@ mod tests {
             "answer_sha256": sha256("the answer"),
             "seed": 7,
         }));
-        assert_eq!(judge_key_with(&identity.to_string(), &inputs, 7), described);
+        assert_eq!(judge_key_with(&identity.to_string(), &inputs, seven), described);
         let tokenizer = json!({"name": "cl100k_base", "builtin": true, "revision": "vocabulary sha256:x"});
         for goal in [Some("g"), None] {
             let described = key(&json!({
@@ -238,8 +303,32 @@ mod tests {
                 "budget": 12,
                 "seed": 7,
             }));
-            let fast = compressor_key(&identity.to_string(), &tokenizer.to_string(), "s", goal, 12, 7);
+            let fast = compressor_key(
+                &identity.to_string(),
+                &tokenizer.to_string(),
+                "s",
+                goal,
+                12,
+                seven,
+            );
             assert_eq!(fast, described, "goal {goal:?}");
         }
+        // A model call's seed term is canonical JSON too.
+        let rule = SeedRule::Model {
+            sent: crate::inputs::models::SentSeed::Run,
+            per_seed: false,
+            legacy: false,
+        };
+        let described = key(&json!({
+            "role": "reader",
+            "callback": identity,
+            "memory_sha256": "m",
+            "question_sha256": "q",
+            "seed": {"sent": 7, "per_seed": null},
+        }));
+        assert_eq!(
+            reader_key_with(&identity.to_string(), "m", "q", rule.key_term(7)),
+            described
+        );
     }
 }

@@ -65,6 +65,10 @@ pub(crate) struct Plan {
     /// The reader's and judge's identities serialised once, for their cache keys.
     pub reader_identity_json: String,
     pub judge_identity_json: String,
+    /// How each callback's keys carry the run's seed (SPEC §8).
+    pub compressor_seeds: BTreeMap<String, crate::inputs::models::SeedRule>,
+    pub reader_seed: crate::inputs::models::SeedRule,
+    pub judge_seed: crate::inputs::models::SeedRule,
     pub tokenizer_identity: Value,
     /// Each source's SHA-256, in dataset order.
     pub source_sha256: Vec<String>,
@@ -146,8 +150,13 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         .iter()
         .flat_map(|cross| compressor_identities.iter().map(move |c| (cross, c)))
         .collect();
+    let compressor_seeds: BTreeMap<String, _> = manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (name.clone(), keys::seed_rule(spec)))
+        .collect();
     let memories: Vec<MemoryJob> = map_in_parallel(&parts, |&(&(seed, ref shown), (name, identity))| {
-        expansion.memories(seed, shown, name, identity)
+        expansion.memories(seed, shown, name, identity, compressor_seeds[name])
     })
     .into_iter()
     .flatten()
@@ -161,6 +170,9 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         judge_identity_json: judge_identity.to_string(),
         reader_identity,
         judge_identity,
+        compressor_seeds,
+        reader_seed: keys::seed_rule(&manifest.reader),
+        judge_seed: keys::seed_rule(&manifest.judge),
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
@@ -200,6 +212,7 @@ impl Expansion<'_> {
         shown_for_cross: &[GoalRef],
         compressor: &str,
         identity: &Value,
+        seed_rule: crate::inputs::models::SeedRule,
     ) -> Vec<MemoryJob> {
         let mut memories = Vec::new();
         let identity = identity.to_string();
@@ -227,7 +240,7 @@ impl Expansion<'_> {
                 memories.extend(
                     units
                         .iter()
-                        .map(|&unit| self.memory(seed, &cell, &identity, unit)),
+                        .map(|&unit| self.memory(seed, &cell, &identity, seed_rule, unit)),
                 );
             }
         }
@@ -235,7 +248,14 @@ impl Expansion<'_> {
     }
 
     /// One memory job: its keys, budget and questions.
-    fn memory(&self, seed: u64, cell: &CellId, identity: &str, (s, goal, shown): Unit) -> MemoryJob {
+    fn memory(
+        &self,
+        seed: u64,
+        cell: &CellId,
+        identity: &str,
+        seed_rule: crate::inputs::models::SeedRule,
+        (s, goal, shown): Unit,
+    ) -> MemoryJob {
         let source = &self.dataset.sources[s];
         let budget = cell.budget.tokens(self.source_tokens[s]);
         let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
@@ -246,7 +266,7 @@ impl Expansion<'_> {
             &self.source_sha256[s],
             goal_sha,
             budget,
-            seed,
+            seed_rule.key_term(seed),
         );
         let goal_id = goal.map(|g| source.goals[g].id.clone());
         let key = keys::memory_job(

@@ -108,6 +108,14 @@ pub(crate) struct Calls {
     pub(crate) jobs: usize,
     pub(crate) made: usize,
     pub(crate) cached: usize,
+    /// Of `cached`, the jobs of one seed that rest on a request another seed sent: a greedy
+    /// model callback sends one request for every seed (SPEC §8).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) shared_across_seeds: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -304,6 +312,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
                 jobs,
                 made,
                 cached: jobs.saturating_sub(made + failed),
+                shared_across_seeds: distinct.map_or(0, |c| c.across_seeds),
             },
         );
         let mut sum = Usage::default();

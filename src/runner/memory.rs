@@ -26,9 +26,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
     let job = &run.plan.memories[index];
     let source = &run.dataset.sources[job.source];
     let callback = &run.callbacks.compressors[&job.id.cell.compressor];
-    let goal_text = job
-        .shown_goal
-        .map(|(s, g)| run.dataset.sources[s].goals[g].text.as_str());
+    let goal_text = goal_text(shared, job);
     // The request as sent, but for `context`, which is the source itself by construction.
     let skeleton = json!({
         "protocol": PROTOCOL,
@@ -271,7 +269,8 @@ pub(super) async fn make_memory<'a>(
         request
     };
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
-    let (response, origin) = obtain(shared, callback, &job.cache_key, description, request)
+    let legacy = || run.plan.legacy_compressor_key(job, goal_text(shared, job));
+    let (response, origin) = obtain(shared, callback, &job.cache_key, legacy, description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
     let mut usage = Usage::default();
@@ -301,6 +300,12 @@ pub(super) async fn make_memory<'a>(
         tracing::error!(key = memory_key, %error, "could not write the cache entry");
     }
     Ok((measured, origin, usage))
+}
+
+/// The text of the goal `job`'s compressor is shown, if any.
+fn goal_text<'a>(shared: &'a RunState, job: &MemoryJob) -> Option<&'a str> {
+    let sources = &shared.run.dataset.sources;
+    job.shown_goal.map(|(s, g)| sources[s].goals[g].text.as_str())
 }
 
 /// Cuts a generation to its budget and counts the memory again, off the async workers

@@ -239,8 +239,8 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         }
         while folded < next && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
-                let compressor = &shared.run.plan.memories[folded].id.cell.compressor;
-                fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
+                let id = &shared.run.plan.memories[folded].id;
+                fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
             }
             folded += 1;
         }
@@ -248,8 +248,8 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
     for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
         if let Some(memory) = memory {
-            let compressor = &shared.run.plan.memories[index].id.cell.compressor;
-            fold(&mut outcome, &mut distinct, compressor, memory, memories.as_ref());
+            let id = &shared.run.plan.memories[index].id;
+            fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
         }
     }
     trace_stages(&shared.run.progress);
@@ -309,20 +309,32 @@ pub(crate) type CallKey = [u8; 32];
 pub(crate) struct Distinct {
     pub calls: usize,
     pub usage: Vec<Usage>,
+    /// Jobs of one seed that rest on a call another seed made (SPEC §8: identical requests).
+    pub across_seeds: usize,
 }
 
 /// Distinct calls as they are gathered: each key once, and the usage of those with any (a
 /// paper-scale run without usage keeps no usage at all).
 #[derive(Default)]
 struct Gathering {
-    keys: DigestMap<CallKey, ()>,
+    /// Each key, with the seed of the first job that rested on it.
+    keys: DigestMap<CallKey, u64>,
     usage: Vec<(CallKey, Usage)>,
+    across_seeds: usize,
 }
 
 impl Gathering {
-    fn insert(&mut self, key: CallKey, usage: &Usage) {
-        if self.keys.insert(key, ()).is_none() && *usage != Usage::default() {
-            self.usage.push((key, usage.clone()));
+    fn insert(&mut self, key: CallKey, seed: u64, usage: &Usage) {
+        match self.keys.entry(key) {
+            std::collections::hash_map::Entry::Occupied(first) => {
+                self.across_seeds += usize::from(*first.get() != seed);
+            }
+            std::collections::hash_map::Entry::Vacant(place) => {
+                place.insert(seed);
+                if *usage != Usage::default() {
+                    self.usage.push((key, usage.clone()));
+                }
+            }
         }
     }
 
@@ -331,6 +343,7 @@ impl Gathering {
         Distinct {
             calls: self.keys.len(),
             usage: self.usage.into_iter().map(|(_, usage)| usage).collect(),
+            across_seeds: self.across_seeds,
         }
     }
 }
@@ -349,7 +362,7 @@ struct DistinctCalls {
 fn fold(
     outcome: &mut Outcome,
     distinct: &mut DistinctCalls,
-    compressor: &str,
+    id: &crate::protocol::MemoryId,
     memory: MemoryOutcome,
     memories: Option<&std::sync::mpsc::Sender<Arc<str>>>,
 ) {
@@ -370,6 +383,7 @@ fn fold(
         }
     }
     outcome.exposure_violations += usize::from(memory.exposure_violation);
+    let (compressor, seed) = (id.cell.compressor.as_str(), id.seed);
     for (role, key, usage) in memory.calls {
         let key = key_bytes(&key);
         if role == Role::Compressor {
@@ -380,9 +394,9 @@ fn fold(
                     .entry(compressor.to_owned())
                     .or_default(),
             };
-            calls.insert(key, &usage);
+            calls.insert(key, seed, &usage);
         }
-        distinct.calls.entry(role).or_default().insert(key, &usage);
+        distinct.calls.entry(role).or_default().insert(key, seed, &usage);
     }
     for role in memory.jobs {
         *outcome.jobs.entry(role).or_default() += 1;

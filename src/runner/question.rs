@@ -29,6 +29,8 @@ struct Step<'a> {
     question_id: &'a str,
     callback: &'a Callback,
     cache_key: String,
+    /// The key an earlier gacc filed the same request under, if it differs.
+    legacy_key: Option<String>,
 }
 
 impl Step<'_> {
@@ -54,7 +56,16 @@ impl QuestionOutcome {
     ) -> Option<Value> {
         let started = Instant::now();
         let description = || json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
-        let made = obtain(shared, step.callback, &step.cache_key, description, request).await;
+        let legacy = || step.legacy_key.clone();
+        let made = obtain(
+            shared,
+            step.callback,
+            &step.cache_key,
+            legacy,
+            description,
+            request,
+        )
+        .await;
         let progress = shared.run.progress.stage(step.stage.role());
         let ended = made.as_ref().map(|(_, origin)| *origin);
         finished(
@@ -114,6 +125,7 @@ pub(super) async fn run_question(
         question_id: &question.id,
         callback: reader,
         cache_key: run.plan.read_key(job, question_job, memory_sha256),
+        legacy_key: run.plan.legacy_read_key(job, question_job, memory_sha256),
     };
     let request = || {
         json!({
@@ -141,6 +153,7 @@ pub(super) async fn run_question(
         question_id: &question.id,
         callback: judge,
         cache_key: run.plan.judge_key(job, question_job, &answer),
+        legacy_key: run.plan.legacy_judge_key(job, question_job, &answer),
     };
     let request = || {
         json!({

@@ -88,6 +88,8 @@ struct State {
     prefixes: Mutex<HashSet<String>>,
     /// Headers of every request (to check that no key leaks and the right ones are sent).
     headers: Mutex<Vec<String>>,
+    /// How often each distinct model request body (as canonical JSON) was received.
+    bodies: Mutex<HashMap<String, u64>>,
     stop: AtomicBool,
     started: Instant,
     batches: Mutex<Batches>,
@@ -130,6 +132,7 @@ impl MockApi {
             counts: Counts::default(),
             prefixes: Mutex::new(HashSet::new()),
             headers: Mutex::new(Vec::new()),
+            bodies: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             started: Instant::now(),
             batches: Mutex::new(Batches::default()),
@@ -171,6 +174,16 @@ impl MockApi {
     /// How many times each custom_id was submitted in a batch.
     pub fn submitted(&self) -> HashMap<String, u64> {
         self.state.batches.lock().unwrap().submitted.clone()
+    }
+
+    /// How often each distinct model request body was received (canonical JSON).
+    pub fn bodies(&self) -> HashMap<String, u64> {
+        self.state.bodies.lock().unwrap().clone()
+    }
+
+    /// Model requests received more than once: none, where no call is made twice.
+    pub fn repeated(&self) -> u64 {
+        self.bodies().values().map(|n| n - 1).sum()
     }
 
     /// Every request's headers, one string each.
@@ -332,6 +345,12 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
     let Ok(request) = serde_json::from_slice::<Value>(body) else {
         return error(400, "the body is not JSON");
     };
+    *state
+        .bodies
+        .lock()
+        .unwrap()
+        .entry(request.to_string())
+        .or_default() += 1;
     if request.get("model").and_then(Value::as_str).is_none() {
         return error(400, "no model");
     }

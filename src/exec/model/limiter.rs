@@ -1,8 +1,12 @@
-//! How many calls an endpoint takes at once, found as the run goes (SPEC §8): slow start, then
-//! additive increase while calls succeed; a 429 episode halves the limit once and holds every
-//! new call for as long as the provider said; 5xx and timeouts pause growth without shrinking
-//! it. And optional pacing to a number of requests and tokens per minute.
+//! How many calls an endpoint has in flight and how fast it starts them (SPEC §8, "Rate
+//! limits"). The `Limiter` finds the concurrency: slow start, then additive increase; a 429
+//! episode halves it once, never below what the learned rate needs. The `Pacer` finds the rate:
+//! it learns what the provider admitted between 429 episodes and paces just below it, probing
+//! upward slowly; it paces to the remaining requests and tokens that replies announce; and
+//! `rpm`/`tpm` are ceilings. A 429 delays only the call that drew it: nothing freezes the
+//! endpoint and then releases a burst.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,13 +15,25 @@ use tokio::time::Instant;
 
 /// How long growth pauses after a 5xx or a timeout.
 const GROWTH_PAUSE: Duration = Duration::from_secs(5);
-/// Spacing between starts below this is dropped; above `MAX_GAP` it does not grow.
-const MIN_GAP: Duration = Duration::from_millis(1);
-const MAX_GAP: Duration = Duration::from_secs(10);
-/// Each success narrows the spacing by this factor.
-const GAP_NARROWING: f64 = 0.97;
 /// The most a wait re-checks the limit (a missed wake-up costs at most this).
 const RECHECK: Duration = Duration::from_millis(500);
+
+/// The pace is this share of the rate the provider admitted (or announced).
+const BELOW: f64 = 0.95;
+const BELOW_ANNOUNCED: f64 = 0.97;
+/// Growth of a learned rate per second while calls wait on it: fast until the first
+/// episode under pacing has measured the provider, then slow probing.
+const PROBE_FAST: f64 = 0.5;
+const PROBE_SLOW: f64 = 0.03;
+/// A measurement spans at least this long, and looks back this far at the most.
+const MIN_SPAN: Duration = Duration::from_secs(1);
+const LOOK_BACK: Duration = Duration::from_secs(3);
+/// What the pacer remembers of the calls it started.
+const HISTORY: Duration = Duration::from_secs(30);
+/// A learned rate never falls below one request (or token) a minute.
+const MIN_RATE: f64 = 1.0 / 60.0;
+/// Growth needs calls that waited on the pace this recently.
+const PRESSURE: Duration = Duration::from_secs(1);
 
 /// The live concurrency limit of one endpoint.
 #[derive(Debug)]
@@ -34,27 +50,21 @@ struct State {
     in_flight: usize,
     /// Until a 429 first lowers it, the limit grows by one per success (slow start).
     slow_start: bool,
-    /// No call starts before this (a 429's Retry-After, or its reset headers).
-    cooldown_until: Option<Instant>,
     hold_growth_until: Option<Instant>,
     /// Calls started before this instant belong to the last 429 episode: their 429s do not
     /// lower the limit again.
     episode_started: Option<Instant>,
     rate_limited: u64,
-    /// Spacing between call starts, once a single call at a time is still too fast for the
-    /// provider (fast replies under a per-minute limit).
-    gap: Duration,
-    next_start: Option<Instant>,
 }
 
-/// What the progress line shows of an endpoint.
+/// What the progress line and `run.json` show of an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Live {
     pub limit: usize,
     pub in_flight: usize,
-    /// How long new calls still wait on a rate limit, if they do.
-    pub cooling: Option<Duration>,
     pub rate_limited: u64,
+    /// The pace in force: learned, announced or set, per second.
+    pub pace: Rates,
 }
 
 /// A call's place under the limit; given back when dropped.
@@ -75,12 +85,9 @@ impl Limiter {
                 limit: start as f64,
                 in_flight: 0,
                 slow_start: adaptive,
-                cooldown_until: None,
                 hold_growth_until: None,
                 episode_started: None,
                 rate_limited: 0,
-                gap: Duration::ZERO,
-                next_start: None,
             }),
             notify: Notify::new(),
         }
@@ -90,52 +97,37 @@ impl Limiter {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for a place under the live limit and outside any cooldown.
+    /// Waits for a place under the live limit.
     pub(crate) async fn acquire(&self) -> Slot<'_> {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let wait_until = {
+            {
                 let mut state = self.state();
-                let now = Instant::now();
-                let hold = match (state.cooldown_until, state.next_start) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
-                match hold {
-                    Some(until) if until > now => Some(until),
-                    _ if state.in_flight < state.limit.floor().max(1.0) as usize => {
-                        state.in_flight += 1;
-                        if !state.gap.is_zero() {
-                            state.next_start = Some(now + state.gap);
-                        }
-                        return Slot {
-                            limiter: self,
-                            started: now,
-                        };
-                    }
-                    _ => None,
+                if state.in_flight < state.limit.floor().max(1.0) as usize {
+                    state.in_flight += 1;
+                    return Slot {
+                        limiter: self,
+                        started: Instant::now(),
+                    };
                 }
-            };
-            let recheck = Instant::now() + RECHECK;
-            let until = wait_until.map_or(recheck, |u| u.min(recheck));
+            }
             tokio::select! {
                 _ = notified => {}
-                _ = tokio::time::sleep_until(until) => {}
+                _ = tokio::time::sleep(RECHECK) => {}
             }
         }
     }
 
-    /// The live state, for the progress line.
-    pub(crate) fn live(&self) -> Live {
+    /// The live limit and 429 count; the pace is the pacer's.
+    pub(crate) fn live(&self, pace: Rates) -> Live {
         let state = self.state();
-        let now = Instant::now();
         Live {
             limit: state.limit.floor().max(1.0) as usize,
             in_flight: state.in_flight,
-            cooling: state.cooldown_until.filter(|u| *u > now).map(|u| u - now),
             rate_limited: state.rate_limited,
+            pace,
         }
     }
 
@@ -155,11 +147,6 @@ impl Slot<'_> {
         }
         let grew = {
             let mut state = limiter.state();
-            // Spacing narrows as calls succeed, and goes once it is negligible.
-            state.gap = state.gap.mul_f64(GAP_NARROWING);
-            if state.gap < MIN_GAP {
-                state.gap = Duration::ZERO;
-            }
             let paused = state.hold_growth_until.is_some_and(|u| u > Instant::now());
             if paused || state.limit >= limiter.max as f64 {
                 false
@@ -175,26 +162,21 @@ impl Slot<'_> {
         }
     }
 
-    /// The provider said 429: one halving per episode, and no call starts until `wait` ends.
-    pub(crate) fn rate_limited(&self, wait: Duration) {
+    /// The provider said 429: one halving per episode, never below `needed` (the calls in
+    /// flight the learned rate wants); the pacer, not the limit, holds calls back.
+    pub(crate) fn rate_limited(&self, needed: usize) {
         let limiter = self.limiter;
         let mut state = limiter.state();
-        let now = Instant::now();
         state.rate_limited += 1;
-        let until = now + wait;
-        state.cooldown_until = Some(state.cooldown_until.map_or(until, |u| u.max(until)));
         if !limiter.adaptive {
             return;
         }
         let new_episode = state.episode_started.is_none_or(|e| self.started > e);
         if new_episode {
-            // At one call at a time, calls are too fast for the provider: space them.
-            if state.limit < 2.0 || !state.gap.is_zero() {
-                state.gap = (state.gap * 2).max(MIN_GAP * 10).min(MAX_GAP);
-            }
-            state.limit = (state.limit / 2.0).max(1.0);
+            let floor = (needed.min(limiter.max)) as f64;
+            state.limit = (state.limit / 2.0).max(floor).max(1.0);
             state.slow_start = false;
-            state.episode_started = Some(now);
+            state.episode_started = Some(Instant::now());
         }
     }
 
@@ -210,46 +192,313 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// Spaces calls to at most `rpm` requests and `tpm` estimated tokens a minute.
-#[derive(Debug)]
-pub(crate) struct Pacer {
-    rpm: u32,
-    tpm: u64,
-    next: Mutex<Option<Instant>>,
+/// Requests and tokens per second; `None` where nothing limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Rates {
+    pub requests: Option<f64>,
+    pub tokens: Option<f64>,
 }
 
-impl Pacer {
-    pub(crate) fn new(rpm: u32, tpm: u64) -> Pacer {
-        Pacer {
-            rpm,
-            tpm,
-            next: Mutex::new(None),
+impl Rates {
+    fn min(self, other: Rates) -> Rates {
+        let least = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Rates {
+            requests: least(self.requests, other.requests),
+            tokens: least(self.tokens, other.tokens),
         }
     }
 
-    /// Waits for this call's turn; `tokens` is its estimated size.
-    pub(crate) async fn wait(&self, tokens: u64) {
-        if self.rpm == 0 && self.tpm == 0 {
+    /// How long one call of `tokens` occupies the pace.
+    fn interval(&self, tokens: f64) -> Duration {
+        let of = |rate: Option<f64>, amount: f64| rate.map_or(0.0, |r| amount / r.max(MIN_RATE));
+        let seconds = of(self.requests, 1.0).max(of(self.tokens, tokens));
+        Duration::from_secs_f64(seconds.min(3600.0))
+    }
+}
+
+/// Which limit a 429 was about, as far as the provider said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exhausted {
+    Requests,
+    Tokens,
+    /// It did not say: both rates are learned.
+    Unknown,
+}
+
+impl Exhausted {
+    /// From the 429's message (OpenAI: "… on tokens per min (TPM) …", "… on requests per min").
+    pub(crate) fn from_message(message: &str) -> Exhausted {
+        let message = message.to_ascii_lowercase();
+        match (message.contains("token"), message.contains("request")) {
+            (true, false) => Exhausted::Tokens,
+            (false, true) => Exhausted::Requests,
+            _ => Exhausted::Unknown,
+        }
+    }
+}
+
+/// One limit as a reply announced it: its size, what remains, and how long until it is full.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Budget {
+    pub limit: f64,
+    pub remaining: f64,
+    pub reset: Duration,
+}
+
+impl Budget {
+    /// The rate it refills at: what is used, over the time until it is full again.
+    fn refill(&self) -> Option<f64> {
+        let used = self.limit - self.remaining;
+        (used >= 1.0 && !self.reset.is_zero()).then(|| used / self.reset.as_secs_f64())
+    }
+
+    /// How long until one more unit (of `size`) is there, when none is left.
+    fn until(&self, size: f64) -> Option<Duration> {
+        let refill = self.refill()?;
+        (self.remaining < size).then(|| Duration::from_secs_f64(((size - self.remaining) / refill).min(60.0)))
+    }
+}
+
+/// What a reply's rate-limit headers announced.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Announced {
+    pub requests: Option<Budget>,
+    pub tokens: Option<Budget>,
+}
+
+/// A call the pacer started: when, and its size in the pacer's tokens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    seq: u64,
+    at: Instant,
+    tokens: f64,
+}
+
+/// Starts calls no faster than the provider admits (see the module's header).
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    adaptive: bool,
+    /// `rpm`/`tpm`, per second.
+    ceiling: Rates,
+    state: Mutex<PaceState>,
+}
+
+#[derive(Debug)]
+struct PaceState {
+    next: Option<Instant>,
+    learned: Rates,
+    announced: Rates,
+    /// Fast growth until an episode under pacing has measured the provider.
+    fast: bool,
+    grown_at: Option<Instant>,
+    /// A call last waited on the pace at this instant.
+    pressed_at: Option<Instant>,
+    /// The start of the call that opened the last 429 episode.
+    episode: Option<Instant>,
+    /// Calls started in the last `HISTORY`: (seq, start, tokens, drew a 429).
+    history: VecDeque<(u64, Instant, f64, bool)>,
+    seq: u64,
+    /// Provider input tokens per cl100k token, from the usage replies report.
+    correction: f64,
+    first_start: Option<Instant>,
+    last_admitted: Option<Instant>,
+    admitted: u64,
+    admitted_tokens: f64,
+}
+
+impl Pacer {
+    pub(crate) fn new(rpm: u32, tpm: u64, adaptive: bool) -> Pacer {
+        let per_second = |per_minute: f64| (per_minute > 0.0).then_some(per_minute / 60.0);
+        Pacer {
+            adaptive,
+            ceiling: Rates {
+                requests: per_second(f64::from(rpm)),
+                tokens: per_second(tpm as f64),
+            },
+            state: Mutex::new(PaceState {
+                next: None,
+                learned: Rates::default(),
+                announced: Rates::default(),
+                fast: true,
+                grown_at: None,
+                pressed_at: None,
+                episode: None,
+                history: VecDeque::new(),
+                seq: 0,
+                correction: 1.0,
+                first_start: None,
+                last_admitted: None,
+                admitted: 0,
+                admitted_tokens: 0.0,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PaceState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pace in force, per second.
+    pub(crate) fn pace(&self) -> Rates {
+        let state = self.state();
+        self.in_force(&state)
+    }
+
+    fn in_force(&self, state: &PaceState) -> Rates {
+        state.learned.min(state.announced).min(self.ceiling)
+    }
+
+    /// What the endpoint sustained: admitted requests and tokens per second, from its first
+    /// call to its last success.
+    pub(crate) fn sustained(&self) -> Option<Rates> {
+        let state = self.state();
+        let span = state.last_admitted? - state.first_start?;
+        let seconds = span.as_secs_f64().max(1.0);
+        Some(Rates {
+            requests: Some(state.admitted as f64 / seconds),
+            tokens: Some(state.admitted_tokens / seconds),
+        })
+    }
+
+    /// Waits for this call's turn: `input` is its prompt in cl100k tokens, `output` its
+    /// `max_tokens`. The ticket names it when its reply comes.
+    pub(crate) async fn wait(&self, input: u64, output: u64) -> Ticket {
+        loop {
+            let wait_until = {
+                let mut state = self.state();
+                let now = Instant::now();
+                self.grow(&mut state, now);
+                let tokens = input as f64 * state.correction + output as f64;
+                match state.next {
+                    Some(next) if next > now => {
+                        state.pressed_at = Some(now);
+                        next
+                    }
+                    _ => {
+                        let interval = self.in_force(&state).interval(tokens);
+                        state.next = (!interval.is_zero()).then_some(now + interval);
+                        state.seq += 1;
+                        let seq = state.seq;
+                        state.history.push_back((seq, now, tokens, false));
+                        while state
+                            .history
+                            .front()
+                            .is_some_and(|(_, at, ..)| now - *at > HISTORY)
+                        {
+                            state.history.pop_front();
+                        }
+                        state.first_start.get_or_insert(now);
+                        return Ticket { seq, at: now, tokens };
+                    }
+                }
+            };
+            tokio::time::sleep_until(wait_until).await;
+        }
+    }
+
+    /// A learned rate grows while calls wait on it: fast until the provider is measured,
+    /// then slowly, to find a limit that was raised.
+    fn grow(&self, state: &mut PaceState, now: Instant) {
+        let since = state.grown_at.map_or(Duration::ZERO, |at| now - at);
+        state.grown_at = Some(now);
+        let pressed = state.pressed_at.is_some_and(|at| now - at < PRESSURE);
+        if !self.adaptive || !pressed || since.is_zero() {
             return;
         }
-        let per_request = if self.rpm > 0 {
-            Duration::from_secs_f64(60.0 / f64::from(self.rpm))
-        } else {
-            Duration::ZERO
-        };
-        let per_tokens = if self.tpm > 0 {
-            Duration::from_secs_f64(60.0 * tokens as f64 / self.tpm as f64)
-        } else {
-            Duration::ZERO
-        };
-        let start = {
-            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            let start = next.map_or(now, |n| n.max(now));
-            *next = Some(start + per_request.max(per_tokens));
-            start
-        };
-        tokio::time::sleep_until(start).await;
+        let rate = if state.fast { PROBE_FAST } else { PROBE_SLOW };
+        let factor = (1.0 + rate).powf(since.as_secs_f64().min(1.0));
+        for learned in [&mut state.learned.requests, &mut state.learned.tokens] {
+            if let Some(value) = learned {
+                *value *= factor;
+            }
+        }
+    }
+
+    /// The call's reply was admitted (not a 429): `reported` is the input tokens its usage
+    /// reported, `estimated` the cl100k count it was paced on.
+    pub(crate) fn admitted(&self, ticket: Ticket, reported: u64, estimated: u64) {
+        let mut state = self.state();
+        state.admitted += 1;
+        state.admitted_tokens += ticket.tokens;
+        let now = Instant::now();
+        state.last_admitted = Some(now);
+        if reported > 0 && estimated > 0 {
+            let ratio = (reported as f64 / estimated as f64).clamp(0.25, 4.0);
+            state.correction = 0.8 * state.correction + 0.2 * ratio;
+        }
+    }
+
+    /// The call drew a 429. The first of an episode measures what the provider admitted
+    /// since the last one (the bucket empty at both ends), or over the last seconds, and
+    /// paces just below it. The call number of the calls in flight the new pace wants.
+    pub(crate) fn limited(&self, ticket: Ticket, exhausted: Exhausted, latency: Duration) -> usize {
+        let mut state = self.state();
+        if let Some(entry) = state.history.iter_mut().rev().find(|entry| entry.0 == ticket.seq) {
+            entry.3 = true;
+        }
+        if !self.adaptive {
+            return 0;
+        }
+        let new_episode = state.episode.is_none_or(|e| ticket.at > e);
+        if new_episode {
+            let first = state.first_start.unwrap_or(ticket.at);
+            let from = match state.episode {
+                Some(e) if ticket.at - e >= MIN_SPAN && !state.fast => e,
+                _ => first.max(ticket.at.checked_sub(LOOK_BACK).unwrap_or(first)),
+            };
+            let span = (ticket.at - from).max(MIN_SPAN).as_secs_f64();
+            let (count, tokens) = state
+                .history
+                .iter()
+                .filter(|(_, at, _, limited)| *at >= from && *at < ticket.at && !limited)
+                .fold((0.0, 0.0), |(n, t), (_, _, tokens, _)| (n + 1.0, t + tokens));
+            let paced = state.learned != Rates::default();
+            let measured = |admitted: f64| Some((BELOW * admitted / span).max(MIN_RATE));
+            if exhausted != Exhausted::Tokens {
+                state.learned.requests = measured(count);
+            }
+            if exhausted != Exhausted::Requests {
+                state.learned.tokens = measured(tokens);
+            }
+            if paced {
+                state.fast = false;
+            }
+            state.episode = Some(ticket.at);
+            tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
+        }
+        let pace = self.in_force(&state);
+        pace.requests
+            .map_or(0, |r| (r * latency.as_secs_f64() * 1.5).ceil() as usize + 1)
+    }
+
+    /// A reply announced its provider's remaining requests and tokens: pace just below the
+    /// rate they refill at, and hold the next call while none is left.
+    pub(crate) fn announced(&self, announced: Announced) {
+        if announced == Announced::default() {
+            return;
+        }
+        let mut state = self.state();
+        let below = |budget: Option<Budget>| budget.and_then(|b| b.refill()).map(|r| r * BELOW_ANNOUNCED);
+        if let Some(rate) = below(announced.requests) {
+            state.announced.requests = Some(rate);
+        }
+        if let Some(rate) = below(announced.tokens) {
+            state.announced.tokens = Some(rate);
+        }
+        let hold = [
+            announced.requests.and_then(|b| b.until(1.0)),
+            announced.tokens.and_then(|b| b.until(1.0)),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        if let Some(hold) = hold {
+            let until = Instant::now() + hold;
+            state.next = Some(state.next.map_or(until, |n| n.max(until)));
+        }
     }
 }
 
@@ -260,12 +509,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_limit_grows_on_success_and_halves_once_per_429_episode() {
         let limiter = Limiter::new(32, true);
-        assert_eq!(limiter.live().limit, 4);
+        assert_eq!(limiter.live(Rates::default()).limit, 4);
         // Slow start: one more per success.
         for _ in 0..8 {
             limiter.acquire().await.succeeded();
         }
-        assert_eq!(limiter.live().limit, 12);
+        assert_eq!(limiter.live(Rates::default()).limit, 12);
         // Three calls in flight meet 429s: one episode, one halving.
         let slots = [
             limiter.acquire().await,
@@ -273,41 +522,31 @@ mod tests {
             limiter.acquire().await,
         ];
         for slot in &slots {
-            slot.rate_limited(Duration::from_secs(2));
+            slot.rate_limited(0);
         }
-        assert_eq!(limiter.live().limit, 6);
-        assert!(limiter.live().cooling.is_some());
+        assert_eq!(limiter.live(Rates::default()).limit, 6);
         drop(slots);
-        // Nothing starts during the cooldown.
+        // Nothing is frozen: the next call starts at once.
         let before = Instant::now();
         let slot = limiter.acquire().await;
-        assert!(Instant::now() - before >= Duration::from_secs(2));
+        assert_eq!(Instant::now(), before);
         // After slow start: additive increase, about one per limit's worth of successes.
         slot.succeeded();
         drop(slot);
         for _ in 0..6 {
             limiter.acquire().await.succeeded();
         }
-        assert_eq!(limiter.live().limit, 7);
+        assert_eq!(limiter.live(Rates::default()).limit, 7);
         // A 5xx pauses growth but keeps the limit.
         limiter.acquire().await.failed();
         for _ in 0..20 {
             limiter.acquire().await.succeeded();
         }
-        assert_eq!(limiter.live().limit, 7);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_call_at_a_time_still_rate_limited_spaces_its_starts() {
-        let limiter = Limiter::new(1, true);
-        let slot = limiter.acquire().await;
-        slot.rate_limited(Duration::from_millis(100));
-        drop(slot);
-        let first = limiter.acquire().await;
-        let started = Instant::now();
-        drop(first);
-        let _second = limiter.acquire().await;
-        assert!(Instant::now() - started >= MIN_GAP * 10, "starts are spaced");
+        assert_eq!(limiter.live(Rates::default()).limit, 7);
+        // A halving never goes below what the learned rate needs in flight.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        limiter.acquire().await.rate_limited(6);
+        assert_eq!(limiter.live(Rates::default()).limit, 6);
     }
 
     #[tokio::test(start_paused = true)]
@@ -318,26 +557,175 @@ mod tests {
             limiter.acquire().await,
             limiter.acquire().await,
         ];
-        held[0].rate_limited(Duration::from_millis(10));
-        assert_eq!(limiter.live().limit, 3);
+        held[0].rate_limited(0);
+        assert_eq!(limiter.live(Rates::default()).limit, 3);
         let waiting = tokio::time::timeout(Duration::from_secs(1), limiter.acquire()).await;
         assert!(waiting.is_err(), "a fourth call waited for a place");
         drop(held);
-        assert_eq!(limiter.live().in_flight, 0);
+        assert_eq!(limiter.live(Rates::default()).in_flight, 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn pacing_spaces_requests_and_tokens() {
-        let pacer = Pacer::new(60, 0);
+        let pacer = Pacer::new(60, 0, true);
         let start = Instant::now();
         for _ in 0..3 {
-            pacer.wait(0).await;
+            pacer.wait(0, 0).await;
         }
         assert_eq!(Instant::now() - start, Duration::from_secs(2));
-        let pacer = Pacer::new(0, 6000);
+        let pacer = Pacer::new(0, 6000, true);
         let start = Instant::now();
-        pacer.wait(1000).await;
-        pacer.wait(1000).await;
-        assert_eq!(Instant::now() - start, Duration::from_secs(10));
+        pacer.wait(1000, 0).await;
+        pacer.wait(1000, 0).await;
+        pacer.wait(1000, 0).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_429_says_which_limit_it_is() {
+        let openai =
+            "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000";
+        assert_eq!(Exhausted::from_message(openai), Exhausted::Tokens);
+        assert_eq!(
+            Exhausted::from_message("Rate limit reached for requests"),
+            Exhausted::Requests
+        );
+        assert_eq!(
+            Exhausted::from_message("Too Many Requests; tokens exhausted"),
+            Exhausted::Unknown
+        );
+        assert_eq!(Exhausted::from_message("slow down"), Exhausted::Unknown);
+    }
+
+    #[test]
+    fn an_announced_budget_gives_its_refill_rate_and_the_wait_for_the_next_unit() {
+        let budget = Budget {
+            limit: 500.0,
+            remaining: 499.0,
+            reset: Duration::from_millis(120),
+        };
+        assert!((budget.refill().unwrap() - 1.0 / 0.12).abs() < 1e-9);
+        assert_eq!(budget.until(1.0), None);
+        let empty = Budget {
+            limit: 5.0,
+            remaining: 0.0,
+            reset: Duration::from_millis(250),
+        };
+        assert_eq!(empty.until(1.0), Some(Duration::from_millis(50)));
+        // A full budget says nothing of the rate.
+        let full = Budget {
+            limit: 5.0,
+            remaining: 5.0,
+            reset: Duration::ZERO,
+        };
+        assert_eq!(full.refill(), None);
+    }
+
+    /// A provider in virtual time: a token bucket of `rate` a second holding `burst`, which
+    /// answers 429 when empty and otherwise after `latency`.
+    struct Bucket {
+        rate: f64,
+        burst: f64,
+        level: f64,
+        at: Instant,
+    }
+
+    impl Bucket {
+        fn take(&mut self, amount: f64) -> bool {
+            let now = Instant::now();
+            self.level = (self.level + (now - self.at).as_secs_f64() * self.rate).min(self.burst);
+            self.at = now;
+            if self.level >= amount {
+                self.level -= amount;
+                true
+            } else {
+                false
+            }
+        }
+    }
+
+    /// Drives `calls` calls of `tokens` through a limiter and pacer against a bucket (of
+    /// requests, or of tokens when `by_tokens`), each 429 retried after `retry_after`; the
+    /// goodput (admitted per second over the rate) and the share of calls that drew a 429.
+    async fn drive(
+        calls: usize,
+        tokens: u64,
+        latency: Duration,
+        by_tokens: bool,
+        rate: f64,
+        burst: f64,
+    ) -> (f64, f64) {
+        use std::sync::Arc;
+        let limiter = Arc::new(Limiter::new(16, true));
+        let pacer = Arc::new(Pacer::new(0, 0, true));
+        let bucket = Arc::new(Mutex::new(Bucket {
+            rate,
+            burst,
+            level: burst,
+            at: Instant::now(),
+        }));
+        let limited = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let queue = Arc::new(tokio::sync::Semaphore::new(32));
+        for _ in 0..calls {
+            let (limiter, pacer, bucket, limited, queue) = (
+                limiter.clone(),
+                pacer.clone(),
+                bucket.clone(),
+                limited.clone(),
+                queue.clone(),
+            );
+            tasks.spawn(async move {
+                let _turn = queue.acquire().await;
+                loop {
+                    let slot = limiter.acquire().await;
+                    let ticket = pacer.wait(tokens, 0).await;
+                    let amount = if by_tokens { tokens as f64 } else { 1.0 };
+                    let admitted = bucket.lock().unwrap().take(amount);
+                    if admitted {
+                        tokio::time::sleep(latency).await;
+                        pacer.admitted(ticket, tokens, tokens);
+                        slot.succeeded();
+                        return;
+                    }
+                    limited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let exhausted = if by_tokens {
+                        Exhausted::Tokens
+                    } else {
+                        Exhausted::Requests
+                    };
+                    let needed = pacer.limited(ticket, exhausted, latency);
+                    slot.rate_limited(needed);
+                    drop(slot);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        let seconds = (Instant::now() - start).as_secs_f64();
+        let admitted = if by_tokens {
+            (calls as u64 * tokens) as f64
+        } else {
+            calls as f64
+        };
+        let share = limited.load(std::sync::atomic::Ordering::Relaxed) as f64 / calls as f64;
+        (admitted / seconds / rate, share)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_untold_rate_limit_is_found_and_used_almost_whole() {
+        // 20 requests a second, a burst of 5, instant replies.
+        let (goodput, share) = drive(1500, 10, Duration::from_millis(1), false, 20.0, 5.0).await;
+        eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
+        assert!(goodput >= 0.9, "goodput {goodput:.3}");
+        // The same with 300 ms replies.
+        let (goodput, share) = drive(1500, 10, Duration::from_millis(300), false, 20.0, 5.0).await;
+        eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
+        assert!(goodput >= 0.9, "goodput {goodput:.3}");
+        // 20,000 tokens a second, 2,000 a call, a burst of 10,000.
+        let (goodput, share) = drive(600, 2000, Duration::from_millis(200), true, 20_000.0, 10_000.0).await;
+        eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
+        assert!(goodput >= 0.9, "goodput {goodput:.3}");
     }
 }

@@ -18,10 +18,10 @@ use serde_json::{Map, Value, json};
 
 use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
 use crate::hash::sha256;
-use crate::inputs::models::{Api, ModelCall, ModelSpec, template_variables};
+use crate::inputs::models::{Api, ModelCall, ModelSpec, SeedRule, template_variables};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::protocol::Role;
-use limiter::{Limiter, Live, Pacer};
+use limiter::{Announced, Budget, Exhausted, Limiter, Live, Pacer, Rates};
 use wire::{Prompt, Reply};
 
 /// The most of a reply body gacc reads.
@@ -57,7 +57,10 @@ pub(crate) struct Endpoint {
     key: Option<String>,
     client: reqwest::Client,
     pub limiter: Limiter,
-    pacer: Pacer,
+    pub pacer: Pacer,
+    /// Mean seconds of a successful exchange (a moving average), for the calls in flight a
+    /// pace needs.
+    latency: Mutex<f64>,
     /// Set by a 401, 403 or 404: every later call would fail the same way.
     rejected: Mutex<Option<FailureKind>>,
     pub requests: AtomicU64,
@@ -90,7 +93,8 @@ impl Endpoint {
             key,
             client,
             limiter: Limiter::new(spec.max_concurrency, spec.adaptive),
-            pacer: Pacer::new(spec.rpm, spec.tpm),
+            pacer: Pacer::new(spec.rpm, spec.tpm, spec.adaptive),
+            latency: Mutex::new(0.0),
             rejected: Mutex::new(None),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -98,9 +102,22 @@ impl Endpoint {
         })
     }
 
-    /// The live limit, for the progress line.
+    /// The live limit and pace, for the progress line and `run.json`.
     pub(crate) fn live(&self) -> Live {
-        self.limiter.live()
+        self.limiter.live(self.pacer.pace())
+    }
+
+    fn latency(&self) -> Duration {
+        Duration::from_secs_f64(*self.latency.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn took(&self, elapsed: Duration) {
+        let mut mean = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        *mean = if *mean == 0.0 {
+            elapsed.as_secs_f64()
+        } else {
+            0.9 * *mean + 0.1 * elapsed.as_secs_f64()
+        };
     }
 
     /// Sends this endpoint's calls through the provider's batch API, recording its batches
@@ -161,8 +178,9 @@ impl Endpoint {
     }
 
     /// Sends one request, retrying 429, 408, 5xx, timeouts, broken connections and unreadable
-    /// replies with backoff that honours the provider's `Retry-After`.
-    async fn send(&self, body: &Value, estimate: u64, label: &str) -> Result<Reply, FailureKind> {
+    /// replies with backoff that honours the provider's `Retry-After`. `estimate` is the
+    /// call's (input, output) tokens, for the pace.
+    async fn send(&self, body: &Value, estimate: (u64, u64), label: &str) -> Result<Reply, FailureKind> {
         let mut attempt = 0u32;
         // 429s are retried for as long as the provider keeps the call waiting, up to a
         // patience; other failures `retries` times.
@@ -172,24 +190,35 @@ impl Endpoint {
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
-            self.pacer.wait(estimate).await;
             let slot = self.limiter.acquire().await;
+            let ticket = self.pacer.wait(estimate.0, estimate.1).await;
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
             self.requests.fetch_add(1, Ordering::Relaxed);
+            let started = tokio::time::Instant::now();
             let outcome = self.exchange(body).await;
             let (wait, why) = match outcome {
-                Exchange::Answered(reply) => {
+                Exchange::Answered(reply, announced) => {
+                    self.took(started.elapsed());
+                    self.pacer.announced(announced);
+                    self.pacer.admitted(ticket, reply.usage.input, estimate.0);
                     slot.succeeded();
                     return Ok(reply);
                 }
-                Exchange::RateLimited { wait, message } => {
+                Exchange::RateLimited {
+                    wait,
+                    message,
+                    announced,
+                } => {
                     limited += 1;
-                    // The provider's word holds the endpoint back; this call also backs
-                    // off further each time, so that retries do not arrive together.
+                    self.pacer.announced(announced);
+                    let exhausted = exhausted(&announced, &message);
+                    let needed = self.pacer.limited(ticket, exhausted, self.latency());
+                    slot.rate_limited(needed);
+                    // Only this call waits the provider's word; it also backs off further
+                    // each time, so that retries do not arrive together.
                     let told = wait.unwrap_or_else(|| backoff(limited));
-                    slot.rate_limited(told);
                     (told.max(backoff(limited)), format!("429 rate limited: {message}"))
                 }
                 Exchange::Transient { wait, why } => {
@@ -255,6 +284,7 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         let wait = retry_after(response.headers());
+        let announced = announced(response.headers());
         let text = match read_limited(response).await {
             Ok(text) => text,
             Err(why) => return Exchange::Transient { wait, why },
@@ -263,7 +293,7 @@ impl Endpoint {
         match status {
             200..=299 => match serde_json::from_str::<Value>(&text) {
                 Ok(value) => match wire::reply(self.spec.api, &value) {
-                    Ok(reply) => Exchange::Answered(reply),
+                    Ok(reply) => Exchange::Answered(reply, announced),
                     Err(why) => Exchange::Transient {
                         wait: None,
                         why: format!("an unreadable reply: {why}"),
@@ -277,6 +307,7 @@ impl Endpoint {
             429 => Exchange::RateLimited {
                 wait,
                 message: message(),
+                announced,
             },
             408 | 409 | 500..=599 => Exchange::Transient {
                 wait,
@@ -295,11 +326,24 @@ impl Endpoint {
 }
 
 enum Exchange {
-    Answered(Reply),
-    RateLimited { wait: Option<Duration>, message: String },
-    Transient { wait: Option<Duration>, why: String },
-    Rejected { status: u16, message: String },
-    Refused { status: u16, message: String },
+    Answered(Reply, Announced),
+    RateLimited {
+        wait: Option<Duration>,
+        message: String,
+        announced: Announced,
+    },
+    Transient {
+        wait: Option<Duration>,
+        why: String,
+    },
+    Rejected {
+        status: u16,
+        message: String,
+    },
+    Refused {
+        status: u16,
+        message: String,
+    },
 }
 
 /// A transport error's words without its URL (which holds nothing secret, but is noise).
@@ -348,6 +392,111 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         .iter()
         .filter_map(|name| header(name).and_then(go_duration))
         .max()
+}
+
+/// The pace in force, for the progress line: `, pace 19.4 req/s 51k tok/min`, or nothing.
+pub(crate) fn describe_pace(live: &Live) -> String {
+    let Rates { requests, tokens } = live.pace;
+    let mut text = String::new();
+    if let Some(rate) = requests {
+        text.push_str(&format!(" {rate:.1} req/s"));
+    }
+    if let Some(rate) = tokens {
+        text.push_str(&format!(" {:.0}k tok/min", rate * 60.0 / 1000.0));
+    }
+    match (text.is_empty(), live.rate_limited) {
+        (true, 0) => String::new(),
+        (true, n) => format!(", {n} × 429"),
+        (false, 0) => format!(", pace{text}"),
+        (false, n) => format!(", pace{text} ({n} × 429)"),
+    }
+}
+
+/// Which limit a 429 exhausted: what the headers show at zero, else what its message says.
+fn exhausted(announced: &Announced, message: &str) -> Exhausted {
+    let empty = |budget: Option<Budget>| budget.is_some_and(|b| b.remaining < 1.0);
+    match (empty(announced.requests), empty(announced.tokens)) {
+        (true, false) => Exhausted::Requests,
+        (false, true) => Exhausted::Tokens,
+        _ => Exhausted::from_message(message),
+    }
+}
+
+/// The remaining requests and tokens a reply announces: OpenAI's `x-ratelimit-*` (resets as
+/// durations), Anthropic's `anthropic-ratelimit-*` (resets as RFC 3339 times).
+fn announced(headers: &reqwest::header::HeaderMap) -> Announced {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let number = |name: &str| {
+        header(name)
+            .and_then(|text| text.parse::<f64>().ok())
+            .filter(|n| n.is_finite() && *n >= 0.0)
+    };
+    let openai = |what: &str| {
+        Some(Budget {
+            limit: number(&format!("x-ratelimit-limit-{what}"))?,
+            remaining: number(&format!("x-ratelimit-remaining-{what}"))?,
+            reset: header(&format!("x-ratelimit-reset-{what}")).and_then(go_duration)?,
+        })
+    };
+    let anthropic = |what: &str| {
+        let reset = header(&format!("anthropic-ratelimit-{what}-reset")).and_then(until_rfc3339)?;
+        Some(Budget {
+            limit: number(&format!("anthropic-ratelimit-{what}-limit"))?,
+            remaining: number(&format!("anthropic-ratelimit-{what}-remaining"))?,
+            reset,
+        })
+    };
+    Announced {
+        requests: openai("requests").or_else(|| anthropic("requests")),
+        tokens: openai("tokens")
+            .or_else(|| anthropic("tokens"))
+            .or_else(|| anthropic("input-tokens")),
+    }
+}
+
+/// The time from now until an RFC 3339 instant (`2026-12-01T20:44:34Z`, offsets and fractions
+/// allowed); zero for one past, none for text that is not one or more than an hour away.
+fn until_rfc3339(text: &str) -> Option<Duration> {
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut parts = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (parts.next()??, parts.next()??, parts.next()??);
+    let (clock, offset) = match time.find(['Z', 'z', '+', '-']) {
+        Some(at) => time.split_at(at),
+        None => return None,
+    };
+    let offset_seconds = match offset.chars().next() {
+        Some('Z' | 'z') => 0,
+        Some(sign) => {
+            let (hours, minutes) = offset[1..].split_once(':')?;
+            let magnitude = hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60;
+            if sign == '-' { -magnitude } else { magnitude }
+        }
+        None => return None,
+    };
+    let mut fields = clock.splitn(3, ':');
+    let (hours, minutes) = (
+        fields.next()?.parse::<i64>().ok()?,
+        fields.next()?.parse::<i64>().ok()?,
+    );
+    let seconds = fields.next()?.parse::<f64>().ok().filter(|s| s.is_finite())?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let at = (days * 86_400 + hours * 3600 + minutes * 60 - offset_seconds) as f64 + seconds;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let ahead = at - now;
+    (ahead <= 3600.0).then(|| Duration::from_secs_f64(ahead.max(0.0)))
 }
 
 /// A Go-style duration: `1s`, `6m0s`, `1h2m3.5s`, `20ms`.
@@ -587,13 +736,20 @@ impl ModelLauncher {
             return Err(rejected);
         }
         self.costs.reserve(most_cost)?;
-        let body = wire::body(self.endpoint.spec.api, &self.endpoint.spec.model, &prompt, params);
+        let seed = request
+            .get("seed")
+            .and_then(Value::as_u64)
+            .and_then(|seed| SeedRule::of(Some(&self.call), &callback.params).sent(seed));
+        let body = wire::body(
+            self.endpoint.spec.api,
+            &self.endpoint.spec.model,
+            &prompt,
+            params,
+            seed,
+        );
         let sent = match self.endpoint.batcher.get() {
-            None => self.endpoint.send(&body, most.0 + most.1, &callback.name).await,
-            Some(batcher) => {
-                self.batched(batcher, key, body, most.0 + most.1, &callback.name)
-                    .await
-            }
+            None => self.endpoint.send(&body, most, &callback.name).await,
+            Some(batcher) => self.batched(batcher, key, body, most, &callback.name).await,
         };
         let cost = sent.as_ref().map_or(0.0, |reply| self.cost(reply).0);
         self.costs.settle(most_cost, cost);
@@ -608,7 +764,7 @@ impl ModelLauncher {
         batcher: &batch::Batcher,
         key: &str,
         body: Value,
-        estimate: u64,
+        estimate: (u64, u64),
         label: &str,
     ) -> Result<Reply, FailureKind> {
         let again = match batch::Batcher::reply(&self.endpoint, key, body.clone()).await {

@@ -34,9 +34,15 @@ pub(crate) struct Prompt {
     pub verdict: bool,
 }
 
-/// The request body: the rendered messages, `max_tokens`, structured output for a judge, and
-/// the callback's other params as they are.
-pub(crate) fn body(api: Api, model: &str, prompt: &Prompt, params: &Map<String, Value>) -> Value {
+/// The request body: the rendered messages, `max_tokens`, structured output for a judge, the
+/// callback's other params as they are, and `seed` as the seed rule says (SPEC §8).
+pub(crate) fn body(
+    api: Api,
+    model: &str,
+    prompt: &Prompt,
+    params: &Map<String, Value>,
+    seed: Option<u64>,
+) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     body.insert("max_tokens".into(), json!(prompt.max_tokens));
@@ -77,12 +83,22 @@ pub(crate) fn body(api: Api, model: &str, prompt: &Prompt, params: &Map<String, 
         }
     }
     // The callback's params go in as they are and win (`response_format`, `temperature`, …);
-    // `model` and `structured` are gacc's own.
+    // `model` and `structured` are gacc's own, and `seed` is the seed rule's.
     for (key, value) in params {
-        if key == "model" || key == "structured" {
-            continue;
+        match key.as_str() {
+            "model" | "structured" => {}
+            "seed" => {
+                if let Some(seed) = seed {
+                    body.insert(key.clone(), json!(seed));
+                }
+            }
+            _ => {
+                body.insert(key.clone(), value.clone());
+            }
         }
-        body.insert(key.clone(), value.clone());
+    }
+    if let Some(seed) = seed {
+        body.entry("seed").or_insert(json!(seed));
     }
     Value::Object(body)
 }
@@ -317,6 +333,7 @@ mod tests {
             "deepseek-chat",
             &prompt,
             params.as_object().unwrap(),
+            None,
         );
         assert_eq!(body["model"], "deepseek-chat");
         assert_eq!(body["max_tokens"], 5);
@@ -329,7 +346,7 @@ mod tests {
             max_tokens: 10,
             verdict: true,
         };
-        let body = super::body(Api::AnthropicMessages, "claude", &prompt, &Map::new());
+        let body = super::body(Api::AnthropicMessages, "claude", &prompt, &Map::new(), None);
         assert_eq!(body["messages"][0]["content"][0]["text"], "memory|");
         assert_eq!(
             body["messages"][0]["content"][0]["cache_control"]["type"],
