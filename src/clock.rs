@@ -43,6 +43,15 @@ fn civil(seconds: u64) -> [i64; 6] {
     [year, month, day, hour as i64, minute as i64, second as i64]
 }
 
+/// A duration as a person reads it: `45 s`, `12 min`, `3.2 h`.
+pub(crate) fn human_duration(seconds: f64) -> String {
+    match seconds {
+        s if s < 90.0 => format!("{:.0} s", s.max(1.0)),
+        s if s < 5400.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

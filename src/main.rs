@@ -278,7 +278,7 @@ enum CacheCommand {
 enum BatchesCommand {
     /// The provider batches a cache recorded, open and ended (the default).
     List {
-        /// The cache folder.
+        /// The cache folder, or a manifest (its `[run] cache`).
         #[arg(default_value = ".gacc/cache")]
         path: PathBuf,
         /// Print JSON instead of a table.
@@ -288,7 +288,7 @@ enum BatchesCommand {
     /// Cancel every batch still open at its provider (its finished requests stay paid for and
     /// are collected by the next run; the rest are submitted again once).
     Cancel {
-        /// The cache folder.
+        /// The cache folder, or a manifest (its `[run] cache`).
         #[arg(default_value = ".gacc/cache")]
         path: PathBuf,
     },

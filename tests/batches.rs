@@ -353,9 +353,21 @@ fn ctrl_c_leaves_batches_running_and_gacc_batches_cancel_cancels_them() {
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(output.status.code(), Some(130), "{stderr}");
+    // The hint is the exact command, which finds the manifest's own cache (not the default).
+    let command = format!("gacc batches cancel {manifest}");
     assert!(
-        stderr.contains("1 provider batch(es) still run") && stderr.contains("gacc batches cancel"),
+        stderr.contains("1 provider batch(es) still run") && stderr.contains(&command),
         "{stderr}"
+    );
+    let listed = scratch
+        .gacc()
+        .args(["batches", "list", &manifest, "--json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert!(
+        listed.as_array().unwrap().iter().any(|r| r["state"] == "open"),
+        "{listed}"
     );
     assert!(
         records(&scratch, "experiments/cache-batch")
@@ -365,7 +377,7 @@ fn ctrl_c_leaves_batches_running_and_gacc_batches_cancel_cancels_them() {
 
     let cancelled = scratch
         .gacc()
-        .args(["batches", "cancel", "experiments/cache-batch"])
+        .args(["batches", "cancel", &manifest])
         .env("MOCK_API_KEY", KEY)
         .output()
         .unwrap();

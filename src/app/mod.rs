@@ -273,15 +273,26 @@ pub fn callback_check(
     check::check(manifest, sets, name, format == Format::Json)
 }
 
-/// `gacc batches list [CACHE]`: every provider batch the cache recorded.
+/// The cache a `gacc batches` argument names: a cache folder, or a manifest's `[run] cache`.
+fn batches_cache(path: &Path) -> Result<std::path::PathBuf, Error> {
+    if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+        let (loaded, _) = crate::inputs::manifest::load(path, &[])?;
+        return Ok(prepare::cache_root(&loaded));
+    }
+    Ok(path.to_owned())
+}
+
+/// `gacc batches list [CACHE|MANIFEST]`: every provider batch the cache recorded.
 pub fn batches_list(cache: &Path, format: Format) -> Result<Ended, Error> {
+    let cache = &batches_cache(cache)?;
     let records = crate::exec::model::batch::records(&cache.join(run::BATCHES));
     terminal::print_batches(cache, &records, format);
     Ok(Ended::Success)
 }
 
-/// `gacc batches cancel [CACHE]`: cancels every batch still open; fails if one cannot be.
+/// `gacc batches cancel [CACHE|MANIFEST]`: cancels every batch still open; fails if one cannot be.
 pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
+    let cache = &batches_cache(cache)?;
     let records = crate::exec::model::batch::records(&cache.join(run::BATCHES));
     let open: Vec<_> = records.into_iter().filter(|r| r.state == "open").collect();
     if open.is_empty() {

@@ -103,6 +103,9 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let opening = open_cache_early(&options.manifest, &options.sets);
     let prepared = prepare(&options.manifest, &options.sets)?;
+    for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
+        eprintln!("warning: {warning}");
+    }
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let runs = options
         .out
@@ -356,9 +359,10 @@ fn execute(
         crate::exec::shutdown();
         let open = crate::exec::model::batch::open_batches();
         if open > 0 {
+            let manifest = crate::inputs::manifest::shown(&options.manifest);
             eprintln!(
                 "{open} provider batch(es) still run: they are submitted and paid for, so gacc leaves them; \
-                 `gacc run` again collects their results, `gacc batches cancel` cancels them"
+                 `gacc run {manifest}` again collects their results, `gacc batches cancel {manifest}` cancels them"
             );
         }
         runner::trace_stages(progress);

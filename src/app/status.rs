@@ -66,6 +66,10 @@ pub(super) struct CallBounds {
     pub output_tokens: u64,
     /// None when the endpoint has no `price`.
     pub cost_usd: Option<f64>,
+    /// How long the calls need at the endpoint's pace, in seconds, when it is known.
+    pub seconds: Option<f64>,
+    /// What the time rests on: `rpm/tpm`, `the last run (RUN)`, or why it is unknown.
+    pub time_from: String,
 }
 
 /// The model built-ins of a manifest, as launchers that can render and bound their prompts.
@@ -248,7 +252,68 @@ pub(super) fn plan_status(
             }
         }
     }
-    Ok((status, bounder.bounds))
+    let mut bounds = bounder.bounds;
+    for (name, bound) in &mut bounds {
+        if let Some(spec) = manifest.models.get(name) {
+            estimate_time(bound, name, spec, &manifest.name);
+        }
+    }
+    Ok((status, bounds))
+}
+
+/// The time an endpoint's uncached calls need: from `rpm`/`tpm` where set, else from the
+/// pace it sustained in the last run of this experiment that used it (`run.json`).
+fn estimate_time(
+    bound: &mut CallBounds,
+    name: &str,
+    spec: &crate::inputs::models::ModelSpec,
+    experiment: &str,
+) {
+    if spec.batch.spec().is_some() {
+        bound.time_from = "a provider batch: its completion window".into();
+        return;
+    }
+    let time = |rpm: f64, tpm: f64| {
+        let of = |amount: f64, per_minute: f64| (per_minute > 0.0).then(|| amount / per_minute * 60.0);
+        let requests = of(bound.calls as f64, rpm);
+        let tokens = of((bound.input_tokens + bound.output_tokens) as f64, tpm);
+        requests.into_iter().chain(tokens).reduce(f64::max)
+    };
+    if let Some(seconds) = time(f64::from(spec.rpm), spec.tpm as f64) {
+        bound.seconds = Some(seconds);
+        bound.time_from = "rpm/tpm".into();
+        return;
+    }
+    let runs = Path::new("runs").join(experiment);
+    let mut folders: Vec<_> = std::fs::read_dir(&runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.is_dir()
+                && !path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    folders.sort();
+    for folder in folders.iter().rev() {
+        let Ok(text) = std::fs::read_to_string(folder.join("run.json")) else {
+            continue;
+        };
+        let Ok(run) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let sustained = |field: &str| run["endpoints"][name][field].as_f64().unwrap_or(0.0);
+        // The tokens it sustained were the estimates gacc paced on, as these bounds are.
+        if let Some(seconds) = time(sustained("sustained_rpm"), 0.0) {
+            bound.seconds = Some(seconds);
+            bound.time_from = format!("the last run ({})", folder.display());
+            return;
+        }
+    }
+    bound.time_from = "unknown until the first run".into();
 }
 
 /// A call's cached response, under its key or the key an earlier gacc filed it under.

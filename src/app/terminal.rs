@@ -321,6 +321,14 @@ pub(super) fn print_plan(
                 b.calls, b.input_tokens, b.output_tokens
             ));
         }
+        text.push_str("\ntime the calls need, per endpoint:\n");
+        for (name, b) in bounds {
+            let time = match b.seconds {
+                Some(seconds) => format!("about {}", crate::clock::human_duration(seconds)),
+                None => "unknown".into(),
+            };
+            text.push_str(&format!("{name:<16} {time}, from {}\n", b.time_from));
+        }
     }
     emit(&text);
 }

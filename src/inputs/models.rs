@@ -622,3 +622,86 @@ fn check_template(text: &str, role: Role) -> Result<(), String> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(api: Api, template: Option<&str>) -> Arc<ModelCall> {
+        let folder = tempfile::tempdir().unwrap();
+        if let Some(text) = template {
+            std::fs::write(folder.path().join("t.j2"), text).unwrap();
+        }
+        let spec: ModelSpec = toml::from_str(&format!(
+            "api = \"{}\"\nbase_url = \"http://127.0.0.1:9\"\nmodel = \"m\"",
+            api.as_str()
+        ))
+        .unwrap();
+        let models = BTreeMap::from([("m".to_owned(), spec)]);
+        let template = template.map(|_| Path::new("t.j2"));
+        resolve(
+            "llm-reader",
+            &json!({"model": "m"}),
+            template,
+            None,
+            &models,
+            folder.path(),
+        )
+        .unwrap()
+    }
+
+    /// (sent for run seed 7, per seed, legacy) of a reader with `params`.
+    fn rule(api: Api, template: Option<&str>, params: Value) -> (Option<u64>, bool, bool) {
+        let rule = SeedRule::of(Some(&call(api, template)), &params);
+        let SeedRule::Model { per_seed, legacy, .. } = rule else {
+            panic!("a model call has a model rule");
+        };
+        (rule.sent(7), per_seed, legacy)
+    }
+
+    #[test]
+    fn the_seed_reaches_the_model_only_where_it_should() {
+        use Api::{AnthropicMessages as Anthropic, OpenaiChat as OpenAi};
+        let greedy = json!({"model": "m", "temperature": 0});
+        let sampled = json!({"model": "m", "temperature": 0.7});
+        let default = json!({"model": "m"});
+        // Greedy: no seed, seeds share, and the old keys answer (the body is unchanged).
+        assert_eq!(rule(OpenAi, None, greedy.clone()), (None, false, true));
+        assert_eq!(rule(Anthropic, None, greedy.clone()), (None, false, true));
+        // Sampling (temperature above 0 or absent) on OpenAI's format sends the run's seed.
+        assert_eq!(rule(OpenAi, None, sampled.clone()), (Some(7), false, false));
+        assert_eq!(rule(OpenAi, None, default), (Some(7), false, false));
+        // Anthropic takes no seed: each seed its own call.
+        assert_eq!(rule(Anthropic, None, sampled.clone()), (None, true, true));
+        // params.seed overrides.
+        let with = |seed: Value| {
+            let mut params = sampled.clone();
+            params["seed"] = seed;
+            params
+        };
+        assert_eq!(rule(OpenAi, None, with(json!(false))), (None, true, false));
+        assert_eq!(rule(OpenAi, None, with(json!(true))), (Some(7), false, false));
+        assert_eq!(rule(OpenAi, None, with(json!(5))), (Some(5), false, true));
+        let mut forced = greedy.clone();
+        forced["seed"] = json!(true);
+        assert_eq!(rule(OpenAi, None, forced), (Some(7), false, false));
+        // A template that reads the seed puts it in the prompt.
+        let reads = "{{ memory }} {{ question }} {{ seed }}";
+        assert_eq!(rule(OpenAi, Some(reads), greedy), (None, true, true));
+        // A program's keys are what they always were.
+        assert_eq!(SeedRule::of(None, &sampled).key_term(7).to_string(), "7");
+        let rule = SeedRule::of(Some(&call(OpenAi, None)), &sampled);
+        assert_eq!(rule.key_term(7).to_string(), r#"{"per_seed":null,"sent":7}"#);
+    }
+
+    #[test]
+    fn a_seed_an_api_cannot_take_is_refused() {
+        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(3))).is_some());
+        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(true))).is_some());
+        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(false))).is_none());
+        assert!(seed_problem(Api::OpenaiChat, Some(&json!(-1))).is_some());
+        assert!(seed_problem(Api::OpenaiChat, Some(&json!("7"))).is_some());
+        assert!(seed_problem(Api::OpenaiChat, Some(&json!(7))).is_none());
+        assert!(seed_problem(Api::OpenaiChat, None).is_none());
+    }
+}

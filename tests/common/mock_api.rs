@@ -30,6 +30,15 @@ pub enum Format {
 pub struct Behaviour {
     /// Requests admitted per second (a bucket of one second's worth); above it, 429.
     pub rate: Option<f64>,
+    /// The bucket's size, when it is not one second's worth.
+    pub burst: Option<f64>,
+    /// A 429 says `Retry-After: N` whole seconds only (as most providers do), not the exact wait.
+    pub retry_after: Option<u64>,
+    /// Every reply carries OpenAI's `x-ratelimit-*` headers for the request bucket.
+    pub ratelimit_headers: bool,
+    /// Prompt tokens (a token per four bytes) admitted per second, a bucket of `token_burst`.
+    pub token_rate: Option<f64>,
+    pub token_burst: f64,
     /// The first N requests answer 503.
     pub fail_first: u64,
     /// The first N requests answer a 200 whose body is cut off.
@@ -70,6 +79,8 @@ pub struct Counts {
     pub judge: AtomicU64,
     /// The most requests in flight at once.
     pub peak_in_flight: AtomicU64,
+    /// Prompt tokens the token bucket admitted.
+    pub prompt_tokens_admitted: AtomicU64,
     in_flight: AtomicU64,
 }
 
@@ -84,6 +95,7 @@ struct State {
     behaviour: Behaviour,
     counts: Counts,
     bucket: Mutex<(f64, Instant)>,
+    token_bucket: Mutex<(f64, Instant)>,
     /// Prompt prefixes (memories) seen, for the prefix cache it reports.
     prefixes: Mutex<HashSet<String>>,
     /// Headers of every request (to check that no key leaks and the right ones are sent).
@@ -127,7 +139,8 @@ impl MockApi {
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             format,
-            bucket: Mutex::new((behaviour.rate.unwrap_or(0.0), Instant::now())),
+            bucket: Mutex::new((behaviour.burst.or(behaviour.rate).unwrap_or(0.0), Instant::now())),
+            token_bucket: Mutex::new((behaviour.token_burst, Instant::now())),
             behaviour,
             counts: Counts::default(),
             prefixes: Mutex::new(HashSet::new()),
@@ -313,28 +326,43 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
             "Incorrect API key provided: sk-t****cret. You can find your API key at https://example.invalid.",
         );
     }
+    let mut announced = String::new();
     if let Some(rate) = behaviour.rate {
+        let capacity = behaviour.burst.unwrap_or(rate.max(1.0));
         let mut bucket = state.bucket.lock().unwrap();
         let elapsed = bucket.1.elapsed().as_secs_f64();
-        bucket.0 = (bucket.0 + elapsed * rate).min(rate.max(1.0));
+        bucket.0 = (bucket.0 + elapsed * rate).min(capacity);
         bucket.1 = Instant::now();
-        if bucket.0 < 1.0 {
-            let wait = (1.0 - bucket.0) / rate;
-            counts.rate_limited.fetch_add(1, Ordering::SeqCst);
-            let extra = format!(
-                "Retry-After: {}\r\nretry-after-ms: {}\r\n",
-                wait.ceil() as u64,
-                (wait * 1000.0).ceil() as u64
-            );
-            return (
-                429,
-                extra,
-                json!({"error": {"message": "Rate limit reached", "type": "requests"}})
-                    .to_string()
-                    .into_bytes(),
+        let admitted = bucket.0 >= 1.0;
+        if admitted {
+            bucket.0 -= 1.0;
+        }
+        if behaviour.ratelimit_headers {
+            let reset_ms = ((capacity - bucket.0) / rate * 1000.0).ceil() as u64;
+            announced = format!(
+                "x-ratelimit-limit-requests: {}\r\nx-ratelimit-remaining-requests: {}\r\nx-ratelimit-reset-requests: {reset_ms}ms\r\n",
+                capacity as u64,
+                bucket.0.floor() as u64
             );
         }
-        bucket.0 -= 1.0;
+        if !admitted {
+            return rate_limited(counts, behaviour, (1.0 - bucket.0) / rate, "requests", &announced);
+        }
+    }
+    if let Some(rate) = behaviour.token_rate {
+        let tokens = (body.len() / 4) as f64;
+        let mut bucket = state.token_bucket.lock().unwrap();
+        let elapsed = bucket.1.elapsed().as_secs_f64();
+        bucket.0 = (bucket.0 + elapsed * rate).min(behaviour.token_burst);
+        bucket.1 = Instant::now();
+        if bucket.0 < tokens {
+            let wait = (tokens - bucket.0) / rate;
+            return rate_limited(counts, behaviour, wait, "tokens", "");
+        }
+        bucket.0 -= tokens;
+        counts
+            .prompt_tokens_admitted
+            .fetch_add(tokens as u64, Ordering::SeqCst);
     }
     if number <= behaviour.fail_first {
         return error(503, "overloaded");
@@ -364,8 +392,35 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
     let _ = headers;
     (
         200,
-        String::new(),
+        announced,
         completion(state, &request, number).to_string().into_bytes(),
+    )
+}
+
+/// A 429 for the limit `what`, saying to retry after `wait` seconds (or as told).
+fn rate_limited(
+    counts: &Counts,
+    behaviour: &Behaviour,
+    wait: f64,
+    what: &str,
+    extra: &str,
+) -> (u16, String, Vec<u8>) {
+    counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+    let retry = match behaviour.retry_after {
+        Some(seconds) => format!("Retry-After: {seconds}\r\n"),
+        None => format!(
+            "Retry-After: {}\r\nretry-after-ms: {}\r\n",
+            wait.ceil() as u64,
+            (wait * 1000.0).ceil() as u64
+        ),
+    };
+    let message = format!("Rate limit reached on {what} per min");
+    (
+        429,
+        format!("{retry}{extra}"),
+        json!({"error": {"message": message, "type": what}})
+            .to_string()
+            .into_bytes(),
     )
 }
 

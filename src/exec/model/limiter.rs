@@ -32,6 +32,8 @@ const LOOK_BACK: Duration = Duration::from_secs(3);
 const HISTORY: Duration = Duration::from_secs(30);
 /// A learned rate never falls below one request (or token) a minute.
 const MIN_RATE: f64 = 1.0 / 60.0;
+/// How long the highest announced rate holds.
+const ANNOUNCED_FOR: Duration = Duration::from_secs(10);
 /// Growth needs calls that waited on the pace this recently.
 const PRESSURE: Duration = Duration::from_secs(1);
 
@@ -249,9 +251,10 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// The rate it refills at: what is used, over the time until it is full again.
+    /// The least rate it refills at: what is used, over the time until it is full again.
+    /// `remaining` is a whole number, the level rounded down, so a unit less is surely used.
     fn refill(&self) -> Option<f64> {
-        let used = self.limit - self.remaining;
+        let used = self.limit - self.remaining - 1.0;
         (used >= 1.0 && !self.reset.is_zero()).then(|| used / self.reset.as_secs_f64())
     }
 
@@ -271,6 +274,7 @@ pub(crate) struct Announced {
 
 /// A call the pacer started: when, and its size in the pacer's tokens.
 #[derive(Debug, Clone, Copy)]
+#[must_use]
 pub(crate) struct Ticket {
     seq: u64,
     at: Instant,
@@ -291,12 +295,14 @@ struct PaceState {
     next: Option<Instant>,
     learned: Rates,
     announced: Rates,
+    /// When each announced rate was last raised: a lower one replaces it only after a while.
+    announced_at: [Option<Instant>; 2],
     /// Fast growth until an episode under pacing has measured the provider.
     fast: bool,
     grown_at: Option<Instant>,
     /// A call last waited on the pace at this instant.
     pressed_at: Option<Instant>,
-    /// The start of the call that opened the last 429 episode.
+    /// When the last 429 episode was seen: the 429s of calls started before it belong to it.
     episode: Option<Instant>,
     /// Calls started in the last `HISTORY`: (seq, start, tokens, drew a 429).
     history: VecDeque<(u64, Instant, f64, bool)>,
@@ -322,6 +328,7 @@ impl Pacer {
                 next: None,
                 learned: Rates::default(),
                 announced: Rates::default(),
+                announced_at: [None, None],
                 fast: true,
                 grown_at: None,
                 pressed_at: None,
@@ -410,10 +417,11 @@ impl Pacer {
         }
         let rate = if state.fast { PROBE_FAST } else { PROBE_SLOW };
         let factor = (1.0 + rate).powf(since.as_secs_f64().min(1.0));
-        for learned in [&mut state.learned.requests, &mut state.learned.tokens] {
-            if let Some(value) = learned {
-                *value *= factor;
-            }
+        for value in [&mut state.learned.requests, &mut state.learned.tokens]
+            .into_iter()
+            .flatten()
+        {
+            *value *= factor;
         }
     }
 
@@ -466,7 +474,7 @@ impl Pacer {
             if paced {
                 state.fast = false;
             }
-            state.episode = Some(ticket.at);
+            state.episode = Some(Instant::now());
             tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
         }
         let pace = self.in_force(&state);
@@ -474,19 +482,31 @@ impl Pacer {
             .map_or(0, |r| (r * latency.as_secs_f64() * 1.5).ceil() as usize + 1)
     }
 
-    /// A reply announced its provider's remaining requests and tokens: pace just below the
-    /// rate they refill at, and hold the next call while none is left.
-    pub(crate) fn announced(&self, announced: Announced) {
+    /// A reply announced its provider's remaining requests and tokens, as they were when its
+    /// call (`ticket`) arrived: pace just below the rate they refill at, and hold the next call
+    /// until one more is there.
+    pub(crate) fn announced(&self, ticket: Ticket, announced: Announced) {
         if announced == Announced::default() {
             return;
         }
         let mut state = self.state();
-        let below = |budget: Option<Budget>| budget.and_then(|b| b.refill()).map(|r| r * BELOW_ANNOUNCED);
-        if let Some(rate) = below(announced.requests) {
-            state.announced.requests = Some(rate);
-        }
-        if let Some(rate) = below(announced.tokens) {
-            state.announced.tokens = Some(rate);
+        let now = Instant::now();
+        let state = &mut *state;
+        // Each announcement bounds the rate from below: the pace follows the highest of the
+        // last seconds (a provider that lowers its limit is met by the 429 path).
+        let slots = [
+            (announced.requests, &mut state.announced.requests, 0),
+            (announced.tokens, &mut state.announced.tokens, 1),
+        ];
+        for (budget, rate, at) in slots {
+            let Some(new) = budget.and_then(|b| b.refill()).map(|r| r * BELOW_ANNOUNCED) else {
+                continue;
+            };
+            let stale = state.announced_at[at].is_none_or(|t| now - t > ANNOUNCED_FOR);
+            if stale || rate.is_none_or(|old| new >= old) {
+                *rate = Some(new);
+                state.announced_at[at] = Some(now);
+            }
         }
         let hold = [
             announced.requests.and_then(|b| b.until(1.0)),
@@ -496,7 +516,7 @@ impl Pacer {
         .flatten()
         .max();
         if let Some(hold) = hold {
-            let until = Instant::now() + hold;
+            let until = ticket.at + hold;
             state.next = Some(state.next.map_or(until, |n| n.max(until)));
         }
     }
@@ -570,14 +590,14 @@ mod tests {
         let pacer = Pacer::new(60, 0, true);
         let start = Instant::now();
         for _ in 0..3 {
-            pacer.wait(0, 0).await;
+            let _ = pacer.wait(0, 0).await;
         }
         assert_eq!(Instant::now() - start, Duration::from_secs(2));
         let pacer = Pacer::new(0, 6000, true);
         let start = Instant::now();
-        pacer.wait(1000, 0).await;
-        pacer.wait(1000, 0).await;
-        pacer.wait(1000, 0).await;
+        let _ = pacer.wait(1000, 0).await;
+        let _ = pacer.wait(1000, 0).await;
+        let _ = pacer.wait(1000, 0).await;
         assert_eq!(Instant::now() - start, Duration::from_secs(20));
     }
 
@@ -601,15 +621,16 @@ mod tests {
     fn an_announced_budget_gives_its_refill_rate_and_the_wait_for_the_next_unit() {
         let budget = Budget {
             limit: 500.0,
-            remaining: 499.0,
-            reset: Duration::from_millis(120),
+            remaining: 498.0,
+            reset: Duration::from_millis(240),
         };
-        assert!((budget.refill().unwrap() - 1.0 / 0.12).abs() < 1e-9);
+        // At least one of the two used is surely used: a level of 498.9 shows as 498.
+        assert!((budget.refill().unwrap() - 1.0 / 0.24).abs() < 1e-9);
         assert_eq!(budget.until(1.0), None);
         let empty = Budget {
             limit: 5.0,
             remaining: 0.0,
-            reset: Duration::from_millis(250),
+            reset: Duration::from_millis(200),
         };
         assert_eq!(empty.until(1.0), Some(Duration::from_millis(50)));
         // A full budget says nothing of the rate.

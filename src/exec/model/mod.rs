@@ -201,7 +201,7 @@ impl Endpoint {
             let (wait, why) = match outcome {
                 Exchange::Answered(reply, announced) => {
                     self.took(started.elapsed());
-                    self.pacer.announced(announced);
+                    self.pacer.announced(ticket, announced);
                     self.pacer.admitted(ticket, reply.usage.input, estimate.0);
                     slot.succeeded();
                     return Ok(reply);
@@ -212,7 +212,7 @@ impl Endpoint {
                     announced,
                 } => {
                     limited += 1;
-                    self.pacer.announced(announced);
+                    self.pacer.announced(ticket, announced);
                     let exhausted = exhausted(&announced, &message);
                     let needed = self.pacer.limited(ticket, exhausted, self.latency());
                     slot.rate_limited(needed);

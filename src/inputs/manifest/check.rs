@@ -15,6 +15,39 @@ fn valid_name(name: &str) -> bool {
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
 }
 
+/// What a manifest asks that gacc will not do, but that is no error: a persistent callback
+/// that wants more calls in flight than `[run] concurrency` lets it have.
+pub(crate) fn warnings(loaded: &Loaded) -> Vec<String> {
+    let file = loaded.path.display();
+    let manifest = &loaded.manifest;
+    let run = manifest.run.concurrency;
+    let specs = manifest
+        .compressors
+        .iter()
+        .map(|(name, spec)| (format!("compressors.{name}"), spec))
+        .chain([
+            ("reader".to_owned(), &manifest.reader),
+            ("judge".to_owned(), &manifest.judge),
+        ]);
+    let mut warnings = Vec::new();
+    for (key, spec) in specs {
+        if spec.mode != Mode::Persistent {
+            continue;
+        }
+        for (field, asked) in [
+            ("max_inflight", spec.max_inflight),
+            ("concurrency", spec.concurrency),
+        ] {
+            if let Some(asked) = asked.filter(|asked| *asked > run) {
+                warnings.push(format!(
+                    "{file}: key `{key}.{field}` asks for {asked} calls in flight, but `run.concurrency` is {run}: at most {run} run at once (raise `run.concurrency` to use them)"
+                ));
+            }
+        }
+    }
+    warnings
+}
+
 /// Every problem of a loaded manifest, in the order of its keys.
 pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
     let file = loaded.path.display().to_string();

@@ -18,6 +18,7 @@ use crate::inputs::records::SourceRecord;
 mod check;
 use crate::protocol::{Budget, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
+pub(crate) use check::warnings;
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_RETRIES: u32 = 2;

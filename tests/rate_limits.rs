@@ -1,0 +1,321 @@
+//! Rate limits found without being told (SPEC §8, "Rate limits"), against three mock servers
+//! on 127.0.0.1 whose limits gacc is not given: (a) requests per second with a small burst,
+//! instant replies and `Retry-After: 1`; (b) the same with 300 ms replies and OpenAI's
+//! rate-limit headers; (c) prompt tokens per second with long prompts. The tests check what
+//! must hold whatever the machine's speed: no failed call, no request sent twice, the learned
+//! pace in `run.json`, and few 429s where the server announces its limits. The benchmark
+//! (ignored) measures goodput, and drives a peer against the same servers when asked.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::mock_api::{Behaviour, Format, MockApi};
+use common::{Scratch, read_json};
+use serde_json::{Value, json};
+
+const RATE: f64 = 20.0;
+const BURST: f64 = 5.0;
+const TOKEN_RATE: f64 = 20_000.0;
+
+/// The three servers.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    /// (a)
+    Requests,
+    /// (b)
+    Announced,
+    /// (c)
+    Tokens,
+}
+
+impl Server {
+    fn behaviour(self) -> Behaviour {
+        match self {
+            Server::Requests => Behaviour {
+                rate: Some(RATE),
+                burst: Some(BURST),
+                retry_after: Some(1),
+                ..Behaviour::default()
+            },
+            Server::Announced => Behaviour {
+                rate: Some(RATE),
+                burst: Some(BURST),
+                retry_after: Some(1),
+                ratelimit_headers: true,
+                delay: Duration::from_millis(300),
+                ..Behaviour::default()
+            },
+            Server::Tokens => Behaviour {
+                token_rate: Some(TOKEN_RATE),
+                token_burst: TOKEN_RATE,
+                retry_after: Some(1),
+                delay: Duration::from_millis(200),
+                ..Behaviour::default()
+            },
+        }
+    }
+
+    /// Each question's prompt: short, or about 2,000 tokens for the tokens server.
+    fn line_bytes(self) -> usize {
+        match self {
+            Server::Tokens => 8_000,
+            _ => 0,
+        }
+    }
+}
+
+/// A dataset of `calls` questions in sources of 20, each source read whole (identity) by an
+/// `llm-reader` and judged by `exact`: one reader call per question.
+fn workload(scratch: &Scratch, calls: usize, filler: usize) {
+    let mut lines = String::new();
+    for s in 0..calls.div_ceil(20) {
+        let mut text: String = (0..20)
+            .map(|q| format!("item{q}: weight={}\n", s * 100 + q))
+            .collect();
+        text.push_str(&"filler text ".repeat(filler / 12));
+        let questions: Vec<Value> = (0..20.min(calls - s * 20))
+            .map(|q| json!({"id": format!("s{s}q{q}"), "question": format!("What is the weight of item{q}?"), "reference": (s * 100 + q).to_string()}))
+            .collect();
+        let goals = json!([{"id": format!("s{s}g"), "text": "know the weights", "questions": questions}]);
+        lines.push_str(&json!({"id": format!("s{s}"), "text": text, "goals": goals}).to_string());
+        lines.push('\n');
+    }
+    scratch.write("data.jsonl", &lines);
+}
+
+fn manifest(scratch: &Scratch, api: &MockApi, name: &str) -> String {
+    let manifest = format!(
+        "name = \"{name}\"\nseeds = [1]\nratios = [1.0]\n[dataset]\npath = \"data.jsonl\"\n\
+         [models.mock]\napi = \"openai-chat\"\nbase_url = \"{}\"\nmodel = \"m\"\nretries = 8\n\
+         [compressors.all]\nbuiltin = \"identity\"\n[reader]\nbuiltin = \"llm-reader\"\n\
+         params = {{ model = \"mock\", temperature = 0.0 }}\n[judge]\nbuiltin = \"exact\"\n\
+         [run]\ncache = \"cache-{name}\"\nconcurrency = 32\n",
+        api.url
+    );
+    let path = format!("{name}.toml");
+    scratch.write(&path, &manifest);
+    path
+}
+
+/// What one run against a server did.
+struct Ran {
+    status: i32,
+    seconds: f64,
+    failed: usize,
+    made: u64,
+    endpoint: Value,
+}
+
+fn run(scratch: &Scratch, server: Server, calls: usize) -> (Ran, MockApi) {
+    let api = MockApi::start(Format::OpenAi, server.behaviour());
+    workload(scratch, calls, server.line_bytes());
+    let name = format!("{server:?}").to_lowercase();
+    let manifest = manifest(scratch, &api, &name);
+    let started = Instant::now();
+    // The benchmark's `GACC_SET` adds `--set` options (e.g. `models.mock.rpm=1200`).
+    let sets: Vec<String> = std::env::var("GACC_SET")
+        .unwrap_or_default()
+        .split_whitespace()
+        .flat_map(|set| ["--set".to_owned(), set.to_owned()])
+        .collect();
+    let mut extra: Vec<&str> = vec!["-q"];
+    extra.extend(sets.iter().map(String::as_str));
+    let (status, folder, stderr) = scratch.run(&manifest, &extra);
+    let seconds = started.elapsed().as_secs_f64();
+    let report = read_json(&folder.join("report.json"));
+    let run = read_json(&folder.join("run.json"));
+    assert!(status == 0, "{server:?}: {stderr}");
+    let ran = Ran {
+        status,
+        seconds,
+        failed: report["failures"].as_array().map_or(0, Vec::len),
+        made: report["calls"]["reader"]["made"].as_u64().unwrap_or(0),
+        endpoint: run["endpoints"]["mock"].clone(),
+    };
+    (ran, api)
+}
+
+/// No failed call, every question answered by one request, none sent twice.
+fn assert_clean(server: Server, ran: &Ran, api: &MockApi, calls: usize) {
+    assert_eq!((ran.status, ran.failed), (0, 0), "{server:?}");
+    assert_eq!(ran.made, calls as u64, "{server:?}");
+    let counts = api.counts();
+    assert_eq!(counts.get(&counts.answered), calls as u64, "{server:?}");
+    assert_eq!(api.repeated(), 0, "{server:?}: a request was sent twice");
+}
+
+#[test]
+fn an_untold_request_limit_is_learned_with_no_failed_call_and_no_call_twice() {
+    let scratch = Scratch::empty();
+    let (ran, api) = run(&scratch, Server::Requests, 120);
+    assert_clean(Server::Requests, &ran, &api, 120);
+    // It drew 429s (the burst is 5) and learned a pace below 1.5 times the limit.
+    assert!(api.counts().get(&api.counts().rate_limited) > 0);
+    let pace = ran.endpoint["pace_rpm"]
+        .as_f64()
+        .expect("a learned pace in run.json");
+    assert!(pace > 0.0 && pace < RATE * 60.0 * 1.5, "{}", ran.endpoint);
+    assert!(ran.endpoint["sustained_rpm"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn announced_limits_are_paced_to_and_draw_few_429s() {
+    let scratch = Scratch::empty();
+    let calls = 120;
+    let (ran, api) = run(&scratch, Server::Announced, calls);
+    assert_clean(Server::Announced, &ran, &api, calls);
+    let limited = api.counts().get(&api.counts().rate_limited);
+    assert!(
+        limited as f64 <= 0.05 * calls as f64,
+        "{limited} of {calls} calls drew a 429"
+    );
+    let pace = ran.endpoint["pace_rpm"].as_f64().expect("the announced pace");
+    assert!(pace <= RATE * 60.0, "{}", ran.endpoint);
+}
+
+#[test]
+fn an_untold_token_limit_is_learned_with_no_failed_call() {
+    let scratch = Scratch::empty();
+    let (ran, api) = run(&scratch, Server::Tokens, 40);
+    assert_clean(Server::Tokens, &ran, &api, 40);
+    if api.counts().get(&api.counts().rate_limited) > 0 {
+        assert!(ran.endpoint["pace_tpm"].as_f64().is_some(), "{}", ran.endpoint);
+    }
+}
+
+/// A benchmark, not a test (`cargo test --release --test rate_limits -- --ignored
+/// --nocapture`): 1,500 calls against each server, goodput as a share of its limit. With
+/// `GACC_PEER` set to a command, each server is also driven by that command (given the
+/// server's URL in `MOCK_URL`, the number of calls in `CALLS` and the data in `DATA`), side by
+/// side; its goodput is measured from what the server admitted.
+#[test]
+#[ignore]
+fn rate_limit_benchmark() {
+    let calls: usize = std::env::var("CALLS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1500);
+    let peer = std::env::var("GACC_PEER").ok();
+    println!(
+        "{:<10} {:<6} {:>6} {:>8} {:>8} {:>7} {:>7} {:>6}",
+        "server", "runner", "calls", "seconds", "goodput", "429s", "failed", "twice"
+    );
+    let only = std::env::var("SERVERS").unwrap_or_default().to_lowercase();
+    for server in [Server::Requests, Server::Announced, Server::Tokens] {
+        if !only.is_empty() && !only.contains(&format!("{server:?}").to_lowercase()) {
+            continue;
+        }
+        let scratch = Scratch::empty();
+        let (ran, api) = run(&scratch, server, calls);
+        let counts = api.counts();
+        let share = goodput(server, &api, ran.seconds);
+        println!(
+            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6}",
+            format!("{server:?}"),
+            "gacc",
+            ran.made,
+            ran.seconds,
+            share,
+            counts.get(&counts.rate_limited),
+            ran.failed,
+            api.repeated()
+        );
+        let Some(peer) = &peer else { continue };
+        let api = MockApi::start(Format::OpenAi, server.behaviour());
+        let started = Instant::now();
+        let status = std::process::Command::new("sh")
+            .args(["-c", peer])
+            .env("MOCK_URL", &api.url)
+            .env("CALLS", calls.to_string())
+            .env("DATA", scratch.path("data.jsonl"))
+            .status()
+            .expect("the peer command starts");
+        let seconds = started.elapsed().as_secs_f64();
+        let counts = api.counts();
+        let answered = counts.get(&counts.answered);
+        println!(
+            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6}",
+            format!("{server:?}"),
+            "peer",
+            answered,
+            seconds,
+            goodput(server, &api, seconds),
+            counts.get(&counts.rate_limited),
+            if status.success() {
+                calls as u64 - answered.min(calls as u64)
+            } else {
+                calls as u64
+            },
+            api.repeated()
+        );
+    }
+}
+
+/// Admitted requests (prompt tokens for the tokens server) per second over the limit.
+fn goodput(server: Server, api: &MockApi, seconds: f64) -> f64 {
+    let counts = api.counts();
+    match server {
+        Server::Tokens => counts.get(&counts.prompt_tokens_admitted) as f64 / seconds / TOKEN_RATE,
+        _ => counts.get(&counts.answered) as f64 / seconds / RATE,
+    }
+}
+
+#[test]
+fn gacc_plan_says_how_long_from_rpm_or_the_last_run() {
+    let scratch = Scratch::empty();
+    let api = MockApi::start(Format::OpenAi, Server::Requests.behaviour());
+    workload(&scratch, 40, 0);
+    let manifest = manifest(&scratch, &api, "timed");
+    let plan = |extra: &[&str]| {
+        let output = scratch
+            .gacc()
+            .args(["plan", &manifest])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let first = plan(&[]);
+    assert!(
+        first.contains("unknown, from unknown until the first run"),
+        "{first}"
+    );
+    let paced = plan(&["--set", "models.mock.rpm=600"]);
+    // 40 calls at 10 a second.
+    assert!(paced.contains("about 4 s, from rpm/tpm"), "{paced}");
+    let (status, _, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    // Another reader's calls: none cached, timed from what the endpoint sustained.
+    let after = plan(&["--set", "reader.params.temperature=0.5"]);
+    assert!(after.contains("from the last run (runs/timed/"), "{after}");
+    assert_eq!(
+        api.requests() as usize,
+        api.counts().get(&api.counts().answered) as usize
+            + api.counts().get(&api.counts().rate_limited) as usize
+    );
+}
+
+#[test]
+fn a_persistent_callback_asking_for_more_than_run_concurrency_is_warned_about() {
+    let scratch = Scratch::new();
+    let (status, _, stderr) = scratch.run(
+        "experiments/fixture.toml",
+        &[
+            "--set",
+            "reader.mode=\"persistent\"",
+            "--set",
+            "reader.max_inflight=16",
+            "--set",
+            "run.concurrency=2",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert!(
+        stderr.contains("warning:")
+            && stderr.contains("`reader.max_inflight` asks for 16")
+            && stderr.contains("`run.concurrency` is 2"),
+        "{stderr}"
+    );
+}
