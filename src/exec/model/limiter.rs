@@ -452,17 +452,27 @@ impl Pacer {
         }
         let new_episode = state.episode.is_none_or(|e| ticket.at > e);
         if new_episode {
+            // Two measures, each low in one case: since the last episode (exact when the
+            // provider's bucket was empty at both ends, low when gacc sent below the limit for a
+            // while) and the last seconds (high by what the bucket held when they began). The
+            // higher one, paced just below, wastes neither.
             let first = state.first_start.unwrap_or(ticket.at);
-            let from = match state.episode {
+            let look_back = first.max(ticket.at.checked_sub(LOOK_BACK).unwrap_or(first));
+            let since = match state.episode {
                 Some(e) if ticket.at - e >= MIN_SPAN && !state.fast => e,
-                _ => first.max(ticket.at.checked_sub(LOOK_BACK).unwrap_or(first)),
+                _ => look_back,
             };
-            let span = (ticket.at - from).max(MIN_SPAN).as_secs_f64();
-            let (count, tokens) = state
-                .history
-                .iter()
-                .filter(|(_, at, _, limited)| *at >= from && *at < ticket.at && !limited)
-                .fold((0.0, 0.0), |(n, t), (_, _, tokens, _)| (n + 1.0, t + tokens));
+            let admitted = |from: Instant| {
+                let span = (ticket.at - from).max(MIN_SPAN).as_secs_f64();
+                let (count, tokens) = state
+                    .history
+                    .iter()
+                    .filter(|(_, at, _, limited)| *at >= from && *at < ticket.at && !limited)
+                    .fold((0.0, 0.0), |(n, t), (_, _, tokens, _)| (n + 1.0, t + tokens));
+                (count / span, tokens / span)
+            };
+            let (a, b) = (admitted(since), admitted(look_back));
+            let (count, tokens, span) = (a.0.max(b.0), a.1.max(b.1), 1.0);
             let paced = state.learned != Rates::default();
             let measured = |admitted: f64| Some((BELOW * admitted / span).max(MIN_RATE));
             if exhausted != Exhausted::Tokens {
