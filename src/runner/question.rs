@@ -29,8 +29,6 @@ struct Step<'a> {
     question_id: &'a str,
     callback: &'a Callback,
     cache_key: String,
-    /// The key an earlier gacc filed the same request under, if it differs.
-    legacy_key: Option<String>,
 }
 
 impl Step<'_> {
@@ -52,11 +50,11 @@ impl QuestionOutcome {
         shared: &RunState,
         job: &MemoryJob,
         step: Step<'_>,
+        legacy: impl FnOnce() -> Option<String>,
         request: impl Fn() -> Value,
     ) -> Option<Value> {
         let started = Instant::now();
         let description = || json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
-        let legacy = || step.legacy_key.clone();
         let made = obtain(
             shared,
             step.callback,
@@ -125,7 +123,6 @@ pub(super) async fn run_question(
         question_id: &question.id,
         callback: reader,
         cache_key: run.plan.read_key(job, question_job, memory_sha256),
-        legacy_key: run.plan.legacy_read_key(job, question_job, memory_sha256),
     };
     let request = || {
         json!({
@@ -137,7 +134,9 @@ pub(super) async fn run_question(
             "params": reader.params,
         })
     };
-    let Some(response) = outcome.step(shared, job, read, request).await else {
+    // The key an earlier gacc filed the same request under, looked up only on a miss.
+    let legacy = || run.plan.legacy_read_key(job, question_job, memory_sha256);
+    let Some(response) = outcome.step(shared, job, read, legacy, request).await else {
         return outcome;
     };
     let answer = response
@@ -153,7 +152,6 @@ pub(super) async fn run_question(
         question_id: &question.id,
         callback: judge,
         cache_key: run.plan.judge_key(job, question_job, &answer),
-        legacy_key: run.plan.legacy_judge_key(job, question_job, &answer),
     };
     let request = || {
         json!({
@@ -167,7 +165,8 @@ pub(super) async fn run_question(
             "params": judge.params,
         })
     };
-    if let Some(response) = outcome.step(shared, job, judgement, request).await {
+    let legacy = || run.plan.legacy_judge_key(job, question_job, &answer);
+    if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await {
         outcome.row.correct = response.get("correct").and_then(Value::as_bool);
         outcome.row.score = response.get("score").and_then(Value::as_f64);
         outcome.row.rationale = response

@@ -472,11 +472,11 @@ impl Pacer {
                 (count / span, tokens / span)
             };
             let (a, b) = (admitted(since), admitted(look_back));
-            let (count, tokens, span) = (a.0.max(b.0), a.1.max(b.1), 1.0);
+            let (requests, tokens) = (a.0.max(b.0), a.1.max(b.1));
             let paced = state.learned != Rates::default();
-            let measured = |admitted: f64| Some((BELOW * admitted / span).max(MIN_RATE));
+            let measured = |admitted: f64| Some((BELOW * admitted).max(MIN_RATE));
             if exhausted != Exhausted::Tokens {
-                state.learned.requests = measured(count);
+                state.learned.requests = measured(requests);
             }
             if exhausted != Exhausted::Requests {
                 state.learned.tokens = measured(tokens);
