@@ -324,3 +324,73 @@ fn every_callback_is_told_its_role_protocol_and_mode() {
         );
     }
 }
+
+/// Rows without the fields that name a call's key (a program's identity differs from the
+/// built-in's), for comparing what two runs found.
+fn without_keys(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    rows.into_iter()
+        .map(|mut row| {
+            let fields = row.as_object_mut().unwrap();
+            for key in ["memory_key", "key", "cache_key", "cached"] {
+                fields.remove(key);
+            }
+            row
+        })
+        .collect()
+}
+
+#[test]
+fn rule_built_ins_run_inside_gacc_and_answer_as_their_programs_do() {
+    for manifest in ["experiments/fixture.toml", "experiments/baselines.toml"] {
+        let scratch = Scratch::new();
+        let (status, inside, stderr) = scratch.run(manifest, &[]);
+        assert_eq!(status, 0, "{stderr}");
+        let programs = scratch.as_programs(manifest);
+        let (status, outside, stderr) = scratch.run(&programs, &["--set", "run.cache=\"cache-programs\""]);
+        assert_eq!(status, 0, "{stderr}");
+        let report = read_json(&inside.join("report.json"));
+        for role in ["compressor", "reader", "judge"] {
+            let holdout = &report["holdout"][role];
+            assert_eq!(holdout["holdout_enforced"], true, "{manifest} {role}");
+            for (name, how) in holdout["callbacks"].as_object().unwrap() {
+                assert_eq!(how["sandbox"], "in-process", "{manifest} {name}");
+                assert_eq!(how["network"], false, "{manifest} {name}");
+            }
+        }
+        let markdown = std::fs::read_to_string(inside.join("report.md")).unwrap();
+        assert!(
+            markdown.contains("compressors in process ✓ · reader in process ✓ · judge in process ✓"),
+            "{markdown}"
+        );
+        // The programs' report says they ran as processes.
+        let theirs = read_json(&outside.join("report.json"));
+        assert_ne!(
+            theirs["holdout"]["judge"]["callbacks"]["judge"]["sandbox"],
+            "in-process"
+        );
+        // The same answers, memories and scores, to the last digit.
+        assert_eq!(report["cells"], theirs["cells"], "{manifest}");
+        for rows in ["results.jsonl", "memories.jsonl"] {
+            assert_eq!(
+                without_keys(read_lines(&inside.join(rows))),
+                without_keys(read_lines(&outside.join(rows))),
+                "{manifest} {rows}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_process_setting_on_a_rule_built_in_is_warned_about() {
+    let scratch = Scratch::new();
+    let manifest = scratch.fixture_with("persistent", "builtin = \"goal-line\"\nmode = \"persistent\"");
+    let (status, _, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(
+        stderr.contains(
+            "key `compressors.goal-line.mode` has no effect: the rule built-in `goal-line` runs inside gacc"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\"callback\", \"goal-line\"]"), "{stderr}");
+}

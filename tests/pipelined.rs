@@ -20,13 +20,23 @@ fn python_and_the_fixture() -> Option<(Scratch, std::path::PathBuf)> {
 #[test]
 fn pipelined_built_ins_give_the_report_of_one_request_at_a_time() {
     let scratch = Scratch::new();
-    let (status, plain, stderr) = scratch.run("experiments/fixture.toml", &[]);
+    // The built-ins as programs (`gacc callback NAME`): inside gacc they have no workers.
+    let fixture = scratch.as_programs("experiments/fixture.toml");
+    let (status, plain, stderr) = scratch.run(&fixture, &[]);
     assert_eq!(status, 0, "{stderr}");
-    let manifest = scratch.fixture_with(
-        "pipelined",
-        "builtin = \"goal-line\"\nmode = \"persistent\"\nmax_inflight = 8\nconcurrency = 8",
+    let goal_line = format!(
+        "command = [\"{}\", \"callback\", \"goal-line\"]",
+        common::gacc_binary().display()
     );
-    let (status, folder, stderr) = scratch.run(&manifest, &["--set", "run.cache=\"cache-pipelined\""]);
+    let manifest = std::fs::read_to_string(scratch.path(&fixture)).unwrap().replace(
+        &goal_line,
+        &format!("{goal_line}\nmode = \"persistent\"\nmax_inflight = 8\nconcurrency = 8"),
+    );
+    scratch.write("experiments/pipelined.toml", &manifest);
+    let (status, folder, stderr) = scratch.run(
+        "experiments/pipelined.toml",
+        &["--set", "run.cache=\"cache-pipelined\""],
+    );
     assert_eq!(status, 0, "{stderr}");
     // How a callback is called (mode, concurrency, max_inflight) is not what was run.
     assert!(

@@ -300,8 +300,9 @@ fn gacc_plan_says_how_long_from_rpm_or_the_last_run() {
 #[test]
 fn a_persistent_callback_asking_for_more_than_run_concurrency_is_warned_about() {
     let scratch = Scratch::new();
+    // The reader as a program: a rule built-in runs inside gacc, with no workers.
     let (status, _, stderr) = scratch.run(
-        "experiments/fixture.toml",
+        &scratch.as_programs("experiments/fixture.toml"),
         &[
             "--set",
             "reader.mode=\"persistent\"",

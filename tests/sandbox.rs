@@ -285,12 +285,14 @@ fn without_holdout(folder: &Path) -> Value {
     report
 }
 
+/// Runs `manifest` with its built-ins as programs, in the sandbox and out of it.
 fn same_results_with_the_sandbox_on_and_off(manifest: &str) {
     let on = Scratch::new();
-    let (status, on_folder, stderr) = on.run(manifest, &[]);
+    let (status, on_folder, stderr) = on.run(&on.as_programs(manifest), &[]);
     assert_eq!(status, 0, "{stderr}");
     let off = Scratch::new();
-    let (status, off_folder, stderr) = off.run_with_env(manifest, &[], &[("GACC_NO_LANDLOCK", "1")]);
+    let (status, off_folder, stderr) =
+        off.run_with_env(&off.as_programs(manifest), &[], &[("GACC_NO_LANDLOCK", "1")]);
     assert_eq!(status, 0, "{stderr}");
     assert!(stderr.contains("the hold-out is NOT enforced"), "{stderr}");
 
@@ -515,8 +517,8 @@ fn network_false_cuts_a_compressor_off_tcp() {
 #[test]
 fn without_landlock_gacc_says_so_once_and_require_sandbox_refuses() {
     let scratch = Scratch::new();
-    let (status, folder, stderr) =
-        scratch.run_with_env("experiments/fixture.toml", &["-q"], &[("GACC_NO_LANDLOCK", "1")]);
+    let fixture = scratch.as_programs("experiments/fixture.toml");
+    let (status, folder, stderr) = scratch.run_with_env(&fixture, &["-q"], &[("GACC_NO_LANDLOCK", "1")]);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(
         stderr.matches("the hold-out is NOT enforced").count(),
@@ -536,11 +538,8 @@ fn without_landlock_gacc_says_so_once_and_require_sandbox_refuses() {
         "{markdown}"
     );
 
-    let (status, _, stderr) = scratch.run_with_env(
-        "experiments/fixture.toml",
-        &["--require-sandbox"],
-        &[("GACC_NO_LANDLOCK", "1")],
-    );
+    let (status, _, stderr) =
+        scratch.run_with_env(&fixture, &["--require-sandbox"], &[("GACC_NO_LANDLOCK", "1")]);
     assert_eq!(status, 2, "{stderr}");
     assert!(
         stderr.contains("--require-sandbox: `compressors.goal-line` would run outside its sandbox"),
@@ -548,16 +547,14 @@ fn without_landlock_gacc_says_so_once_and_require_sandbox_refuses() {
     );
     // An explicit opt-out is refused too.
     if landlock_available() {
-        let (status, _, stderr) = scratch.run(
-            "experiments/fixture.toml",
-            &["--require-sandbox", "--set", "reader.sandbox=false"],
-        );
+        let (status, _, stderr) =
+            scratch.run(&fixture, &["--require-sandbox", "--set", "reader.sandbox=false"]);
         assert_eq!(status, 2, "{stderr}");
         assert!(
             stderr.contains("`reader` would run outside its sandbox: sandbox = false"),
             "{stderr}"
         );
-        let (status, _, stderr) = scratch.run("experiments/fixture.toml", &["--require-sandbox"]);
+        let (status, _, stderr) = scratch.run(&fixture, &["--require-sandbox"]);
         assert_eq!(status, 0, "{stderr}");
     }
 }
@@ -566,6 +563,10 @@ fn without_landlock_gacc_says_so_once_and_require_sandbox_refuses() {
 fn a_sandbox_setting_that_would_expose_the_experiment_is_refused() {
     let scratch = Scratch::new();
     std::fs::create_dir_all(scratch.path("experiments/models")).unwrap();
+    // The built-in as a program: a sandbox is a process's.
+    let fixture = scratch.as_programs("experiments/fixture.toml");
+    let gacc = common::gacc_binary().display().to_string();
+    let goal_line = format!("command = [\"{gacc}\", \"callback\", \"goal-line\"]");
     for (setting, message) in [
         (
             "sandbox = { read = [\"data\"] }",
@@ -581,12 +582,9 @@ fn a_sandbox_setting_that_would_expose_the_experiment_is_refused() {
         ),
         ("sandbox = { reed = [\"models\"] }", "unknown field `reed`"),
     ] {
-        let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        let manifest = std::fs::read_to_string(scratch.path(&fixture))
             .unwrap()
-            .replace(
-                "builtin = \"goal-line\"",
-                &format!("builtin = \"goal-line\"\n{setting}"),
-            );
+            .replace(&goal_line, &format!("{goal_line}\n{setting}"));
         scratch.write("experiments/exposed.toml", &manifest);
         let output = scratch
             .gacc()
@@ -598,12 +596,10 @@ fn a_sandbox_setting_that_would_expose_the_experiment_is_refused() {
         assert!(stderr.contains(message), "{setting}: {stderr}");
     }
     // A folder that holds none of the experiment's files is fine.
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace(
-            "builtin = \"goal-line\"",
-            "builtin = \"goal-line\"\nsandbox = { read = [\"models\"], network = false }",
-        );
+    let manifest = std::fs::read_to_string(scratch.path(&fixture)).unwrap().replace(
+        &goal_line,
+        &format!("{goal_line}\nsandbox = {{ read = [\"models\"], network = false }}"),
+    );
     scratch.write("experiments/fine.toml", &manifest);
     let (status, folder, stderr) = scratch.run("experiments/fine.toml", &[]);
     assert_eq!(status, 0, "{stderr}");

@@ -46,13 +46,15 @@ fn report(folder: &Path) -> Vec<u8> {
     std::fs::read(folder.join("report.json")).unwrap()
 }
 
-/// The same manifest run locally and on Slurm, each with its own cache.
+/// The same manifest run locally and on Slurm, each with its own cache, its built-ins as
+/// programs (`gacc callback NAME`: inside gacc they would not go to the cluster).
 fn same_report_as_local(manifest: &str, slurm_extra: &[&str]) {
     let local = Scratch::new();
-    let (status, local_run, stderr) = local.run(manifest, &["-q"]);
+    let (status, local_run, stderr) = local.run(&local.as_programs(manifest), &["-q"]);
     assert_eq!(status, 0, "{stderr}");
     let remote = Scratch::new();
-    let (status, remote_run, stderr) = remote.run(manifest, &with(ON_SLURM, slurm_extra));
+    let (status, remote_run, stderr) =
+        remote.run(&remote.as_programs(manifest), &with(ON_SLURM, slurm_extra));
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(
         String::from_utf8(report(&local_run)).unwrap(),
@@ -94,6 +96,30 @@ fn the_baselines_on_slurm_report_what_a_local_run_does() {
     same_report_as_local(
         "experiments/baselines.toml",
         &["--set", "run.slurm.calls_per_task=200"],
+    );
+}
+
+#[test]
+fn rule_built_ins_on_a_slurm_run_are_answered_by_gacc_and_submit_nothing() {
+    let Some(()) = cluster() else { return };
+    let local = Scratch::new();
+    let (status, local_run, stderr) = local.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let remote = Scratch::new();
+    // A partition that does not exist: any array submitted would fail its calls.
+    let (status, remote_run, stderr) = remote.run(
+        "experiments/fixture.toml",
+        &with(ON_SLURM, &["--set", "run.slurm.partition=no-such-partition"]),
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        String::from_utf8(report(&local_run)).unwrap(),
+        String::from_utf8(report(&remote_run)).unwrap()
+    );
+    assert_eq!(
+        count_files(&remote.path(".gacc/slurm")),
+        0,
+        "nothing was submitted"
     );
 }
 
@@ -395,7 +421,7 @@ fn an_array_sbatch_refuses_fails_its_calls_with_sbatch_s_reason() {
     let Some(()) = cluster() else { return };
     let scratch = Scratch::new();
     let (status, folder, stderr) = scratch.run(
-        "experiments/fixture.toml",
+        &scratch.as_programs("experiments/fixture.toml"),
         &with(ON_SLURM, &["--set", "run.slurm.partition=no-such-partition"]),
     );
     assert_eq!(status, 1, "{stderr}");

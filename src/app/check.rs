@@ -57,6 +57,8 @@ struct Checked {
     role: Role,
     mode: Mode,
     sandboxed: bool,
+    /// Answered inside gacc, with no process (a rule or model built-in).
+    in_process: bool,
     works: bool,
     requests: Vec<Answered>,
     /// When a sandboxed request failed: what the same request did unsandboxed, and what the
@@ -113,25 +115,31 @@ pub(crate) fn check(
     let checked: Vec<Checked> = runtime.block_on(async {
         let mut checked = Vec::new();
         for callback in chosen {
-            let sandboxed = confinements
+            let confinement = confinements
                 .iter()
-                .any(|(_, n, c)| n == &callback.name && c.sandboxed());
+                .find(|(_, n, _)| n == &callback.name)
+                .map(|(_, _, c)| c.sandbox);
+            // Answered inside gacc (a rule or model built-in): no process, nothing to confine.
+            let in_process = confinement == Some("in-process");
+            let sandboxed = !in_process && confinement.is_some_and(|c| c != "off");
             if !json {
-                eprintln!(
-                    "checking {} ({}, {})…",
-                    callback.name, callback.role, callback.mode
-                );
+                let how = if in_process {
+                    "in process".to_owned()
+                } else {
+                    callback.mode.to_string()
+                };
+                eprintln!("checking {} ({}, {how})…", callback.name, callback.role);
             }
-            checked.push(
-                check_one(
-                    callback,
-                    sandboxed,
-                    tokenizer.as_ref(),
-                    &sandboxing,
-                    &loaded.folder,
-                )
-                .await,
-            );
+            let mut one = check_one(
+                callback,
+                sandboxed,
+                tokenizer.as_ref(),
+                &sandboxing,
+                &loaded.folder,
+            )
+            .await;
+            one.in_process = in_process;
+            checked.push(one);
         }
         checked
     });
@@ -211,6 +219,7 @@ async fn check_one(
         role: callback.role,
         mode: callback.mode,
         sandboxed,
+        in_process: false,
         works,
         requests,
         sandbox,
@@ -490,14 +499,15 @@ fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
         let passed = callback.requests.iter().filter(|r| r.ok).count();
         let _ = writeln!(
             out,
-            "\n{} ({}, {}, {}): {} — {passed}/{} requests answered, latency median {median:.0} ms, max {max:.0} ms",
+            "\n{} ({}, {}): {} — {passed}/{} requests answered, latency median {median:.0} ms, max {max:.0} ms",
             callback.callback,
             callback.role,
-            callback.mode,
-            if callback.sandboxed {
-                "sandboxed"
+            if callback.in_process {
+                "in process".to_owned()
+            } else if callback.sandboxed {
+                format!("{}, sandboxed", callback.mode)
             } else {
-                "unsandboxed"
+                format!("{}, unsandboxed", callback.mode)
             },
             if callback.works { "works" } else { "FAILS" },
             callback.requests.len(),

@@ -11,6 +11,7 @@ use crate::error::{Error, Invalid, Problem, io};
 use std::collections::BTreeMap;
 
 use crate::exec::callback::Callback;
+use crate::exec::in_process::InProcess;
 use crate::exec::model::{CostGuard, Endpoint, ModelLauncher};
 use crate::exec::process::Process;
 use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
@@ -140,7 +141,12 @@ fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
     };
     let mut problems = Vec::new();
     for (key, role, spec) in loaded.manifest.callbacks() {
-        if !sandbox::wanted(role, spec.sandbox.as_ref()) {
+        let in_process = spec
+            .builtin
+            .as_deref()
+            .and_then(crate::builtin::in_process)
+            .is_some();
+        if in_process || !sandbox::wanted(role, spec.sandbox.as_ref()) {
             continue;
         }
         let argv = argv(loaded, spec, &exe);
@@ -186,6 +192,11 @@ pub(super) fn callbacks(
                     message,
                 }),
             }
+        }
+        if let Some(launcher) = spec.builtin.as_deref().and_then(InProcess::of) {
+            let (callback, confinement) = rule_callback(name.clone(), role, spec, launcher, loaded);
+            confinements.push((role, name, confinement));
+            return callback;
         }
         let argv = argv(loaded, spec, &exe);
         let place = || format!("{}: key `{name}.sandbox`", loaded.path.display());
@@ -360,6 +371,43 @@ fn model_callback(
         )),
     };
     Ok((callback, confinement))
+}
+
+/// A rule built-in, answered by gacc itself from the request alone: no process, no sandbox
+/// needed, on any executor (a string comparison is not worth a process, let alone a cluster
+/// task). Its calls use this machine's cores, so the run's concurrency bounds them.
+fn rule_callback(
+    name: String,
+    role: Role,
+    spec: &CallbackSpec,
+    launcher: InProcess,
+    loaded: &Loaded,
+) -> (Callback, sandbox::Confinement) {
+    let builtin = spec.builtin.clone().unwrap_or_default();
+    let run_concurrency = loaded.manifest.run.concurrency;
+    let callback = Callback {
+        name,
+        role,
+        argv: vec![builtin],
+        cwd: loaded.folder.clone(),
+        env: Vec::new(),
+        timeout: spec.timeout.0,
+        retries: spec.retries,
+        params: spec.params.clone(),
+        identity: plan::keys::callback_identity(spec),
+        limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
+        mode: crate::protocol::Mode::Oneshot,
+        sandbox: None,
+        launcher: Arc::new(launcher),
+        local: true,
+        max_inflight: 1,
+    };
+    let confinement = sandbox::Confinement {
+        sandbox: "in-process",
+        network: Some(false),
+        why: Some("a rule built-in: gacc answers it itself, from the request alone".to_owned()),
+    };
+    (callback, confinement)
 }
 
 /// The Slurm executor when the manifest asks for it, its commands checked.

@@ -19,8 +19,14 @@ struct Builtin {
     role: Role,
     revision: &'static str,
     summary: &'static str,
-    respond: fn(&Value) -> Result<Value, String>,
+    respond: Respond,
+    /// A rule built-in, a pure function of the request, that gacc answers in process. The
+    /// `bench-*` built-ins stand in for programs, and stay programs.
+    in_process: bool,
 }
+
+/// How a built-in answers one request.
+pub(crate) type Respond = fn(&Value) -> Result<Value, String>;
 
 const BUILTINS: &[Builtin] = &[
     Builtin {
@@ -29,6 +35,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the whole context (at r = 1, the full-context baseline)",
         respond: identity,
+        in_process: true,
     },
     Builtin {
         name: "prefix",
@@ -36,6 +43,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the source itself, so truncation keeps its first L tokens",
         respond: identity,
+        in_process: true,
     },
     Builtin {
         name: "goal-line",
@@ -43,6 +51,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the source lines containing the goal's keyword (its last word)",
         respond: goal_line,
+        in_process: true,
     },
     Builtin {
         name: "goal-bm25",
@@ -50,6 +59,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the source's sentences ranked by BM25 (params k1, b) against the goal, the best kept in source order until L tokens are used",
         respond: goal_bm25,
+        in_process: true,
     },
     Builtin {
         name: "random-sentences",
@@ -57,6 +67,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "source sentences drawn at random (seeded), kept in source order until L tokens are used",
         respond: random_sentences,
+        in_process: true,
     },
     Builtin {
         name: "field-lookup",
@@ -64,6 +75,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the value of the first field=value pair in the memory whose field the question names",
         respond: field_lookup,
+        in_process: true,
     },
     Builtin {
         name: "extractive",
@@ -71,6 +83,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the memory sentence that best matches the question by BM25 (params k1, b)",
         respond: extractive,
+        in_process: true,
     },
     Builtin {
         name: "exact",
@@ -78,6 +91,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the answer equals the reference, ignoring surrounding white space",
         respond: exact,
+        in_process: true,
     },
     Builtin {
         name: "normalized",
@@ -85,6 +99,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "equal after SQuAD normalisation (lowercase, no punctuation or articles, single spaces)",
         respond: normalized,
+        in_process: true,
     },
     Builtin {
         name: "contains",
@@ -92,6 +107,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "the normalised reference's words appear, in order and together, in the normalised answer",
         respond: contains,
+        in_process: true,
     },
     Builtin {
         name: "token-f1",
@@ -99,6 +115,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "SQuAD token F1 of answer and reference at least `threshold` (param, default 0.5); the F1 is the score",
         respond: token_f1,
+        in_process: true,
     },
     Builtin {
         name: "bench-window",
@@ -106,6 +123,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "for gacc bench: about L tokens (4 bytes each) of the context, from an offset set by params.offset",
         respond: bench_window,
+        in_process: false,
     },
     Builtin {
         name: "bench-reader",
@@ -113,6 +131,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "for gacc bench: an answer that differs per memory and question",
         respond: bench_reader,
+        in_process: false,
     },
     Builtin {
         name: "bench-batch-reader",
@@ -120,6 +139,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "for gacc bench: bench-reader as a batching model serves, 50 ms per batch of up to 32 requests (persistent)",
         respond: bench_reader,
+        in_process: false,
     },
     Builtin {
         name: "bench-judge",
@@ -127,6 +147,7 @@ const BUILTINS: &[Builtin] = &[
         revision: "1",
         summary: "for gacc bench: a verdict that differs per answer",
         respond: bench_judge,
+        in_process: false,
     },
 ];
 
@@ -151,6 +172,15 @@ pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
         None if name == TOKENIZER => tokenize(request),
         None => Err(format!("unknown built-in `{name}`")),
     }
+}
+
+/// How the rule built-in `name` answers, when gacc answers it in process (SPEC §3: a pure
+/// function of the request); None for a program-only or unknown built-in.
+pub(crate) fn in_process(name: &str) -> Option<Respond> {
+    BUILTINS
+        .iter()
+        .find(|b| b.name == name && b.in_process)
+        .map(|b| b.respond)
 }
 
 /// Every built-in: (name, role, what it does).
@@ -189,11 +219,11 @@ pub(crate) fn serve(name: &str) -> i32 {
             Some(Ok(request)) => (respond(&request), false, request.get("id").cloned()),
         };
         served += 1;
-        let mut response = response.unwrap_or_else(|message| {
-            eprintln!("{name}: {message}");
+        let (mut response, complaint) = reply(name, response);
+        if let Some(complaint) = complaint {
+            eprintln!("{complaint}");
             status = 1;
-            json!({"error": message, "retryable": false})
-        });
+        }
         // A pipelined worker's reply names its request.
         if let (Some(id), Some(fields)) = (id, response.as_object_mut()) {
             fields.insert("id".into(), id);
@@ -211,6 +241,18 @@ pub(crate) fn serve(name: &str) -> i32 {
     status
 }
 
+/// A built-in's answer as `gacc callback NAME` prints it: the response, or the protocol's
+/// error object and the line it writes to stderr.
+pub(crate) fn reply(name: &str, answer: Result<Value, String>) -> (Value, Option<String>) {
+    match answer {
+        Ok(response) => (response, None),
+        Err(message) => {
+            let complaint = format!("{name}: {message}");
+            (json!({"error": message, "retryable": false}), Some(complaint))
+        }
+    }
+}
+
 /// `bench-batch-reader`'s batches: at most this many requests, gathered for at most
 /// `gathered` after the first, taking `BENCH_BATCH_TIME` each.
 const BENCH_BATCH: usize = 32;
@@ -220,7 +262,7 @@ const BENCH_BATCH_TIME: std::time::Duration = std::time::Duration::from_millis(5
 /// Serves as a batching model does: the requests that have arrived (up to `most`) are taken
 /// together, answered after `takes`, each reply with its request's `id`.
 fn serve_batches(
-    respond: fn(&Value) -> Result<Value, String>,
+    respond: Respond,
     most: usize,
     gathered: std::time::Duration,
     takes: std::time::Duration,

@@ -127,13 +127,11 @@ pub(crate) struct Failure {
 /// (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
 /// `key` is the call's cache key (a provider batch's `custom_id`).
 pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
-    fn attempt<'a>(
-        &'a self,
-        callback: &'a Callback,
-        key: &'a str,
-        request: &'a [u8],
-    ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
+    fn attempt<'a>(&'a self, callback: &'a Callback, key: &'a str, request: &'a [u8]) -> AttemptFuture<'a>;
 }
+
+/// An attempt under way.
+pub(crate) type AttemptFuture<'a> = Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
 
 /// What one attempt produced.
 #[derive(Debug)]

@@ -3,8 +3,6 @@
 //! group, in its sandbox when it has one. Whatever happens, nothing a call started outlives it.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::exec::callback::{
-    Attempt, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
+    Attempt, AttemptFuture, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
 };
 use crate::exec::sandbox::Scratch;
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode, Role, STDERR_TAIL_BYTES};
@@ -32,12 +30,7 @@ pub(crate) struct Process {
 }
 
 impl Launcher for Process {
-    fn attempt<'a>(
-        &'a self,
-        callback: &'a Callback,
-        _key: &'a str,
-        request: &'a [u8],
-    ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+    fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
         Box::pin(self.attempt_here(callback, request))
     }
 }

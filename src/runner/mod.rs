@@ -408,15 +408,13 @@ mod tests {
     //! The scheduler in process: a scripted launcher answers every attempt (as the fixture's
     //! built-ins would, or as a test says), so dedupe, fail-fast and resume are seen call by call.
 
-    use std::future::Future;
     use std::path::{Path, PathBuf};
-    use std::pin::Pin;
     use std::time::Duration;
 
     use serde_json::Value;
 
     use super::*;
-    use crate::exec::callback::{Attempt, Launcher};
+    use crate::exec::callback::{Attempt, AttemptFuture, Launcher};
     use crate::inputs::tokenizer::Cl100k;
     use crate::protocol::Mode;
 
@@ -440,7 +438,7 @@ mod tests {
             callback: &'a Callback,
             _key: &'a str,
             request: &'a [u8],
-        ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+        ) -> AttemptFuture<'a> {
             let request: Value = serde_json::from_slice(request).unwrap_or(Value::Null);
             let result = (self.answer)(callback, &request);
             // Compressor calls last long enough that identical ones of the run overlap.

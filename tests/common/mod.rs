@@ -80,6 +80,24 @@ impl Scratch {
         path
     }
 
+    /// Writes `experiments/NAME-programs.toml`: `manifest` with each `builtin = "NAME"` line
+    /// made `command = [GACC, "callback", "NAME"]`, so that its built-ins run as programs (in
+    /// the sandbox) rather than inside gacc; its path.
+    pub fn as_programs(&self, manifest: &str) -> String {
+        let text = std::fs::read_to_string(self.path(manifest)).unwrap();
+        let gacc = gacc_binary().display().to_string();
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| match line.strip_prefix("builtin = ") {
+                Some(name) => format!("command = [\"{gacc}\", \"callback\", {name}]"),
+                None => line.to_owned(),
+            })
+            .collect();
+        let path = manifest.replace(".toml", "-programs.toml");
+        self.write(&path, &(lines.join("\n") + "\n"));
+        path
+    }
+
     /// Copies the Python helper beside the experiments' callbacks
     /// (`experiments/callbacks/gacc_callback.py`), where their scripts import it from.
     pub fn copy_helper(&self) {

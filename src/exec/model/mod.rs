@@ -8,15 +8,13 @@ pub(crate) mod limiter;
 pub(crate) mod verdict;
 pub(crate) mod wire;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
+use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::hash::sha256;
 use crate::inputs::models::{Api, ModelCall, ModelSpec, SeedRule, template_variables};
 use crate::inputs::tokenizer::Tokenizer;
@@ -585,12 +583,7 @@ impl std::fmt::Debug for ModelLauncher {
 }
 
 impl Launcher for ModelLauncher {
-    fn attempt<'a>(
-        &'a self,
-        callback: &'a Callback,
-        key: &'a str,
-        request: &'a [u8],
-    ) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+    fn attempt<'a>(&'a self, callback: &'a Callback, key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
         Box::pin(async move {
             let mut result = self.answer(callback, key, request).await;
             if let Err(kind) = &mut result {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
-use crate::exec::callback::{Attempt, Callback, FailureKind, Launcher};
+use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::files::write_durably;
 
 mod cluster;
@@ -136,12 +136,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct SlurmLauncher(pub Arc<Slurm>);
 
 impl Launcher for SlurmLauncher {
-    fn attempt<'a>(
-        &'a self,
-        callback: &'a Callback,
-        _key: &'a str,
-        request: &'a [u8],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Attempt> + Send + 'a>> {
+    fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
         Box::pin(self.0.attempt(callback, request))
     }
 }

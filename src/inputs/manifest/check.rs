@@ -16,7 +16,8 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// What a manifest asks that gacc will not do, but that is no error: a persistent callback
-/// that wants more calls in flight than `[run] concurrency` lets it have.
+/// that wants more calls in flight than `[run] concurrency` lets it have, and a process's
+/// settings on a rule built-in, which gacc answers in process.
 pub(crate) fn warnings(loaded: &Loaded) -> Vec<String> {
     let file = loaded.path.display();
     let manifest = &loaded.manifest;
@@ -31,6 +32,23 @@ pub(crate) fn warnings(loaded: &Loaded) -> Vec<String> {
         ]);
     let mut warnings = Vec::new();
     for (key, spec) in specs {
+        if let Some(name) = spec
+            .builtin
+            .as_deref()
+            .filter(|name| builtin::in_process(name).is_some())
+        {
+            let settings = [
+                ("mode", spec.mode != Mode::Oneshot),
+                ("max_inflight", spec.max_inflight.is_some()),
+                ("sandbox", spec.sandbox.is_some()),
+            ];
+            for (field, _) in settings.iter().filter(|(_, set)| *set) {
+                warnings.push(format!(
+                    "{file}: key `{key}.{field}` has no effect: the rule built-in `{name}` runs inside gacc, not as a process (`command = [\"gacc\", \"callback\", \"{name}\"]` runs it as one)"
+                ));
+            }
+            continue;
+        }
         if spec.mode != Mode::Persistent {
             continue;
         }
