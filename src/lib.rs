@@ -16,7 +16,7 @@
 //! floor 4  store exec
 //! floor 3  plan
 //! floor 2  builtin inputs
-//! floor 1  protocol trace
+//! floor 1  protocol trace providers
 //! floor 0  error clock rng hash parallel files
 //! never    runner -> exec::slurm
 //! never    exec::callback -> exec::slurm
@@ -38,6 +38,7 @@ mod files;
 mod hash;
 mod parallel;
 mod plan;
+mod providers;
 mod review;
 mod rng;
 mod runner;

@@ -378,3 +378,70 @@ fn the_checker_finds_an_upward_import_a_never_and_a_circle() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// What only a provider's own file (`src/providers/NAME.rs`) may say: the names and the wire
+/// details of a model API. Anywhere else, a new provider would need an edit.
+const WIRE_WORDS: &[&str] = &[
+    "openai-chat",
+    "anthropic-messages",
+    "OpenaiChat",
+    "AnthropicMessages",
+    "OPENAI_CHAT",
+    "ANTHROPIC_MESSAGES",
+    "/chat/completions",
+    "/v1/messages",
+    "/batches",
+    "x-ratelimit-",
+    "anthropic-ratelimit",
+    "anthropic-version",
+    "x-api-key",
+    "bearer",
+    "\"choices\"",
+    "\"stop_reason\"",
+    "\"tool_use\"",
+    "\"prompt_tokens\"",
+    "\"input_file_id\"",
+    "\"processing_status\"",
+];
+
+/// The wire words in code, comments left out.
+fn wire_words(code: &str) -> Vec<&'static str> {
+    let code: String = code
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .to_lowercase();
+    WIRE_WORDS
+        .iter()
+        .filter(|word| code.contains(&word.to_lowercase()))
+        .copied()
+        .collect()
+}
+
+#[test]
+fn only_a_providers_file_speaks_its_wire_format() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, code) in modules(&src) {
+        if module == "providers" || module.starts_with("providers::") {
+            continue;
+        }
+        for word in wire_words(&code) {
+            found.push(format!("{module}: {word}"));
+        }
+    }
+    assert!(found.is_empty(), "outside src/providers/: {found:#?}");
+    // The registry names each provider once, and each has its file.
+    let registry = std::fs::read_to_string(src.join("providers/mod.rs")).unwrap();
+    for file in ["openai", "anthropic"] {
+        assert!(src.join(format!("providers/{file}.rs")).exists());
+        assert!(registry.contains(&format!("mod {file};")), "{file}");
+    }
+    // The check sees a provider's detail where it does not belong, and passes over comments.
+    assert_eq!(
+        wire_words("let url = format!(\"{base}/chat/completions\");"),
+        ["/chat/completions"]
+    );
+    assert!(wire_words("// OpenAI's x-ratelimit-* headers").is_empty());
+}

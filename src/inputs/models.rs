@@ -61,25 +61,8 @@ pub(crate) fn default_templates(role: Role) -> (&'static str, &'static str) {
     }
 }
 
-/// The wire format an endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Api {
-    /// `POST {base_url}/chat/completions` (OpenAI, DeepSeek, Together, Groq, OpenRouter, vLLM,
-    /// SGLang, llama.cpp, Ollama).
-    OpenaiChat,
-    /// `POST {base_url}/v1/messages` (Anthropic).
-    AnthropicMessages,
-}
-
-impl Api {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Api::OpenaiChat => "openai-chat",
-            Api::AnthropicMessages => "anthropic-messages",
-        }
-    }
-}
+pub(crate) use crate::providers::Api;
+use crate::providers::Tokens;
 
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -102,6 +85,24 @@ pub(crate) struct Price {
     /// Output through the batch API (default: half of `output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_output: Option<f64>,
+}
+
+impl Tokens {
+    /// USD at `price` (per million tokens), and what the prompt cache saved.
+    pub(crate) fn cost(&self, price: Option<&Price>) -> (f64, f64) {
+        let Some(price) = price else {
+            return (0.0, 0.0);
+        };
+        let cached_price = price.cached_input.unwrap_or(price.input);
+        let write_price = price.cache_write.unwrap_or(price.input * 1.25);
+        let fresh = self.input.saturating_sub(self.cached_input + self.cache_write);
+        let cost = fresh as f64 * price.input
+            + self.cached_input as f64 * cached_price
+            + self.cache_write as f64 * write_price
+            + self.output as f64 * price.output;
+        let saved = self.cached_input as f64 * (price.input - cached_price);
+        (cost / 1e6, saved / 1e6)
+    }
 }
 
 impl Price {
@@ -388,13 +389,13 @@ impl SeedRule {
             .and_then(Value::as_f64)
             .is_none_or(|t| t > 0.0);
         let asked = params.get("seed");
-        let sent = match (call.spec.api, asked) {
-            (Api::AnthropicMessages, _) => SentSeed::None,
-            (Api::OpenaiChat, Some(Value::Bool(false))) => SentSeed::None,
-            (Api::OpenaiChat, Some(Value::Bool(true))) => SentSeed::Run,
-            (Api::OpenaiChat, Some(value)) => value.as_u64().map_or(SentSeed::None, SentSeed::Fixed),
-            (Api::OpenaiChat, None) if sampling => SentSeed::Run,
-            (Api::OpenaiChat, None) => SentSeed::None,
+        let sent = match (call.spec.api.provider().takes_seed(), asked) {
+            (false, _) => SentSeed::None,
+            (true, Some(Value::Bool(false))) => SentSeed::None,
+            (true, Some(Value::Bool(true))) => SentSeed::Run,
+            (true, Some(value)) => value.as_u64().map_or(SentSeed::None, SentSeed::Fixed),
+            (true, None) if sampling => SentSeed::Run,
+            (true, None) => SentSeed::None,
         };
         SeedRule::Model {
             sent,
@@ -578,14 +579,15 @@ pub(crate) fn template_variables(role: Role) -> &'static [&'static str] {
 /// What is wrong with `params.seed`, if anything: `true`, `false` or a whole number, and none
 /// on an API that takes no seed.
 fn seed_problem(api: Api, seed: Option<&Value>) -> Option<String> {
-    match (api, seed?) {
+    match (api.provider().takes_seed(), seed?) {
         (_, Value::Bool(false)) => None,
-        (Api::AnthropicMessages, _) => Some(
-            "`params.seed`: an anthropic-messages endpoint takes no seed (each seed of a sampled call is made on its own; `seed = false` is the only value it allows)".into(),
-        ),
-        (Api::OpenaiChat, Value::Bool(true)) => None,
-        (Api::OpenaiChat, value) if value.is_u64() => None,
-        (Api::OpenaiChat, value) => Some(format!(
+        (false, _) => Some(format!(
+            "`params.seed`: an {} endpoint takes no seed (each seed of a sampled call is made on its own; `seed = false` is the only value it allows)",
+            api.as_str()
+        )),
+        (true, Value::Bool(true)) => None,
+        (true, value) if value.is_u64() => None,
+        (true, value) => Some(format!(
             "`params.seed` is {value}: expected true (send the run's seed), false (send none) or a whole number (send that one)"
         )),
     }
@@ -661,47 +663,69 @@ mod tests {
 
     #[test]
     fn the_seed_reaches_the_model_only_where_it_should() {
-        use Api::{AnthropicMessages as Anthropic, OpenaiChat as OpenAi};
+        let (open_ai, anthropic) = (Api::OPENAI_CHAT, Api::ANTHROPIC_MESSAGES);
         let greedy = json!({"model": "m", "temperature": 0});
         let sampled = json!({"model": "m", "temperature": 0.7});
         let default = json!({"model": "m"});
         // Greedy: no seed, seeds share, and the old keys answer (the body is unchanged).
-        assert_eq!(rule(OpenAi, None, greedy.clone()), (None, false, true));
-        assert_eq!(rule(Anthropic, None, greedy.clone()), (None, false, true));
+        assert_eq!(rule(open_ai, None, greedy.clone()), (None, false, true));
+        assert_eq!(rule(anthropic, None, greedy.clone()), (None, false, true));
         // Sampling (temperature above 0 or absent) on OpenAI's format sends the run's seed.
-        assert_eq!(rule(OpenAi, None, sampled.clone()), (Some(7), false, false));
-        assert_eq!(rule(OpenAi, None, default), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, sampled.clone()), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, default), (Some(7), false, false));
         // Anthropic takes no seed: each seed its own call.
-        assert_eq!(rule(Anthropic, None, sampled.clone()), (None, true, true));
+        assert_eq!(rule(anthropic, None, sampled.clone()), (None, true, true));
         // params.seed overrides.
         let with = |seed: Value| {
             let mut params = sampled.clone();
             params["seed"] = seed;
             params
         };
-        assert_eq!(rule(OpenAi, None, with(json!(false))), (None, true, false));
-        assert_eq!(rule(OpenAi, None, with(json!(true))), (Some(7), false, false));
-        assert_eq!(rule(OpenAi, None, with(json!(5))), (Some(5), false, true));
+        assert_eq!(rule(open_ai, None, with(json!(false))), (None, true, false));
+        assert_eq!(rule(open_ai, None, with(json!(true))), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, with(json!(5))), (Some(5), false, true));
         let mut forced = greedy.clone();
         forced["seed"] = json!(true);
-        assert_eq!(rule(OpenAi, None, forced), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, forced), (Some(7), false, false));
         // A template that reads the seed puts it in the prompt.
         let reads = "{{ memory }} {{ question }} {{ seed }}";
-        assert_eq!(rule(OpenAi, Some(reads), greedy), (None, true, true));
+        assert_eq!(rule(open_ai, Some(reads), greedy), (None, true, true));
         // A program's keys are what they always were.
         assert_eq!(SeedRule::of(None, &sampled).key_term(7).to_string(), "7");
-        let rule = SeedRule::of(Some(&call(OpenAi, None)), &sampled);
+        let rule = SeedRule::of(Some(&call(open_ai, None)), &sampled);
         assert_eq!(rule.key_term(7).to_string(), r#"{"per_seed":null,"sent":7}"#);
     }
 
     #[test]
+    fn cost_prices_fresh_cached_written_and_output_tokens() {
+        let price = Price {
+            input: 1.0,
+            cached_input: Some(0.1),
+            cache_write: None,
+            output: 2.0,
+            ..Price::default()
+        };
+        let tokens = Tokens {
+            input: 1_000_000,
+            cached_input: 500_000,
+            cache_write: 100_000,
+            output: 1_000_000,
+        };
+        let (cost, saved) = tokens.cost(Some(&price));
+        // 400k fresh at 1, 500k cached at 0.1, 100k written at 1.25, 1M out at 2.
+        assert!((cost - (0.4 + 0.05 + 0.125 + 2.0)).abs() < 1e-12, "{cost}");
+        assert!((saved - 0.45).abs() < 1e-12, "{saved}");
+        assert_eq!(tokens.cost(None), (0.0, 0.0));
+    }
+
+    #[test]
     fn a_seed_an_api_cannot_take_is_refused() {
-        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(3))).is_some());
-        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(true))).is_some());
-        assert!(seed_problem(Api::AnthropicMessages, Some(&json!(false))).is_none());
-        assert!(seed_problem(Api::OpenaiChat, Some(&json!(-1))).is_some());
-        assert!(seed_problem(Api::OpenaiChat, Some(&json!("7"))).is_some());
-        assert!(seed_problem(Api::OpenaiChat, Some(&json!(7))).is_none());
-        assert!(seed_problem(Api::OpenaiChat, None).is_none());
+        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(3))).is_some());
+        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(true))).is_some());
+        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(false))).is_none());
+        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!(-1))).is_some());
+        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!("7"))).is_some());
+        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!(7))).is_none());
+        assert!(seed_problem(Api::OPENAI_CHAT, None).is_none());
     }
 }

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::Endpoint;
-use super::wire::{self, Reply};
 use crate::exec::callback::FailureKind;
 use crate::inputs::models::{Api, BatchSpec};
+use crate::providers::{self, Http, Lost, NewBatch, Refusal, Reply};
 use crate::store::cache::Cache;
 
 /// Provider batches this gacc has open, for the message Ctrl-C prints.
@@ -242,7 +242,11 @@ impl Batcher {
     fn fetched(&self, endpoint: &Endpoint, key: &str) -> Option<Result<Reply, FailureKind>> {
         let body = self.cache.get("batch", key)?;
         Some(
-            wire::reply(endpoint.spec.api, &body)
+            endpoint
+                .spec
+                .api
+                .provider()
+                .reply(&body)
                 .map(batched)
                 .map_err(|message| FailureKind::Provider {
                     endpoint: endpoint.name.clone(),
@@ -425,7 +429,7 @@ async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
     for key in &record.keys {
         let (kind, result) = match ended.results.get(key) {
             None => ("unanswered", None),
-            Some(line) => read_result(endpoint.spec.api, line),
+            Some(line) => endpoint.spec.api.provider().batches().result(line),
         };
         *outcome.entry(kind.to_owned()).or_default() += 1;
         match result {
@@ -438,7 +442,11 @@ async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
                 ) {
                     tracing::error!(%key, %error, "could not write a batch result to the cache");
                 }
-                let reply = wire::reply(endpoint.spec.api, &body)
+                let reply = endpoint
+                    .spec
+                    .api
+                    .provider()
+                    .reply(&body)
                     .map(batched)
                     .map_err(|message| FailureKind::Provider {
                         endpoint: endpoint.name.clone(),
@@ -489,67 +497,9 @@ fn requeue(endpoint: &Arc<Endpoint>, keys: &[String], reasons: &HashMap<String, 
     }
 }
 
-/// `(kind, Some(Ok(body)) | Some(Err((message, retryable))) | None)` of one result line.
-#[allow(clippy::type_complexity)]
-fn read_result(api: Api, line: &Value) -> (&'static str, Option<Result<Value, (String, bool)>>) {
-    match api {
-        Api::OpenaiChat => {
-            let status = line
-                .pointer("/response/status_code")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            let body = line.pointer("/response/body");
-            match (status, body) {
-                (200, Some(body)) => ("succeeded", Some(Ok(body.clone()))),
-                _ => {
-                    let message = line
-                        .pointer("/error/message")
-                        .or_else(|| line.pointer("/response/body/error/message"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("the batch answered this request with an error")
-                        .to_owned();
-                    let retryable = status == 429 || status >= 500;
-                    ("errored", Some(Err((format!("{status}: {message}"), retryable))))
-                }
-            }
-        }
-        Api::AnthropicMessages => match line.pointer("/result/type").and_then(Value::as_str) {
-            Some("succeeded") => match line.pointer("/result/message") {
-                Some(message) => ("succeeded", Some(Ok(message.clone()))),
-                None => (
-                    "errored",
-                    Some(Err(("a result without its message".into(), false))),
-                ),
-            },
-            Some("errored") => {
-                let error = line
-                    .pointer("/result/error/error")
-                    .or_else(|| line.pointer("/result/error"));
-                let message = error
-                    .and_then(|e| e.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("the batch answered this request with an error")
-                    .to_owned();
-                let kind = error
-                    .and_then(|e| e.get("type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let retryable = matches!(kind, "overloaded_error" | "api_error" | "rate_limit_error");
-                ("errored", Some(Err((message, retryable))))
-            }
-            Some("expired") => ("expired", None),
-            Some("canceled") => ("canceled", None),
-            _ => ("unanswered", None),
-        },
-    }
-}
-
 fn base(endpoint: &Endpoint) -> String {
     endpoint.spec.base_url.trim_end_matches('/').to_owned()
 }
-
-/// `(message, retryable)` of a failed batch request.
-type Refusal = (String, bool);
 
 async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Result<Value, Refusal> {
     let response = request
@@ -562,7 +512,7 @@ async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Res
         .await
         .map_err(|error| (super::without_url(&error), true))?;
     if !(200..300).contains(&status) {
-        let message = format!("{status}: {}", wire::error_message(&text));
+        let message = format!("{status}: {}", providers::error_message(&text));
         let retryable = status == 429 || status >= 500;
         return Err((super::scrub(&message, endpoint.key.as_deref()), retryable));
     }
@@ -572,65 +522,25 @@ async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Res
 /// Submits a batch; its provider id.
 async fn create(endpoint: &Endpoint, record: &Record, requests: &[Queued]) -> Result<String, Refusal> {
     let base = base(endpoint);
-    let reply = match endpoint.spec.api {
-        Api::OpenaiChat => {
-            let mut lines = String::new();
-            for request in requests {
-                let line = json!({"custom_id": request.key, "method": "POST", "url": "/v1/chat/completions", "body": request.body});
-                lines.push_str(&line.to_string());
-                lines.push('\n');
-            }
-            let boundary = format!("gacc-{}", &record.submission[..16]);
-            let mut form = Vec::new();
-            form.extend_from_slice(
-                format!("--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n")
-                    .as_bytes(),
-            );
-            form.extend_from_slice(
-                format!(
-                    "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n",
-                    record.local
-                )
-                .as_bytes(),
-            );
-            form.extend_from_slice(lines.as_bytes());
-            form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-            let upload = endpoint
-                .authorised(endpoint.client.post(format!("{base}/files")))
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    format!("multipart/form-data; boundary={boundary}"),
-                )
-                .body(form);
-            let file = send_json(endpoint, upload).await?;
-            let file_id = file
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or(("the upload's reply has no id".to_owned(), false))?;
-            let body = json!({
-                "input_file_id": file_id,
-                "endpoint": "/v1/chat/completions",
-                "completion_window": endpoint.batcher.get().map_or("24h".to_owned(), |b| b.spec.window.clone()),
-                "metadata": {"gacc_submission": record.submission},
-            });
-            let create = endpoint
-                .authorised(endpoint.client.post(format!("{base}/batches")))
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string());
-            send_json(endpoint, create).await?
-        }
-        Api::AnthropicMessages => {
-            let items: Vec<Value> = requests
-                .iter()
-                .map(|r| json!({"custom_id": r.key, "params": r.body}))
-                .collect();
-            let create = endpoint
-                .authorised(endpoint.client.post(format!("{base}/v1/messages/batches")))
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(json!({"requests": items}).to_string());
-            send_json(endpoint, create).await?
-        }
+    let batches = endpoint.spec.api.provider().batches();
+    let window = endpoint
+        .batcher
+        .get()
+        .map_or("24h".to_owned(), |b| b.spec.window.clone());
+    let batch = NewBatch {
+        requests: requests.iter().map(|r| (r.key.as_str(), &r.body)).collect(),
+        local: &record.local,
+        submission: &record.submission,
+        window: &window,
     };
+    let uploaded = match batches.upload(&base, &batch) {
+        Some(upload) => Some(send_json(endpoint, request(endpoint, upload)).await?),
+        None => None,
+    };
+    let create = batches
+        .create(&base, &batch, uploaded.as_ref())
+        .map_err(|message| (message, false))?;
+    let reply = send_json(endpoint, request(endpoint, create)).await?;
     reply
         .get("id")
         .and_then(Value::as_str)
@@ -638,60 +548,35 @@ async fn create(endpoint: &Endpoint, record: &Record, requests: &[Queued]) -> Re
         .ok_or(("the batch's reply has no id".to_owned(), false))
 }
 
-/// A batch's state: None while it runs, its results once it ended.
-async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, String> {
-    let base = base(endpoint);
-    let id = record.batch_id.as_deref().unwrap_or_default();
-    match endpoint.spec.api {
-        Api::OpenaiChat => {
-            let batch = get_json(endpoint, &format!("{base}/batches/{id}")).await?;
-            let status = batch
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if !matches!(status.as_str(), "completed" | "expired" | "cancelled" | "failed") {
-                return Ok(None);
-            }
-            let mut results = HashMap::new();
-            for field in ["output_file_id", "error_file_id"] {
-                let Some(file) = batch.get(field).and_then(Value::as_str) else {
-                    continue;
-                };
-                let text = fetch_text(endpoint, &format!("{base}/files/{file}/content")).await?;
-                collect_lines(&text, &mut results);
-            }
-            Ok(Some(Ended { status, results }))
-        }
-        Api::AnthropicMessages => {
-            let batch = get_json(endpoint, &format!("{base}/v1/messages/batches/{id}")).await?;
-            if batch.get("processing_status").and_then(Value::as_str) != Some("ended") {
-                return Ok(None);
-            }
-            let url = batch
-                .get("results_url")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("{base}/v1/messages/batches/{id}/results"));
-            let text = fetch_text(endpoint, &url).await?;
-            let mut results = HashMap::new();
-            collect_lines(&text, &mut results);
-            Ok(Some(Ended {
-                status: "ended".into(),
-                results,
-            }))
-        }
+/// The HTTP request a provider describes, authorised.
+fn request(endpoint: &Endpoint, http: Http) -> reqwest::RequestBuilder {
+    match http.body {
+        Some((content_type, body)) => endpoint
+            .authorised(endpoint.client.post(http.url))
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body),
+        None => endpoint.authorised(endpoint.client.get(http.url)),
     }
 }
 
-fn collect_lines(text: &str, results: &mut HashMap<String, Value>) {
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        if let Ok(value) = serde_json::from_str::<Value>(line)
-            && let Some(id) = value.get("custom_id").and_then(Value::as_str)
-        {
-            results.insert(id.to_owned(), value);
-        }
+/// A batch's state: None while it runs, its results once it ended.
+async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, String> {
+    let base = base(endpoint);
+    let batches = endpoint.spec.api.provider().batches();
+    let id = record.batch_id.as_deref().unwrap_or_default();
+    let state = get_json(endpoint, &batches.state_url(&base, id)).await?;
+    let Some(ended) = batches.ended(&base, id, &state) else {
+        return Ok(None);
+    };
+    let mut results = HashMap::new();
+    for url in &ended.results {
+        let text = fetch_text(endpoint, url).await?;
+        results.extend(batches.result_lines(&text));
     }
+    Ok(Some(Ended {
+        status: ended.status,
+        results,
+    }))
 }
 
 /// A JSON document the provider serves at `url` (authorised), or why not.
@@ -715,41 +600,27 @@ async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
     if (200..300).contains(&status) {
         Ok(text)
     } else {
-        Err(format!("{status}: {}", wire::error_message(&text)))
+        Err(format!("{status}: {}", providers::error_message(&text)))
     }
 }
 
-/// The provider id of a batch recorded as `submitting`, found by its metadata (OpenAI) or by
-/// its size and time (Anthropic, whose batches carry no metadata).
+/// The provider id of a batch recorded as `submitting`, found among the account's recent
+/// batches as its provider can tell it.
 async fn find_lost(endpoint: &Endpoint, record: &Record) -> Option<String> {
-    let base = base(endpoint);
-    let listed = match endpoint.spec.api {
-        Api::OpenaiChat => format!("{base}/batches?limit=100"),
-        Api::AnthropicMessages => format!("{base}/v1/messages/batches?limit=100"),
+    let batches = endpoint.spec.api.provider().batches();
+    let list = get_json(endpoint, &batches.list_url(&base(endpoint)))
+        .await
+        .ok()?;
+    let lost = Lost {
+        submission: &record.submission,
+        requests: record.keys.len(),
+        created: &record.created,
     };
-    let list = get_json(endpoint, &listed).await.ok()?;
-    let batches = list.get("data").and_then(Value::as_array)?;
-    batches.iter().find_map(|batch| {
-        let id = batch.get("id").and_then(Value::as_str)?;
-        let found = match endpoint.spec.api {
-            Api::OpenaiChat => {
-                batch.pointer("/metadata/gacc_submission").and_then(Value::as_str) == Some(&record.submission)
-            }
-            Api::AnthropicMessages => {
-                let counts = batch.get("request_counts")?;
-                let total: u64 = ["processing", "succeeded", "errored", "canceled", "expired"]
-                    .iter()
-                    .filter_map(|k| counts.get(*k).and_then(Value::as_u64))
-                    .sum();
-                total == record.keys.len() as u64
-                    && batch
-                        .get("created_at")
-                        .and_then(Value::as_str)
-                        .is_some_and(|at| at >= record.created.as_str())
-            }
-        };
-        found.then(|| id.to_owned())
-    })
+    list.get("data")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter(|batch| batches.is_lost(batch, &lost))
+        .find_map(|batch| batch.get("id").and_then(Value::as_str).map(str::to_owned))
 }
 
 /// Cancels a recorded batch at its provider (`gacc batches cancel`).
@@ -763,20 +634,10 @@ pub(crate) async fn cancel(record: &Record, client: &reqwest::Client) -> Result<
         .batch_id
         .as_deref()
         .ok_or("the batch has no provider id yet")?;
-    let url = match record.api {
-        Api::OpenaiChat => format!("{base}/batches/{id}/cancel"),
-        Api::AnthropicMessages => format!("{base}/v1/messages/batches/{id}/cancel"),
-    };
-    let mut request = client.post(url);
-    match (record.api, &key) {
-        (Api::OpenaiChat, Some(key)) => request = request.bearer_auth(key),
-        (Api::AnthropicMessages, key) => {
-            request = request.header("anthropic-version", "2023-06-01");
-            if let Some(key) = key {
-                request = request.header("x-api-key", key);
-            }
-        }
-        _ => {}
+    let provider = record.api.provider();
+    let mut request = client.post(provider.batches().cancel_url(base, id));
+    for (name, value) in provider.auth_headers(key.as_deref()) {
+        request = request.header(name, value);
     }
     let response = request.send().await.map_err(|error| super::without_url(&error))?;
     let status = response.status().as_u16();
@@ -785,7 +646,7 @@ pub(crate) async fn cancel(record: &Record, client: &reqwest::Client) -> Result<
         Ok(())
     } else {
         Err(super::scrub(
-            &format!("{status}: {}", wire::error_message(&text)),
+            &format!("{status}: {}", providers::error_message(&text)),
             key.as_deref(),
         ))
     }

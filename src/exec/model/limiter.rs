@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::providers::{Allowance, Announced};
+
 /// How long growth pauses after a 5xx or a timeout.
 const GROWTH_PAUSE: Duration = Duration::from_secs(5);
 /// The most a wait re-checks the limit (a missed wake-up costs at most this).
@@ -242,15 +244,7 @@ impl Exhausted {
     }
 }
 
-/// One limit as a reply announced it: its size, what remains, and how long until it is full.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Budget {
-    pub limit: f64,
-    pub remaining: f64,
-    pub reset: Duration,
-}
-
-impl Budget {
+impl Allowance {
     /// The least rate it refills at: what is used, over the time until it is full again.
     /// `remaining` is a whole number, the level rounded down, so a unit less is surely used.
     fn refill(&self) -> Option<f64> {
@@ -263,13 +257,6 @@ impl Budget {
         let refill = self.refill()?;
         (self.remaining < size).then(|| Duration::from_secs_f64(((size - self.remaining) / refill).min(60.0)))
     }
-}
-
-/// What a reply's rate-limit headers announced.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Announced {
-    pub requests: Option<Budget>,
-    pub tokens: Option<Budget>,
 }
 
 /// A call the pacer started: when, and its size in the pacer's tokens.
@@ -629,7 +616,7 @@ mod tests {
 
     #[test]
     fn an_announced_budget_gives_its_refill_rate_and_the_wait_for_the_next_unit() {
-        let budget = Budget {
+        let budget = Allowance {
             limit: 500.0,
             remaining: 498.0,
             reset: Duration::from_millis(240),
@@ -637,14 +624,14 @@ mod tests {
         // At least one of the two used is surely used: a level of 498.9 shows as 498.
         assert!((budget.refill().unwrap() - 1.0 / 0.24).abs() < 1e-9);
         assert_eq!(budget.until(1.0), None);
-        let empty = Budget {
+        let empty = Allowance {
             limit: 5.0,
             remaining: 0.0,
             reset: Duration::from_millis(200),
         };
         assert_eq!(empty.until(1.0), Some(Duration::from_millis(50)));
         // A full budget says nothing of the rate.
-        let full = Budget {
+        let full = Allowance {
             limit: 5.0,
             remaining: 5.0,
             reset: Duration::ZERO,

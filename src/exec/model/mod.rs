@@ -6,7 +6,6 @@
 pub(crate) mod batch;
 pub(crate) mod limiter;
 pub(crate) mod verdict;
-pub(crate) mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +15,11 @@ use serde_json::{Map, Value, json};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::hash::sha256;
-use crate::inputs::models::{Api, ModelCall, ModelSpec, SeedRule, template_variables};
+use crate::inputs::models::{ModelCall, ModelSpec, SeedRule, template_variables};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::protocol::Role;
-use limiter::{Announced, Budget, Exhausted, Limiter, Live, Pacer, Rates};
-use wire::{Prompt, Reply};
+use crate::providers::{self, Allowance, Announced, Prompt, Reply};
+use limiter::{Exhausted, Limiter, Live, Pacer, Rates};
 
 /// The most of a reply body gacc reads.
 const MAX_REPLY_BYTES: usize = 16 << 20;
@@ -137,11 +136,10 @@ impl Endpoint {
     }
 
     fn url(&self) -> String {
-        let base = self.spec.base_url.trim_end_matches('/');
-        match self.spec.api {
-            Api::OpenaiChat => format!("{base}/chat/completions"),
-            Api::AnthropicMessages => format!("{base}/v1/messages"),
-        }
+        self.spec
+            .api
+            .provider()
+            .call_url(self.spec.base_url.trim_end_matches('/'))
     }
 
     fn request(&self, body: &Value) -> reqwest::RequestBuilder {
@@ -155,20 +153,19 @@ impl Endpoint {
 
     /// A request with the endpoint's key and headers.
     fn authorised(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match (self.spec.api, &self.key) {
-            (Api::OpenaiChat, Some(key)) => request = request.bearer_auth(key),
-            (Api::AnthropicMessages, key) => {
-                request = request.header("anthropic-version", "2023-06-01");
-                if let Some(key) = key {
-                    request = request.header("x-api-key", key);
-                }
-            }
-            (Api::OpenaiChat, None) => {}
+        for (name, value) in self.spec.api.provider().auth_headers(self.key.as_deref()) {
+            request = request.header(name, value);
         }
         for (name, value) in &self.spec.headers {
             request = request.header(name, value);
         }
         request
+    }
+
+    /// The limits a reply's headers announce, in its provider's headers.
+    fn announced(&self, headers: &reqwest::header::HeaderMap) -> Announced {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        self.spec.api.provider().announced(&header)
     }
 
     fn rejected(&self) -> Option<FailureKind> {
@@ -281,16 +278,16 @@ impl Endpoint {
             }
         };
         let status = response.status().as_u16();
-        let wait = retry_after(response.headers());
-        let announced = announced(response.headers());
+        let announced = self.announced(response.headers());
+        let wait = retry_after(response.headers(), &announced);
         let text = match read_limited(response).await {
             Ok(text) => text,
             Err(why) => return Exchange::Transient { wait, why },
         };
-        let message = || wire::error_message(&text);
+        let message = || providers::error_message(&text);
         match status {
             200..=299 => match serde_json::from_str::<Value>(&text) {
-                Ok(value) => match wire::reply(self.spec.api, &value) {
+                Ok(value) => match self.spec.api.provider().reply(&value) {
                     Ok(reply) => Exchange::Answered(reply, announced),
                     Err(why) => Exchange::Transient {
                         wait: None,
@@ -375,8 +372,9 @@ async fn read_limited(mut response: reqwest::Response) -> Result<String, String>
     String::from_utf8(bytes).map_err(|_| "a reply that is not UTF-8".into())
 }
 
-/// `retry-after-ms`, `Retry-After` (seconds), or OpenAI's reset headers (`1s`, `6m0s`, `20ms`).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// `retry-after-ms`, `Retry-After` (seconds), or when the limits the reply announced are
+/// full again (OpenAI's reset headers: `1s`, `6m0s`, `20ms`).
+fn retry_after(headers: &reqwest::header::HeaderMap, announced: &Announced) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     // Whatever a server sends, a wait is a finite number of seconds within an hour.
     let number = |text: &str| text.parse::<f64>().ok().filter(|n| n.is_finite());
@@ -386,9 +384,10 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(seconds) = header("retry-after").and_then(number) {
         return Some(Duration::from_secs_f64(seconds.clamp(0.0, 3600.0)));
     }
-    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+    [announced.requests, announced.tokens]
         .iter()
-        .filter_map(|name| header(name).and_then(go_duration))
+        .flatten()
+        .map(|allowance| allowance.reset)
         .max()
 }
 
@@ -412,116 +411,12 @@ pub(crate) fn describe_pace(live: &Live) -> String {
 
 /// Which limit a 429 exhausted: what the headers show at zero, else what its message says.
 fn exhausted(announced: &Announced, message: &str) -> Exhausted {
-    let empty = |budget: Option<Budget>| budget.is_some_and(|b| b.remaining < 1.0);
+    let empty = |allowance: Option<Allowance>| allowance.is_some_and(|a| a.remaining < 1.0);
     match (empty(announced.requests), empty(announced.tokens)) {
         (true, false) => Exhausted::Requests,
         (false, true) => Exhausted::Tokens,
         _ => Exhausted::from_message(message),
     }
-}
-
-/// The remaining requests and tokens a reply announces: OpenAI's `x-ratelimit-*` (resets as
-/// durations), Anthropic's `anthropic-ratelimit-*` (resets as RFC 3339 times).
-fn announced(headers: &reqwest::header::HeaderMap) -> Announced {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let number = |name: &str| {
-        header(name)
-            .and_then(|text| text.parse::<f64>().ok())
-            .filter(|n| n.is_finite() && *n >= 0.0)
-    };
-    let openai = |what: &str| {
-        Some(Budget {
-            limit: number(&format!("x-ratelimit-limit-{what}"))?,
-            remaining: number(&format!("x-ratelimit-remaining-{what}"))?,
-            reset: header(&format!("x-ratelimit-reset-{what}")).and_then(go_duration)?,
-        })
-    };
-    let anthropic = |what: &str| {
-        let reset = header(&format!("anthropic-ratelimit-{what}-reset")).and_then(until_rfc3339)?;
-        Some(Budget {
-            limit: number(&format!("anthropic-ratelimit-{what}-limit"))?,
-            remaining: number(&format!("anthropic-ratelimit-{what}-remaining"))?,
-            reset,
-        })
-    };
-    Announced {
-        requests: openai("requests").or_else(|| anthropic("requests")),
-        tokens: openai("tokens")
-            .or_else(|| anthropic("tokens"))
-            .or_else(|| anthropic("input-tokens")),
-    }
-}
-
-/// The time from now until an RFC 3339 instant (`2026-12-01T20:44:34Z`, offsets and fractions
-/// allowed); zero for one past, none for text that is not one or more than an hour away.
-fn until_rfc3339(text: &str) -> Option<Duration> {
-    let (date, time) = text.split_once(['T', 't', ' '])?;
-    let mut parts = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (parts.next()??, parts.next()??, parts.next()??);
-    let (clock, offset) = match time.find(['Z', 'z', '+', '-']) {
-        Some(at) => time.split_at(at),
-        None => return None,
-    };
-    let offset_seconds = match offset.chars().next() {
-        Some('Z' | 'z') => 0,
-        Some(sign) => {
-            let (hours, minutes) = offset[1..].split_once(':')?;
-            let magnitude = hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60;
-            if sign == '-' { -magnitude } else { magnitude }
-        }
-        None => return None,
-    };
-    let mut fields = clock.splitn(3, ':');
-    let (hours, minutes) = (
-        fields.next()?.parse::<i64>().ok()?,
-        fields.next()?.parse::<i64>().ok()?,
-    );
-    let seconds = fields.next()?.parse::<f64>().ok().filter(|s| s.is_finite())?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let at = (days * 86_400 + hours * 3600 + minutes * 60 - offset_seconds) as f64 + seconds;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs_f64();
-    let ahead = at - now;
-    (ahead <= 3600.0).then(|| Duration::from_secs_f64(ahead.max(0.0)))
-}
-
-/// A Go-style duration: `1s`, `6m0s`, `1h2m3.5s`, `20ms`.
-fn go_duration(text: &str) -> Option<Duration> {
-    let mut total = 0.0;
-    let mut number = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let value: f64 = number.parse().ok()?;
-        number.clear();
-        let unit = match (c, chars.peek()) {
-            ('m', Some('s')) => {
-                chars.next();
-                0.001
-            }
-            ('h', _) => 3600.0,
-            ('m', _) => 60.0,
-            ('s', _) => 1.0,
-            _ => return None,
-        };
-        total += value * unit;
-    }
-    (number.is_empty() && total <= 3600.0).then(|| Duration::from_secs_f64(total))
 }
 
 /// Exponential backoff with jitter, capped.
@@ -664,20 +559,14 @@ impl ModelLauncher {
             Role::Reader => "memory",
             Role::Judge => "source",
         };
-        let cache_split = match (
-            self.endpoint.spec.api,
-            request.get(shared).and_then(Value::as_str),
-        ) {
-            (Api::AnthropicMessages, Some(prefix))
-                if self.tokenizer.count(prefix).unwrap_or(0) >= wire::ANTHROPIC_CACHE_MIN_TOKENS =>
-            {
-                user.find(prefix).map(|at| {
-                    let end = at + prefix.len();
-                    user[end..].find('\n').map_or(end, |n| end + n + 1)
-                })
-            }
-            _ => None,
-        };
+        let tokens = |text: &str| self.tokenizer.count(text).unwrap_or(0);
+        let cache_split = request.get(shared).and_then(Value::as_str).and_then(|prefix| {
+            self.endpoint
+                .spec
+                .api
+                .provider()
+                .cache_split(&user, prefix, &tokens)
+        });
         Ok(Prompt {
             system,
             user,
@@ -704,7 +593,7 @@ impl ModelLauncher {
             (None, Some(_)) => None,
         };
         let at = |cache_write| {
-            wire::Tokens {
+            providers::Tokens {
                 input,
                 cached_input: 0,
                 cache_write,
@@ -733,7 +622,7 @@ impl ModelLauncher {
             .get("seed")
             .and_then(Value::as_u64)
             .and_then(|seed| SeedRule::of(Some(&self.call), &callback.params).sent(seed));
-        let body = wire::body(
+        let body = providers::body(
             self.endpoint.spec.api,
             &self.endpoint.spec.model,
             &prompt,
@@ -892,28 +781,42 @@ fn scrub_failure(kind: &mut FailureKind, key: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inputs::models::Api;
 
     #[test]
     fn retry_after_headers_in_each_form() {
+        let announced = |headers: &reqwest::header::HeaderMap| {
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            Api::OPENAI_CHAT.provider().announced(&header)
+        };
+        let wait = |headers: &reqwest::header::HeaderMap| retry_after(headers, &announced(headers));
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert("retry-after", "3".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        assert_eq!(wait(&headers), Some(Duration::from_secs(3)));
         headers.insert("retry-after-ms", "250".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+        assert_eq!(wait(&headers), Some(Duration::from_millis(250)));
         let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert("x-ratelimit-reset-requests", "1m0.5s".parse().unwrap());
-        headers.insert("x-ratelimit-reset-tokens", "20ms".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(60_500)));
-        assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
-        assert_eq!(go_duration("soon"), None);
-        assert_eq!(retry_after(&reqwest::header::HeaderMap::new()), None);
+        for (name, value) in [
+            ("x-ratelimit-limit-requests", "100"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "1m0.5s"),
+            ("x-ratelimit-limit-tokens", "1000"),
+            ("x-ratelimit-remaining-tokens", "10"),
+            ("x-ratelimit-reset-tokens", "20ms"),
+        ] {
+            headers.insert(name, value.parse().unwrap());
+        }
+        assert_eq!(wait(&headers), Some(Duration::from_millis(60_500)));
+        assert_eq!(providers::go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(providers::go_duration("soon"), None);
+        assert_eq!(wait(&reqwest::header::HeaderMap::new()), None);
         // Nonsense from a server is no wait, never a panic.
         for nonsense in ["NaN", "inf", "-3", "soon", "1e400"] {
-            let mut headers = reqwest::header::HeaderMap::new();
+            let mut headers = headers.clone();
             headers.insert("retry-after", nonsense.parse().unwrap());
             headers.insert("x-ratelimit-reset-tokens", nonsense.parse().unwrap());
             assert!(
-                retry_after(&headers).is_none_or(|d| d <= Duration::from_secs(3600)),
+                wait(&headers).is_none_or(|d| d <= Duration::from_secs(3600)),
                 "{nonsense}"
             );
         }
@@ -972,7 +875,7 @@ mod tests {
     }
 
     fn rendered(builtin: &str, request: Value) -> String {
-        let prompt = launcher(builtin, Api::OpenaiChat)
+        let prompt = launcher(builtin, Api::OPENAI_CHAT)
             .prompt(&request, &Map::new())
             .unwrap();
         format!(
@@ -1017,7 +920,7 @@ mod tests {
 
     #[test]
     fn a_long_memory_is_marked_for_anthropics_prompt_cache() {
-        let launcher = launcher("llm-reader", Api::AnthropicMessages);
+        let launcher = launcher("llm-reader", Api::ANTHROPIC_MESSAGES);
         let memory = "The harbour master logs every ship that docks after dusk. ".repeat(120);
         let prompt = launcher
             .prompt(

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::wire::Reply;
+use crate::providers::Reply;
 
 /// `(correct, rationale)`, or why the reply holds no verdict.
 pub(crate) fn verdict(reply: &Reply) -> Result<(bool, Option<String>), String> {
