@@ -17,6 +17,7 @@ use crate::exec::process::Process;
 use crate::inputs::tokenizer::{Cl100k, Tokenizer};
 use crate::protocol::Mode;
 use crate::protocol::Role;
+use crate::protocol::messages::{self, ReaderRequest};
 use crate::rng::SplitMix64;
 
 /// The shape of the synthetic experiment (the paper's design by default).
@@ -389,7 +390,9 @@ async fn call_many(callback: Callback, calls: usize, concurrency: usize) -> Dura
         let callback = callback.clone();
         let limit = limit.clone();
         tasks.spawn(async move {
-            let request = || json!({"protocol": "gacc/1", "role": "reader", "memory": "m", "question": format!("q{i}"), "seed": 0, "params": {}});
+            let question = format!("q{i}");
+            let params = json!({});
+            let request = || messages::to_bytes(&ReaderRequest::new("m", &question, 0, &params));
             let _ = callback.call(&format!("bench-{i}"), request, &limit).await;
         });
     }

@@ -19,7 +19,8 @@ use crate::exec::callback::{Callback, FailureKind};
 use crate::exec::process::Process;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
-use crate::protocol::{Mode, PROTOCOL, Role};
+use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+use crate::protocol::{Mode, Role};
 
 /// The size of the large-context probe: a long paper or a book chapter.
 const LARGE_CONTEXT_BYTES: usize = 1 << 20;
@@ -397,6 +398,9 @@ fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1e4).round() / 10.0
 }
 
+/// The seed every probe carries.
+const PROBE_SEED: u64 = 42;
+
 /// The synthetic requests for a callback's role. A persistent callback gets them all on one
 /// worker, one after another, as a run sends them.
 fn probes(callback: &Callback) -> Vec<Probe> {
@@ -405,23 +409,12 @@ fn probes(callback: &Callback) -> Vec<Probe> {
     let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
                    arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
     let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
-    let base =
-        |role: &str| json!({"protocol": PROTOCOL, "role": role, "seed": 42, "params": callback.params});
-    let with = |role: &str, fields: Value| {
-        let mut request = base(role);
-        if let (Some(request), Some(fields)) = (request.as_object_mut(), fields.as_object()) {
-            request.extend(fields.clone());
-        }
-        request
-    };
+    let params = &callback.params;
     let probe = |what, request| Probe { what, request };
     match callback.role {
         Role::Compressor => {
-            let compressor = |context: &str, goal: Option<&str>, budget: u64| {
-                with(
-                    "compressor",
-                    json!({"context": context, "goal": goal, "token_budget": budget}),
-                )
+            let compressor = |context: &str, goal: Option<&str>, budget: usize| {
+                messages::to_value(&CompressorRequest::new(context, goal, budget, PROBE_SEED, params))
             };
             vec![
                 probe(
@@ -446,7 +439,7 @@ fn probes(callback: &Callback) -> Vec<Probe> {
         }
         Role::Reader => {
             let reader = |memory: &str, question: &str| {
-                with("reader", json!({"memory": memory, "question": question}))
+                messages::to_value(&ReaderRequest::new(memory, question, PROBE_SEED, params))
             };
             vec![
                 probe("a short memory", reader(&plain, "Who logs the ships?")),
@@ -461,11 +454,14 @@ fn probes(callback: &Callback) -> Vec<Probe> {
         }
         Role::Judge => {
             let judge = |source: &str, answer: &str| {
-                with(
-                    "judge",
-                    json!({"source": source, "question": "Who logs the ships?",
-                           "reference": "the harbour master", "answer": answer}),
-                )
+                messages::to_value(&JudgeRequest::new(
+                    source,
+                    "Who logs the ships?",
+                    "the harbour master",
+                    answer,
+                    PROBE_SEED,
+                    params,
+                ))
             };
             vec![
                 probe("a right answer", judge(&plain, "the harbour master")),

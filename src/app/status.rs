@@ -6,7 +6,7 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::app::prepare::{Prepared, cache_for, models, prepare};
 use crate::error::{Error, Invalid};
@@ -15,6 +15,7 @@ use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::inputs::dataset;
 use crate::inputs::manifest::{self, CallbackSpec};
+use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
 use crate::protocol::{Role, Stage};
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
@@ -101,8 +102,9 @@ impl Bounder {
         let reader_max_tokens = reader.as_ref().and_then(|reader| {
             let empty = serde_json::Map::new();
             let params = manifest.reader.params.as_object().unwrap_or(&empty);
+            let request = ReaderRequest::new("", "", 0, &manifest.reader.params);
             reader
-                .prompt(&json!({"memory": "", "question": ""}), params)
+                .prompt(&messages::to_value(&request), params)
                 .ok()
                 .map(|p| p.max_tokens)
         });
@@ -191,8 +193,14 @@ pub(super) fn plan_status(
         let source = &dataset.sources[job.source];
         let name = &job.id.cell.compressor;
         if let (None, Some(launcher)) = (&generation, bounder.compressors.get(name).cloned()) {
-            let request = json!({"context": source.text, "goal": goal, "token_budget": job.budget, "seed": job.id.seed});
             let params = &manifest.compressors[name].params;
+            let request = messages::to_value(&CompressorRequest::new(
+                &source.text,
+                goal,
+                job.budget,
+                job.id.seed,
+                params,
+            ));
             bounder.add(job.cache_key.clone(), &launcher, &request, params, 0);
         }
         let Some(generation) = generation else {
@@ -367,7 +375,12 @@ fn bound_question(
     };
     let reader = bounder.reader.clone();
     if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
-        let request = json!({"memory": "", "question": asked.question, "seed": seed});
+        let request = messages::to_value(&ReaderRequest::new(
+            "",
+            &asked.question,
+            seed,
+            &manifest.reader.params,
+        ));
         bounder.add(
             read.clone(),
             reader,
@@ -385,8 +398,14 @@ fn bound_question(
                 format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
             ),
         };
-        let request = json!({"source": source.text, "question": asked.question, "reference": asked.reference,
-                             "answer": answer.unwrap_or(""), "seed": seed});
+        let request = messages::to_value(&JudgeRequest::new(
+            &source.text,
+            &asked.question,
+            &asked.reference,
+            answer.unwrap_or(""),
+            seed,
+            &manifest.judge.params,
+        ));
         bounder.add(identity, &judge, &request, &manifest.judge.params, unknown);
     }
 }

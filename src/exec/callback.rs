@@ -142,12 +142,12 @@ pub(crate) struct Attempt {
 
 impl Callback {
     /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
-    /// of both this callback's and the run's concurrency for each attempt. The request is
-    /// written out only once a slot is free, so waiting calls hold no payload.
+    /// of both this callback's and the run's concurrency for each attempt. The request's
+    /// bytes are written only once a slot is free, so waiting calls hold no payload.
     pub(crate) async fn call(
         &self,
         key: &str,
-        request: impl Fn() -> Value,
+        request: impl Fn() -> Vec<u8>,
         run_limit: &Semaphore,
     ) -> Result<Value, Failure> {
         let mut attempt = 0;
@@ -168,9 +168,9 @@ impl Callback {
                 } else {
                     None
                 };
-                let bytes = request().to_string();
+                let bytes = request();
                 let started = Instant::now();
-                let mut outcome = self.launcher.attempt(self, key, bytes.as_bytes()).await;
+                let mut outcome = self.launcher.attempt(self, key, &bytes).await;
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
                 self.redact_attempt(&mut outcome);
                 tracing::debug!(

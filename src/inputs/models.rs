@@ -61,6 +61,7 @@ pub(crate) fn default_templates(role: Role) -> (&'static str, &'static str) {
     }
 }
 
+use crate::protocol::messages;
 pub(crate) use crate::providers::Api;
 use crate::providers::Tokens;
 
@@ -558,22 +559,19 @@ fn known(models: &BTreeMap<String, ModelSpec>) -> String {
     }
 }
 
-/// The variables a role's template may use: its request's fields (SPEC §3), nothing else of
-/// the experiment (and, for the judge, the fence derived from the answer).
-pub(crate) fn template_variables(role: Role) -> &'static [&'static str] {
-    match role {
-        Role::Compressor => &["context", "goal", "token_budget", "seed", "params"],
-        Role::Reader => &["memory", "question", "seed", "params"],
-        Role::Judge => &[
-            "source",
-            "question",
-            "reference",
-            "answer",
-            "answer_fence",
-            "seed",
-            "params",
-        ],
+/// The variables a role's template may use: its request's fields (SPEC §3) but for `protocol`
+/// and `role`, nothing else of the experiment (and, for the judge, the fence derived from the
+/// answer).
+pub(crate) fn template_variables(role: Role) -> Vec<&'static str> {
+    let mut variables: Vec<&'static str> = messages::request_fields(role)
+        .iter()
+        .copied()
+        .filter(|field| !matches!(*field, "protocol" | "role"))
+        .collect();
+    if role == Role::Judge {
+        variables.push("answer_fence");
     }
+    variables
 }
 
 /// What is wrong with `params.seed`, if anything: `true`, `false` or a whole number, and none

@@ -1,6 +1,7 @@
 //! The SPEC's nouns and constants (§1, §3): what every stage speaks of. Imports only leaves.
 
 mod cell;
+pub(crate) mod messages;
 mod role;
 mod values;
 

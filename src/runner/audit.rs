@@ -3,23 +3,25 @@
 
 use serde_json::Value;
 
-/// True when a compressor request (all but its `context`, which is the source itself by
-/// construction) carries a field outside SPEC §3, or held-out text of its source's goals
-/// (a question or reference that the source itself does not contain).
-pub(super) fn exposes(request: &Value, held_out: &[String]) -> bool {
-    const ALLOWED: &[&str] = &[
-        "protocol",
-        "role",
-        "context",
-        "goal",
-        "token_budget",
-        "seed",
-        "params",
-    ];
+use crate::protocol::messages::CompressorRequest;
+
+/// True when a compressor request as it is written (all but its `context`, which is the
+/// source itself by construction) carries a field outside SPEC §3, or held-out text of its
+/// source's goals (a question or reference that the source itself does not contain).
+pub(super) fn exposes(request: &CompressorRequest<'_>, held_out: &[String]) -> bool {
+    serde_json::to_value(request.without_context())
+        .map_or(true, |written| written_exposes(&written, held_out))
+}
+
+/// `exposes`, of a request as written.
+fn written_exposes(request: &Value, held_out: &[String]) -> bool {
     let Some(fields) = request.as_object() else {
         return true;
     };
-    if fields.keys().any(|k| !ALLOWED.contains(&k.as_str())) {
+    if fields
+        .keys()
+        .any(|k| !CompressorRequest::FIELDS.contains(&k.as_str()))
+    {
         return true;
     }
     let mut visible = Vec::new();
@@ -49,7 +51,7 @@ mod tests {
     #[test]
     fn exposure_audit() {
         let exposes = |request: &Value, source: &str, texts: &[&str]| {
-            exposes(request, &crate::plan::held_out(source, texts.iter().copied()))
+            written_exposes(request, &crate::plan::held_out(source, texts.iter().copied()))
         };
         let request = json!({"protocol": "gacc/1", "role": "compressor", "context": "the sky is blue",
             "goal": "learn colours", "token_budget": 3, "seed": 0, "params": {}});
@@ -75,5 +77,13 @@ mod tests {
             "the sky is blue",
             &["What colour is the sky?"]
         ));
+        // A typed request is audited as it is written.
+        let params = json!({"hint": "What colour is the sky?"});
+        let typed = CompressorRequest::new("the sky is blue", Some("learn colours"), 3, 0, &params);
+        let held_out = crate::plan::held_out("the sky is blue", ["What colour is the sky?"].into_iter());
+        assert!(super::exposes(&typed, &held_out));
+        let no_params = json!({});
+        let typed = CompressorRequest::new("the sky is blue", Some("learn colours"), 3, 0, &no_params);
+        assert!(!super::exposes(&typed, &held_out));
     }
 }

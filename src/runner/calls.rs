@@ -90,7 +90,7 @@ pub(super) async fn obtain(
     key: &str,
     legacy: impl FnOnce() -> Option<String>,
     description: impl Fn() -> Value,
-    request: impl Fn() -> Value,
+    request: impl Fn() -> Vec<u8>,
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
     // The common case at scale: answered by the cache, with no bookkeeping.

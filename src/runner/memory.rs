@@ -18,7 +18,8 @@ use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::plan::MemoryJob;
-use crate::protocol::{PROTOCOL, Role, Stage, TruncationMode};
+use crate::protocol::messages::{self, CompressorRequest};
+use crate::protocol::{Role, Stage, TruncationMode};
 use crate::store::ledger::LedgerRow;
 
 pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOutcome {
@@ -27,16 +28,8 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
     let source = &run.dataset.sources[job.source];
     let callback = &run.callbacks.compressors[&job.id.cell.compressor];
     let goal_text = goal_text(shared, job);
-    // The request as sent, but for `context`, which is the source itself by construction.
-    let skeleton = json!({
-        "protocol": PROTOCOL,
-        "role": "compressor",
-        "goal": goal_text,
-        "token_budget": job.budget,
-        "seed": job.id.seed,
-        "params": callback.params,
-    });
-    let exposure_violation = exposes(&skeleton, &run.plan.held_out[job.source]);
+    let request = CompressorRequest::new(&source.text, goal_text, job.budget, job.id.seed, &callback.params);
+    let exposure_violation = exposes(&request, &run.plan.held_out[job.source]);
     if exposure_violation {
         tracing::error!(job = %job.key, "compressor request carries held-out text");
     }
@@ -54,7 +47,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
         Ok((Arc::new(Measured::empty()), Origin::Skipped, Usage::default()))
     } else {
         outcome.jobs.push(Role::Compressor);
-        make_memory(shared, callback, job, skeleton).await
+        make_memory(shared, callback, job, request).await
     };
     let progress = run.progress.stage(Role::Compressor);
     let ended = made
@@ -247,7 +240,7 @@ pub(super) async fn make_memory<'a>(
     shared: &RunState,
     callback: &'a Callback,
     job: &MemoryJob,
-    skeleton: Value,
+    request: CompressorRequest<'_>,
 ) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
     let run = &shared.run;
     let memory_key = run.plan.memory_key(job, run.truncation);
@@ -260,14 +253,7 @@ pub(super) async fn make_memory<'a>(
         shared.calls.found(Role::Compressor);
         return Ok((Arc::new(measured), Origin::Cache, usage));
     }
-    let source = &run.dataset.sources[job.source];
-    let request = || {
-        let mut request = skeleton.clone();
-        if let Value::Object(fields) = &mut request {
-            fields.insert("context".into(), Value::String(source.text.clone()));
-        }
-        request
-    };
+    let request = || messages::to_bytes(&request);
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
     let legacy = || run.plan.legacy_compressor_key(job, goal_text(shared, job));
     let (response, origin) = obtain(shared, callback, &job.cache_key, legacy, description, request)

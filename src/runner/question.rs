@@ -12,7 +12,8 @@ use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
 use crate::plan::{MemoryJob, keys};
-use crate::protocol::{PROTOCOL, Role, Stage};
+use crate::protocol::messages::{self, JudgeRequest, ReaderRequest};
+use crate::protocol::{Role, Stage};
 use crate::store::ledger::{FailureRow, ResultRow};
 
 pub(super) struct QuestionOutcome {
@@ -51,7 +52,7 @@ impl QuestionOutcome {
         job: &MemoryJob,
         step: Step<'_>,
         legacy: impl FnOnce() -> Option<String>,
-        request: impl Fn() -> Value,
+        request: impl Fn() -> Vec<u8>,
     ) -> Option<Value> {
         let started = Instant::now();
         let description = || json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
@@ -125,14 +126,12 @@ pub(super) async fn run_question(
         cache_key: run.plan.read_key(job, question_job, memory_sha256),
     };
     let request = || {
-        json!({
-            "protocol": PROTOCOL,
-            "role": "reader",
-            "memory": memory,
-            "question": question.question,
-            "seed": job.id.seed,
-            "params": reader.params,
-        })
+        messages::to_bytes(&ReaderRequest::new(
+            memory,
+            &question.question,
+            job.id.seed,
+            &reader.params,
+        ))
     };
     // The key an earlier gacc filed the same request under, looked up only on a miss.
     let legacy = || run.plan.legacy_read_key(job, question_job, memory_sha256);
@@ -154,16 +153,14 @@ pub(super) async fn run_question(
         cache_key: run.plan.judge_key(job, question_job, &answer),
     };
     let request = || {
-        json!({
-            "protocol": PROTOCOL,
-            "role": "judge",
-            "source": source.text,
-            "question": question.question,
-            "reference": question.reference,
-            "answer": answer,
-            "seed": job.id.seed,
-            "params": judge.params,
-        })
+        messages::to_bytes(&JudgeRequest::new(
+            &source.text,
+            &question.question,
+            &question.reference,
+            &answer,
+            job.id.seed,
+            &judge.params,
+        ))
     };
     let legacy = || run.plan.legacy_judge_key(job, question_job, &answer);
     if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await {

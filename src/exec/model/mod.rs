@@ -518,8 +518,8 @@ impl ModelLauncher {
         let role = self.call.role;
         let mut context = Map::new();
         for name in template_variables(role) {
-            if let Some(value) = request.get(*name) {
-                context.insert((*name).to_owned(), value.clone());
+            if let Some(value) = request.get(name) {
+                context.insert(name.to_owned(), value.clone());
             }
         }
         if role == Role::Judge {

@@ -9,10 +9,11 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Tokenizer, TokenizerError, TokenizerIdentity};
-use crate::protocol::{MAX_RESPONSE_BYTES, Mode, PROTOCOL};
+use crate::protocol::messages::{self, DecodeRequest, EncodeRequest};
+use crate::protocol::{MAX_RESPONSE_BYTES, Mode};
 
 /// An external tokenizer, ready to call.
 pub(crate) struct External {
@@ -189,7 +190,7 @@ impl External {
 
     /// Sends one request and reads one response line, within the timeout; a process that
     /// stopped answering is described by its exit status and stderr.
-    fn exchange(&self, process: &mut Process, request: &Value) -> Result<Value, TokenizerError> {
+    fn exchange(&self, process: &mut Process, request: &[u8]) -> Result<Value, TokenizerError> {
         self.exchange_once(process, request)
             .map_err(|TokenizerError(reason)| {
                 let post_mortem = if reason.starts_with("no response") || reason.starts_with("could not send")
@@ -206,9 +207,9 @@ impl External {
             })
     }
 
-    fn exchange_once(&self, process: &mut Process, request: &Value) -> Result<Value, TokenizerError> {
+    fn exchange_once(&self, process: &mut Process, request: &[u8]) -> Result<Value, TokenizerError> {
         let deadline = Instant::now() + self.timeout;
-        let mut line = request.to_string().into_bytes();
+        let mut line = request.to_vec();
         line.push(b'\n');
         let stdin = process
             .stdin
@@ -242,11 +243,11 @@ impl External {
         Ok(value)
     }
 
-    fn call(&self, request: Value) -> Result<Value, TokenizerError> {
+    fn call(&self, request: &[u8]) -> Result<Value, TokenizerError> {
         match self.mode {
             Mode::Oneshot => {
                 let mut process = self.start()?;
-                self.exchange(&mut process, &request)
+                self.exchange(&mut process, request)
             }
             Mode::Persistent => {
                 let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
@@ -256,7 +257,7 @@ impl External {
                         *worker = Some(self.start()?);
                     }
                     let Some(process) = worker.as_mut() else { continue };
-                    match self.exchange(process, &request) {
+                    match self.exchange(process, request) {
                         Ok(value) => return Ok(value),
                         Err(error) => {
                             *worker = None;
@@ -276,8 +277,7 @@ impl External {
 
 impl Tokenizer for External {
     fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let response =
-            self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "encode", "text": text}))?;
+        let response = self.call(&messages::to_bytes(&EncodeRequest::new(text)))?;
         response
             .get("tokens")
             .and_then(Value::as_array)
@@ -291,8 +291,7 @@ impl Tokenizer for External {
     }
 
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>, TokenizerError> {
-        let response =
-            self.call(json!({"protocol": PROTOCOL, "role": "tokenizer", "op": "decode", "tokens": tokens}))?;
+        let response = self.call(&messages::to_bytes(&DecodeRequest::new(tokens)))?;
         response
             .get("text")
             .and_then(Value::as_str)
