@@ -128,8 +128,8 @@ enum Command {
     /// name in arrays an earlier gacc submitted).
     #[command(name = "array-task", alias = "worker", hide = true)]
     ArrayTask {
-        /// The batch folder in the Slurm work folder.
-        batch: PathBuf,
+        /// The array's folder in the Slurm work folder (`batches/<array>`).
+        array: PathBuf,
         /// The array task (default: SLURM_ARRAY_TASK_ID).
         #[arg(long)]
         task: Option<usize>,
@@ -339,7 +339,7 @@ fn main() -> ExitCode {
             command: Some(CallbackCommand::Serve(name)),
         } => ExitCode::from(app::callback(name.first().map(String::as_str))),
         Command::Callback { command: None } => ExitCode::from(app::callback(None)),
-        Command::ArrayTask { batch, task } => ExitCode::from(app::array_task(&batch, task)),
+        Command::ArrayTask { array, task } => ExitCode::from(app::array_task(&array, task)),
         command => {
             app::init_tracing(cli.verbose, cli.quiet);
             exit_status(dispatch(command, cli.quiet, &cli.runs))

@@ -13,12 +13,16 @@ use tokio::sync::Semaphore;
 use crate::app::run::{self, RunOptions};
 use crate::error::{Error, io};
 use crate::exec::callback::Callback;
-use crate::exec::process::Process;
+use crate::exec::process::ProcessLauncher;
+use crate::exec::program::Program;
 use crate::inputs::tokenizer::{Cl100k, Tokenizer};
 use crate::protocol::Mode;
 use crate::protocol::Role;
 use crate::protocol::messages::{self, ReaderRequest};
 use crate::rng::SplitMix64;
+use crate::store::cache::Kind;
+use crate::store::run_folder::RUN;
+use crate::store::run_record::RunRecord;
 
 /// The shape of the synthetic experiment (the paper's design by default).
 #[derive(Debug, Clone)]
@@ -94,14 +98,14 @@ fn experiment(folder: &Path, shape: &Shape) -> Result<Vec<Measurement>, Error> {
     for name in ["full run, persistent callbacks", "cached re-run"] {
         let started = Instant::now();
         let finished = run::run(&options)?;
-        let record: Value = std::fs::read_to_string(finished.folder.join("run.json"))
+        let record = std::fs::read_to_string(finished.folder.join(RUN))
             .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
+            .and_then(|text| RunRecord::parse(&text))
+            .unwrap_or_default();
         out.push(measure(
             name,
             started,
-            json!({"calls": record["calls"], "failures": finished.failures}),
+            json!({"calls": record.calls, "failures": finished.failures}),
         ));
     }
     out.push(Measurement {
@@ -168,7 +172,7 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
         });
     }
     let persistent = runtime.block_on(call_many(
-        builtin_worker("bench-reader", concurrency),
+        builtin_worker("bench-reader", concurrency, 1),
         spawns * 5,
         concurrency,
     ));
@@ -185,8 +189,7 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
     let mut per_second = Vec::new();
     for inflight in [1, 32] {
         let calls = if inflight == 1 { 40 } else { 640 };
-        let mut worker = builtin_worker("bench-batch-reader", inflight);
-        worker.max_inflight = inflight;
+        let worker = builtin_worker("bench-batch-reader", inflight, inflight);
         let took = runtime.block_on(call_many(worker, calls, inflight));
         per_second.push(calls as f64 / took.as_secs_f64());
         out.push(Measurement {
@@ -316,37 +319,43 @@ fn generate(folder: &Path, shape: &Shape) -> std::io::Result<PathBuf> {
 }
 
 fn callback(argv: Vec<String>, concurrency: usize, mode: Mode) -> Callback {
-    Callback {
-        name: "bench".into(),
-        role: Role::Reader,
+    launched(program(argv, mode), concurrency)
+}
+
+fn program(argv: Vec<String>, mode: Mode) -> Program {
+    Program {
         argv,
         cwd: PathBuf::from("/"),
         env: Vec::new(),
         timeout: Duration::from_secs(60),
-        retries: 0,
-        params: json!({}),
-        identity: json!({}),
-        limit: Arc::new(Semaphore::new(concurrency)),
         mode,
-
         sandbox: None,
-        launcher: Arc::new(Process::default()),
-        local: true,
         max_inflight: 1,
     }
 }
 
+/// A callback that runs `program` here, `concurrency` calls at a time.
+fn launched(program: Program, concurrency: usize) -> Callback {
+    Callback {
+        params: json!({}),
+        identity: json!({}),
+        limit: Arc::new(Semaphore::new(concurrency)),
+        ..Callback::new("bench", Role::Reader, Arc::new(ProcessLauncher::new(program)))
+    }
+}
+
 /// The callback in a sandbox that grants its program, where the kernel has Landlock.
-fn sandboxed(mut callback: Callback) -> Option<Callback> {
+fn sandboxed(callback: Callback) -> Option<Callback> {
     use crate::exec::sandbox::{Protected, Sandboxing, kernel_abi};
+    let mut program = callback.program()?.clone();
     let sandboxing = Sandboxing::new(kernel_abi(), Protected::default()).ok()?;
     let grants = sandboxing
         .protected()
-        .grants(None, &callback.argv, false, Path::new("/"))
+        .grants(None, &program.argv, false, Path::new("/"))
         .ok()?;
     let (policy, _) = sandboxing.confine(callback.role, None, &grants, None).ok()?;
-    callback.sandbox = Some(policy?);
-    Some(callback)
+    program.sandbox = Some(policy?);
+    Some(launched(program, callback.limit.available_permits()))
 }
 
 fn echo_callback(concurrency: usize, mode: Mode) -> Callback {
@@ -357,16 +366,17 @@ fn echo_callback(concurrency: usize, mode: Mode) -> Callback {
     )
 }
 
-/// A persistent worker of one of gacc's own built-ins (`gacc callback NAME`).
-fn builtin_worker(name: &str, concurrency: usize) -> Callback {
+/// A persistent worker of one of gacc's own built-ins (`gacc callback NAME`), taking up to
+/// `max_inflight` requests at once.
+fn builtin_worker(name: &str, concurrency: usize, max_inflight: usize) -> Callback {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "gacc".into());
-    callback(
-        vec![exe, "callback".into(), name.into()],
-        concurrency,
-        Mode::Persistent,
-    )
+    let program = Program {
+        max_inflight,
+        ..program(vec![exe, "callback".into(), name.into()], Mode::Persistent)
+    };
+    launched(program, concurrency)
 }
 
 fn sleep_callback(concurrency: usize) -> Callback {
@@ -484,12 +494,12 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
         let keys: Vec<String> = (0..entries).map(|i| crate::plan::keys::key(&json!(i))).collect();
         let started = Instant::now();
         for key in &keys {
-            let _ = cache.put("reader", key, &json!({}), &response);
+            let _ = cache.put(Kind::Reader, key, &json!({}), &response);
         }
         let put = started.elapsed().as_secs_f64();
         let started = Instant::now();
         for key in &keys {
-            let _ = cache.get("reader", key);
+            let _ = cache.get(Kind::Reader, key);
         }
         let get = started.elapsed().as_secs_f64();
         out.push(Measurement {

@@ -16,7 +16,8 @@ use super::prepare::{cache_root, callbacks, models, prepare};
 use super::terminal::{emit, informative_lines};
 use crate::error::{Error, Invalid, io};
 use crate::exec::callback::{Callback, FailureKind};
-use crate::exec::process::Process;
+use crate::exec::process::ProcessLauncher;
+use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
@@ -127,7 +128,7 @@ pub(crate) fn check(
                 let how = if in_process {
                     "in process".to_owned()
                 } else {
-                    callback.mode.to_string()
+                    mode_of(callback).to_string()
                 };
                 eprintln!("checking {} ({}, {how})…", callback.name, callback.role);
             }
@@ -172,7 +173,7 @@ async fn check_one(
     // A model built-in's calls are paid: it gets the small requests only.
     let probes = probes(callback)
         .into_iter()
-        .filter(|p| callback.local || !p.what.starts_with("a 1 MB"));
+        .filter(|p| callback.launcher.uses_local_cores() || !p.what.starts_with("a 1 MB"));
     for probe in probes {
         // A callback that timed out would make every later probe wait as long.
         if matches!(&first_failure, Some((_, FailureKind::Timeout(_)))) {
@@ -200,7 +201,7 @@ async fn check_one(
             &attempt.result,
             &attempt.stderr_tail,
             latency,
-            callback.mode,
+            mode_of(callback),
             tokenizer,
         );
         if let (Err(kind), None) = (&attempt.result, &first_failure) {
@@ -218,7 +219,7 @@ async fn check_one(
     Checked {
         callback: callback.name.clone(),
         role: callback.role,
-        mode: callback.mode,
+        mode: mode_of(callback),
         sandboxed,
         in_process: false,
         works,
@@ -237,22 +238,16 @@ async fn unsandboxed(
     sandboxing: &Sandboxing,
     folder: &Path,
 ) -> String {
+    let Some(program) = callback.program() else {
+        return "it runs inside gacc, with no sandbox to leave".into();
+    };
     let open = Callback {
-        name: callback.name.clone(),
-        role: callback.role,
-        argv: callback.argv.clone(),
-        cwd: callback.cwd.clone(),
-        env: callback.env.clone(),
-        timeout: callback.timeout,
         retries: 0,
-        params: callback.params.clone(),
-        identity: callback.identity.clone(),
-        limit: callback.limit.clone(),
-        mode: callback.mode,
-        sandbox: None,
-        launcher: Arc::new(Process::default()),
-        local: true,
-        max_inflight: callback.max_inflight,
+        launcher: Arc::new(ProcessLauncher::new(Program {
+            sandbox: None,
+            ..program.clone()
+        })),
+        ..callback.clone()
     };
     let bytes = probe.request.to_string();
     let attempt = open.launcher.attempt(&open, probe.what, bytes.as_bytes()).await;
@@ -396,6 +391,11 @@ fn advice(kind: &FailureKind, mode: Mode) -> String {
 
 fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1e4).round() / 10.0
+}
+
+/// How a callback's program serves its calls (a built-in answered in gacc: one at a time).
+fn mode_of(callback: &Callback) -> Mode {
+    callback.program().map_or(Mode::Oneshot, |program| program.mode)
 }
 
 /// The seed every probe carries.

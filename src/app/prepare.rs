@@ -10,10 +10,11 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, Invalid, Problem, io};
 use std::collections::BTreeMap;
 
-use crate::exec::callback::Callback;
+use crate::exec::callback::{Callback, Launcher};
 use crate::exec::in_process::InProcess;
 use crate::exec::model::{CostGuard, Endpoint, ModelLauncher};
-use crate::exec::process::Process;
+use crate::exec::process::ProcessLauncher;
+use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
 use crate::exec::slurm::{Slurm, SlurmLauncher};
 use crate::hash::sha256;
@@ -182,7 +183,7 @@ pub(super) fn callbacks(
     let mut confinements = Vec::new();
     let mut build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
         if let Some(call) = &spec.model {
-            match model_callback(&name, role, spec, call, models, loaded) {
+            match model_callback(&name, role, spec, call, models) {
                 Ok((callback, confinement)) => {
                     confinements.push((role, name, confinement));
                     return callback;
@@ -227,29 +228,26 @@ pub(super) fn callbacks(
                 None
             }
         };
-        Callback {
-            name,
-            role,
+        let program = Program {
             argv,
             cwd: loaded.folder.clone(),
-            env: spec
-                .env
-                .iter()
-                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
-                .collect(),
+            env: spec.env.clone(),
             timeout: spec.timeout.0,
-            retries: spec.retries,
-            params: spec.params.clone(),
-            identity: plan::keys::callback_identity(spec),
-            limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
             mode: spec.mode,
             sandbox,
-            launcher: match remote {
-                Some(slurm) => Arc::new(SlurmLauncher(slurm.clone())),
-                None => Arc::new(Process::default()),
-            },
-            local: true,
             max_inflight: spec.max_inflight.unwrap_or(1).max(1),
+        };
+        let secrets = program.passed();
+        let launcher: Arc<dyn Launcher> = match remote {
+            Some(slurm) => Arc::new(SlurmLauncher {
+                slurm: slurm.clone(),
+                program,
+            }),
+            None => Arc::new(ProcessLauncher::new(program)),
+        };
+        Callback {
+            secrets,
+            ..configured(name, role, spec, launcher, run_concurrency)
         }
     };
     let manifest = &loaded.manifest;
@@ -328,7 +326,6 @@ fn model_callback(
     spec: &CallbackSpec,
     call: &Arc<crate::inputs::models::ModelCall>,
     models: &Models,
-    loaded: &Loaded,
 ) -> Result<(Callback, sandbox::Confinement), String> {
     let endpoint = models
         .endpoints
@@ -339,28 +336,18 @@ fn model_callback(
         .clone()
         .unwrap_or_else(|| Arc::new(crate::inputs::tokenizer::Cl100k::new()));
     let launcher = ModelLauncher::new(endpoint.clone(), call.clone(), models.costs.clone(), estimator)?;
+    // A call waiting on a provider batch holds no slot: batches gather every ready call.
+    let limit = match endpoint.spec.batch.spec() {
+        Some(_) => Semaphore::MAX_PERMITS,
+        None => spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
+    };
     let callback = Callback {
-        name: name.to_owned(),
-        role,
-        argv: vec![call.builtin.to_owned()],
-        cwd: loaded.folder.clone(),
-        // Its key, so that every text gacc keeps is redacted of it.
-        env: endpoint.secret().into_iter().collect(),
-        timeout: endpoint.spec.timeout.0,
         // The endpoint retries what is worth retrying, honouring Retry-After.
         retries: 0,
-        params: spec.params.clone(),
-        identity: plan::keys::callback_identity(spec),
-        // A call waiting on a provider batch holds no slot: batches gather every ready call.
-        limit: Arc::new(Semaphore::new(match endpoint.spec.batch.spec() {
-            Some(_) => Semaphore::MAX_PERMITS,
-            None => spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
-        })),
-        mode: crate::protocol::Mode::Oneshot,
-        sandbox: None,
-        launcher: Arc::new(launcher),
-        local: false,
-        max_inflight: 1,
+        limit: Arc::new(Semaphore::new(limit)),
+        // Its key, so that every text gacc keeps is redacted of it.
+        secrets: endpoint.secret().into_iter().collect(),
+        ..configured(name.to_owned(), role, spec, Arc::new(launcher), 0)
     };
     let confinement = sandbox::Confinement {
         sandbox: "in-process",
@@ -383,31 +370,37 @@ fn rule_callback(
     launcher: InProcess,
     loaded: &Loaded,
 ) -> (Callback, sandbox::Confinement) {
-    let builtin = spec.builtin.clone().unwrap_or_default();
-    let run_concurrency = loaded.manifest.run.concurrency;
-    let callback = Callback {
+    let callback = configured(
         name,
         role,
-        argv: vec![builtin],
-        cwd: loaded.folder.clone(),
-        env: Vec::new(),
-        timeout: spec.timeout.0,
-        retries: spec.retries,
-        params: spec.params.clone(),
-        identity: plan::keys::callback_identity(spec),
-        limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
-        mode: crate::protocol::Mode::Oneshot,
-        sandbox: None,
-        launcher: Arc::new(launcher),
-        local: true,
-        max_inflight: 1,
-    };
+        spec,
+        Arc::new(launcher),
+        loaded.manifest.run.concurrency,
+    );
     let confinement = sandbox::Confinement {
         sandbox: "in-process",
         network: Some(false),
         why: Some("a rule built-in: gacc answers it itself, from the request alone".to_owned()),
     };
     (callback, confinement)
+}
+
+/// A callback as the manifest configures it: its retries, params, identity and concurrency
+/// (`concurrency`, else `run_concurrency`), made by `launcher`.
+fn configured(
+    name: String,
+    role: Role,
+    spec: &CallbackSpec,
+    launcher: Arc<dyn Launcher>,
+    run_concurrency: usize,
+) -> Callback {
+    Callback {
+        retries: spec.retries,
+        params: spec.params.clone(),
+        identity: plan::keys::callback_identity(spec),
+        limit: Arc::new(Semaphore::new(spec.concurrency.unwrap_or(run_concurrency).max(1))),
+        ..Callback::new(name, role, launcher)
+    }
 }
 
 /// The Slurm executor when the manifest asks for it, its commands checked.
@@ -430,12 +423,12 @@ pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {
     }
 }
 
+/// A cache being read on a thread of its own, and its folder.
+pub(super) type EarlyCache = Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)>;
+
 /// Starts reading an existing cache on a thread of its own (a re-run's cache is large) while
 /// the dataset is loaded and planned; nothing is opened for a manifest with problems.
-pub(super) fn open_cache_early(
-    manifest: &Path,
-    sets: &[String],
-) -> Option<(PathBuf, std::thread::JoinHandle<std::io::Result<Cache>>)> {
+pub(super) fn open_cache_early(manifest: &Path, sets: &[String]) -> EarlyCache {
     let (loaded, problems) = manifest::load(manifest, sets).ok()?;
     let root = cache_root(&loaded);
     if !problems.is_empty() || !Cache::exists(&root) {

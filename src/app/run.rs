@@ -26,10 +26,12 @@ use crate::report;
 use crate::report::html::{Packing, Rows};
 use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
 use crate::runner::{self, Progress};
+use crate::store::cache::Cache;
 use crate::store::ledger::MemoryText;
 use crate::store::run_folder::{
     DATASET, MANIFEST, MEMORIES, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
 };
+use crate::store::run_record::{EndpointRecord, RunRecord};
 
 /// How a run is asked for on the command line.
 #[derive(Debug, Clone, Default)]
@@ -66,37 +68,38 @@ pub(crate) struct Finished {
 }
 
 /// What each model endpoint did in this run: HTTP requests, retries, 429s, its last limit.
-fn endpoint_record(models: &super::prepare::Models) -> Value {
-    let endpoints: serde_json::Map<String, Value> = models
+fn endpoint_record(models: &super::prepare::Models) -> BTreeMap<String, EndpointRecord> {
+    models
         .endpoints
         .iter()
         .map(|(name, endpoint)| {
             let live = endpoint.live();
             let per_minute = |rate: Option<f64>| rate.map(|r| (r * 60.0 * 10.0).round() / 10.0);
             let sustained = endpoint.pacer.sustained().unwrap_or_default();
-            let record = json!({
-                "requests": endpoint.requests.load(std::sync::atomic::Ordering::Relaxed),
-                "retries": endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
-                "rate_limited": live.rate_limited,
-                "final_limit": live.limit,
+            let record = EndpointRecord {
+                requests: endpoint.requests.load(std::sync::atomic::Ordering::Relaxed),
+                retries: endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
+                rate_limited: live.rate_limited,
+                final_limit: live.limit,
                 // The pace the endpoint ended on (learned, announced or set), and what it
                 // sustained: `gacc plan` estimates the next run's time from it.
-                "pace_rpm": per_minute(live.pace.requests),
-                "pace_tpm": per_minute(live.pace.tokens),
-                "sustained_rpm": per_minute(sustained.requests),
-                "sustained_tpm": per_minute(sustained.tokens),
-                "batches": endpoint.batches().map(|b| b.done),
-            });
+                pace_rpm: per_minute(live.pace.requests),
+                pace_tpm: per_minute(live.pace.tokens),
+                sustained_rpm: per_minute(sustained.requests),
+                sustained_tpm: per_minute(sustained.tokens),
+                batches: endpoint.batches().map(|b| b.done),
+            };
             (name.clone(), record)
         })
-        .collect();
-    Value::Object(endpoints)
+        .collect()
 }
 
 /// Where a cache keeps the records of its provider batches.
 pub(crate) const BATCHES: &str = "batches";
 
 /// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
+// Its phases read in the order a run goes through them, each ended by `phases.end`; each
+// phase's work is a function of its own.
 pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
@@ -107,45 +110,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         eprintln!("warning: {warning}");
     }
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
-    let runs = options
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs"))
-        .join(&prepared.loaded.manifest.name);
-    sandbox::protect_self();
-    let abi = sandbox::kernel_abi();
-    let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
-    let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
-    let slurm = slurm_executor(&prepared.loaded)?;
-    let models = models(&prepared.loaded)?;
-    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref(), &models)?;
-    let holdout = hold_out(&confinements, options.require_sandbox)?;
-    let root = cache_root(&prepared.loaded);
-    let cache = match opening {
-        Some((early, reading)) if early == root => reading
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the cache reader stopped unexpectedly")))
-            .map_err(io(&root))?,
-        _ => cache_for(&prepared.loaded)?,
-    };
-    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
-    // Batch endpoints record their batches beside the cache, and take up those left open.
-    for endpoint in models.endpoints.values() {
-        endpoint.use_batches(root.join(BATCHES), cache.clone());
-    }
+    let opened = open(&prepared, opening, options)?;
+    let (models, recount) = (opened.models, opened.recount);
     let markdown = markdown_view(options)?;
 
-    let folder = RunFolder::create(&runs, started_at, &prepared.resolved_sha256)?;
-    let _ = crate::trace::open(&folder.file(TRACE));
-    tracing::info!(manifest = %options.manifest.display(), folder = %folder.path().display(), "run started");
-    folder.write(MANIFEST, resolved_manifest(&prepared).as_bytes())?;
-    let dataset_digest = write_json_lines_hashed(&folder.file(DATASET), &prepared.dataset.sources)?;
-    // The plan file is large at scale: write it while the jobs run.
-    let plan_writer = {
-        let (plan, dataset) = (prepared.plan.clone(), prepared.dataset.clone());
-        let folder = folder.clone();
-        std::thread::spawn(move || folder.write_shared_gzip(PLAN, |out| plan.write_json(&dataset, out)))
-    };
+    let (folder, dataset_digest, plan_writer) = start_folder(&opened.runs, started_at, &prepared, options)?;
     let progress = Arc::new(Progress {
         endpoints: models.endpoints.values().cloned().collect(),
         ..Progress::default()
@@ -153,45 +122,36 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let setup = runner::Setup {
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
-        callbacks,
-        cache,
+        callbacks: opened.callbacks,
+        cache: opened.cache,
         tokenizer: prepared.tokenizer.clone(),
         truncation: prepared.loaded.manifest.truncation,
         concurrency: prepared.loaded.manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
         memories: recount.feed(),
-        // A batch endpoint gathers every call that is ready: then every memory job is in
-        // flight at once (each waits, holding little, for its batch).
-        jobs_in_flight: models
-            .endpoints
-            .values()
-            .any(|e| e.spec.batch.spec().is_some())
-            .then_some(prepared.plan.memories.len().max(1)),
+        jobs_in_flight: jobs_in_flight(&prepared, &models),
     };
     phases.end("write manifest, dataset and plan");
     let outcome = execute(setup, &progress, options, &folder)?;
-    if let Some(slurm) = &slurm {
+    if let Some(slurm) = &opened.slurm {
         slurm.finish();
     }
     phases.end("execute jobs");
 
     let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
-    let hints = denial_hints(&report.failures, &confinements, &sandboxing, &prepared);
-    report.holdout = holdout;
+    let hints = denial_hints(
+        &report.failures,
+        &opened.confinements,
+        &opened.sandboxing,
+        &prepared,
+    );
+    report.holdout = opened.holdout;
     phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let report_text = pretty(&report);
     folder.write(REPORT_JSON, report_text.as_bytes())?;
-    // The page is made from the report and the rows: the same files, the same page.
-    let page_key = sha256(format!(
-        "gacc {}\nreport {}\nresults {}\nmemories {}\ntexts {}\ndataset {dataset_digest}\n",
-        env!("CARGO_PKG_VERSION"),
-        sha256(&report_text),
-        digests[0],
-        crate::store::ledger::page_digest(&outcome.ledger),
-        digests[1],
-    ));
+    let page_key = page_key(&report_text, &digests, &outcome.ledger, &dataset_digest);
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
     let (this_run, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
@@ -204,22 +164,22 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     // waited for (a process that ends frees them faster).
     std::thread::spawn(move || drop((outcome, texts)));
     phases.end("draw charts and write report.html");
-    let run_record = json!({
-        "started": utc_timestamp(started_at, true),
-        "seconds": started.elapsed().as_secs_f64(),
-        "host": hostname(),
-        "gacc_version": env!("CARGO_PKG_VERSION"),
-        "manifest": options.manifest.display().to_string(),
-        "cache": cache_shown(&prepared),
-        "calls": this_run,
-        "paid": paid,
-        "failures": failures,
-        "stopped": stop.as_ref().map(ToString::to_string),
-        "endpoints": endpoint_record(&models),
-        "phases": phases.seconds,
-        "landlock_abi": abi,
-    });
-    folder.write(RUN, pretty(&run_record).as_bytes())?;
+    let record = RunRecord {
+        started: utc_timestamp(started_at, true),
+        seconds: started.elapsed().as_secs_f64(),
+        manifest: options.manifest.display().to_string(),
+        cache: cache_shown(&prepared),
+        calls: serde_json::to_value(&this_run).unwrap_or_default(),
+        paid: serde_json::to_value(&paid).unwrap_or_default(),
+        failures,
+        stopped: stop.as_ref().map(ToString::to_string),
+        endpoints: endpoint_record(&models),
+        phases: phases.seconds,
+        landlock_abi: opened.abi,
+        ..RunRecord::here()
+    };
+    folder.write(RUN, pretty(&record).as_bytes())?;
+    let run_record = serde_json::to_value(&record).unwrap_or_default();
     let document = RunView {
         report: &report_json,
         run: &run_record,
@@ -231,23 +191,12 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     folder.point_latest();
     tracing::info!(folder = %folder.path().display(), failures, "run finished");
     crate::trace::close();
-    let summary_json = json!({
-        "folder": folder.path(),
-        "failures": failures,
-        "cancelled": cancelled,
-        "seconds": started.elapsed().as_secs_f64(),
-        "cells": report_json["cells"].as_array().into_iter().flatten().map(|cell| json!({
-            "compressor": cell["compressor"],
-            "condition": cell["condition"],
-            "ratio": cell["ratio"],
-            "complete": cell["complete"],
-            "micro": cell["micro"],
-            "macro": cell["macro"],
-        })).collect::<Vec<_>>(),
-        "calls": this_run,
-        "integrity": report_json["integrity"],
-        "identity_verified": report_json["tokenizer"]["identity_verified"],
-    });
+    let mut summary_json = summary_of_report(&report_json);
+    summary_json["folder"] = json!(folder.path());
+    summary_json["failures"] = json!(failures);
+    summary_json["cancelled"] = json!(cancelled);
+    summary_json["seconds"] = json!(started.elapsed().as_secs_f64());
+    summary_json["calls"] = json!(this_run);
     Ok(Finished {
         summary: summary(&report, &this_run, &paid, &hints, started.elapsed()),
         summary_json,
@@ -256,6 +205,142 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         stop,
         folder: folder.path().to_path_buf(),
         views,
+    })
+}
+
+/// The plan's file, written while the jobs run.
+type PlanWriter = std::thread::JoinHandle<Result<String, Error>>;
+
+/// Makes the run's folder and opens its trace, and writes what the run starts from: the
+/// resolved manifest, the dataset (its digest returned) and, on a thread of its own while the
+/// jobs run (it is large at scale), the plan.
+fn start_folder(
+    runs: &Path,
+    started_at: SystemTime,
+    prepared: &Prepared,
+    options: &RunOptions,
+) -> Result<(RunFolder, String, PlanWriter), Error> {
+    let folder = RunFolder::create(runs, started_at, &prepared.resolved_sha256)?;
+    let _ = crate::trace::open(&folder.file(TRACE));
+    tracing::info!(manifest = %options.manifest.display(), folder = %folder.path().display(), "run started");
+    folder.write(MANIFEST, resolved_manifest(prepared).as_bytes())?;
+    let dataset_digest = write_json_lines_hashed(&folder.file(DATASET), &prepared.dataset.sources)?;
+    let plan_writer = {
+        let (plan, dataset) = (prepared.plan.clone(), prepared.dataset.clone());
+        let folder = folder.clone();
+        std::thread::spawn(move || folder.write_shared_gzip(PLAN, |out| plan.write_json(&dataset, out)))
+    };
+    Ok((folder, dataset_digest, plan_writer))
+}
+
+/// The page's key: it is made from the report and the rows, so the same files make the same
+/// page.
+fn page_key(
+    report_text: &str,
+    digests: &[String; 2],
+    ledger: &[crate::store::ledger::LedgerRow],
+    dataset: &str,
+) -> String {
+    sha256(format!(
+        "gacc {}\nreport {}\nresults {}\nmemories {}\ntexts {}\ndataset {dataset}\n",
+        env!("CARGO_PKG_VERSION"),
+        sha256(report_text),
+        digests[0],
+        crate::store::ledger::page_digest(ledger),
+        digests[1],
+    ))
+}
+
+/// The cache the early reader opened when it is the run's, else the run's opened now.
+fn take_cache(opening: super::prepare::EarlyCache, root: &Path, prepared: &Prepared) -> Result<Cache, Error> {
+    match opening {
+        Some((early, reading)) if early == root => reading
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the cache reader stopped unexpectedly")))
+            .map_err(io(root)),
+        _ => cache_for(&prepared.loaded),
+    }
+}
+
+/// What a run opens before it writes anything: where its folder goes, the sandbox, the
+/// executor, the model endpoints, the callbacks and how each is confined, the cache and the
+/// recount reading it.
+struct Opened {
+    runs: PathBuf,
+    abi: i32,
+    sandboxing: Sandboxing,
+    slurm: Option<Arc<crate::exec::slurm::Slurm>>,
+    models: super::prepare::Models,
+    callbacks: runner::Callbacks,
+    confinements: super::prepare::Confinements,
+    holdout: BTreeMap<Role, sandbox::HoldoutEnforcement>,
+    cache: Cache,
+    recount: report::Recount,
+}
+
+fn open(
+    prepared: &Prepared,
+    opening: super::prepare::EarlyCache,
+    options: &RunOptions,
+) -> Result<Opened, Error> {
+    let runs = options
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs"))
+        .join(&prepared.loaded.manifest.name);
+    sandbox::protect_self();
+    let abi = sandbox::kernel_abi();
+    let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
+    let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
+    let slurm = slurm_executor(&prepared.loaded)?;
+    let models = models(&prepared.loaded)?;
+    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref(), &models)?;
+    let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
+    let root = cache_root(&prepared.loaded);
+    let cache = take_cache(opening, &root, prepared)?;
+    let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
+    // Batch endpoints record their batches beside the cache, and take up those left open.
+    for endpoint in models.endpoints.values() {
+        endpoint.use_batches(root.join(BATCHES), cache.clone());
+    }
+    Ok(Opened {
+        runs,
+        abi,
+        sandboxing,
+        slurm,
+        models,
+        callbacks,
+        confinements,
+        holdout,
+        cache,
+        recount,
+    })
+}
+
+/// A batch endpoint gathers every call that is ready: then every memory job is in flight at
+/// once (each waits, holding little, for its batch); else the scheduler's own window.
+fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Option<usize> {
+    models
+        .endpoints
+        .values()
+        .any(|e| e.spec.batch.spec().is_some())
+        .then_some(prepared.plan.memories.len().max(1))
+}
+
+/// The `--json` summary's view of the report: each cell's figures, integrity, and whether
+/// the tokenizer was verified.
+fn summary_of_report(report: &Value) -> Value {
+    json!({
+        "cells": report["cells"].as_array().into_iter().flatten().map(|cell| json!({
+            "compressor": cell["compressor"],
+            "condition": cell["condition"],
+            "ratio": cell["ratio"],
+            "complete": cell["complete"],
+            "micro": cell["micro"],
+            "macro": cell["macro"],
+        })).collect::<Vec<_>>(),
+        "integrity": report["integrity"],
+        "identity_verified": report["tokenizer"]["identity_verified"],
     })
 }
 
@@ -386,7 +471,7 @@ fn write_rows(
     folder: &RunFolder,
     outcome: &runner::Outcome,
     recount: report::Recount,
-    plan_writer: std::thread::JoinHandle<Result<String, Error>>,
+    plan_writer: PlanWriter,
 ) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
@@ -443,10 +528,10 @@ fn write_rows(
 /// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for
 /// any reason but its own `sandbox = false` is warned about once, and is an error under
 /// `--require-sandbox` (as is an opt-out).
-fn hold_out(
+fn enforce_holdout(
     confinements: &Confinements,
     require_sandbox: bool,
-) -> Result<BTreeMap<Role, sandbox::Holdout>, Error> {
+) -> Result<BTreeMap<Role, sandbox::HoldoutEnforcement>, Error> {
     let unsandboxed: Vec<(&str, &str)> = confinements
         .iter()
         .filter(|(role, _, c)| *role != Role::Judge && !c.sandboxed())
@@ -476,7 +561,7 @@ fn hold_out(
         );
         eprintln!("warning: {message}");
     }
-    Ok(sandbox::holdout(
+    Ok(sandbox::holdout_enforcement(
         confinements
             .iter()
             .map(|(role, name, c)| (*role, name.as_str(), c)),
@@ -546,10 +631,4 @@ fn resolved_manifest(prepared: &Prepared) -> String {
         prepared.loaded.path.display(),
         prepared.resolved
     )
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default()
 }

@@ -17,6 +17,8 @@ use crate::inputs::dataset;
 use crate::inputs::manifest::{self, CallbackSpec};
 use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
 use crate::protocol::{Role, Stage};
+use crate::store::cache::Kind;
+use crate::store::run_record::RunRecord;
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
 pub(super) fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
@@ -216,7 +218,7 @@ pub(super) fn plan_status(
         };
         // The memory as a run measured it, else the generation cut here.
         let measured = cache
-            .get("memory", &plan.memory_key(job, truncation))
+            .get(Kind::Memory, &plan.memory_key(job, truncation))
             .and_then(|entry| {
                 entry
                     .get("memory_sha256")
@@ -307,15 +309,19 @@ fn estimate_time(
         .collect();
     folders.sort();
     for folder in folders.iter().rev() {
-        let Ok(text) = std::fs::read_to_string(folder.join("run.json")) else {
+        let Ok(text) = std::fs::read_to_string(folder.join(crate::store::run_folder::RUN)) else {
             continue;
         };
-        let Ok(run) = serde_json::from_str::<Value>(&text) else {
+        let Some(run) = RunRecord::parse(&text) else {
             continue;
         };
-        let sustained = |field: &str| run["endpoints"][name][field].as_f64().unwrap_or(0.0);
+        let sustained = run
+            .endpoints
+            .get(name)
+            .and_then(|e| e.sustained_rpm)
+            .unwrap_or(0.0);
         // The tokens it sustained were the estimates gacc paced on, as these bounds are.
-        if let Some(seconds) = time(sustained("sustained_rpm"), 0.0) {
+        if let Some(seconds) = time(sustained, 0.0) {
             bound.seconds = Some(seconds);
             bound.time_from = format!("the last run ({})", folder.display());
             return;
@@ -332,8 +338,8 @@ fn cached(
     legacy: impl FnOnce() -> Option<String>,
 ) -> Option<Value> {
     cache
-        .get(role.as_str(), key)
-        .or_else(|| cache.get(role.as_str(), &legacy()?))
+        .get(role.into(), key)
+        .or_else(|| cache.get(role.into(), &legacy()?))
 }
 
 /// What is known of a question's calls that the cache does not answer.

@@ -33,7 +33,7 @@ pub(super) fn summary(
             "  {:<16} {:<10} {:<8} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
             cell.id.compressor,
             cell.id.condition,
-            cell.id.budget.to_string(),
+            cell.id.rule.to_string(),
             cell.micro.mean,
             cell.micro.std,
             cell.macro_.mean,

@@ -3,7 +3,6 @@
 //! role. How an attempt is made is its `Launcher`'s business.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,41 +10,53 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::exec::sandbox::Policy;
+use crate::exec::program::Program;
 use crate::protocol::EXIT_TEMPFAIL;
-use crate::protocol::Mode;
 use crate::protocol::Role;
 
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// A callback ready to be called: the program, its settings and its cache identity.
-#[derive(Debug)]
+/// A callback ready to be called: its name, role, settings and cache identity, and the
+/// launcher that makes its attempts (which holds its program, when it has one).
+#[derive(Debug, Clone)]
 pub(crate) struct Callback {
     /// The manifest key that declared it: `compressors.NAME`, `reader` or `judge`.
     pub name: String,
     pub role: Role,
-    pub argv: Vec<String>,
-    pub cwd: PathBuf,
-    /// Passed-through variables; their values are never written anywhere.
-    pub env: Vec<(String, String)>,
-    pub timeout: Duration,
     pub retries: u32,
     pub params: Value,
     /// What determines its answers: command or built-in name, revision, params.
     pub identity: Value,
     pub limit: Arc<Semaphore>,
-    pub mode: Mode,
-    /// The sandbox each of its processes starts in; None runs it unrestricted.
-    pub sandbox: Option<Policy>,
-    /// Where and how each attempt is made: a process here, a Slurm task, or a model endpoint.
+    /// Values no text gacc keeps may hold (passed-through variables, a model endpoint's key),
+    /// by variable name.
+    pub secrets: Vec<(String, String)>,
+    /// Where and how each attempt is made: in gacc, a process here, a Slurm task, or a model
+    /// endpoint.
     pub launcher: Arc<dyn Launcher>,
-    /// Whether its attempts use this machine's cores, so that the run's concurrency bounds
-    /// them (a model endpoint's calls are bounded by the endpoint's own limit instead).
-    pub local: bool,
-    /// A persistent worker's requests in flight at once (1: the protocol's request, reply,
-    /// request; more: each request carries an `id` its reply echoes, in any order).
-    pub max_inflight: usize,
+}
+
+impl Callback {
+    /// A callback of `role` called `name`, made by `launcher`, with the manifest's settings
+    /// left at their defaults (no retries, no params, one call at a time).
+    pub(crate) fn new(name: impl Into<String>, role: Role, launcher: Arc<dyn Launcher>) -> Callback {
+        Callback {
+            name: name.into(),
+            role,
+            retries: 0,
+            params: Value::Null,
+            identity: Value::Null,
+            limit: Arc::new(Semaphore::new(1)),
+            secrets: Vec::new(),
+            launcher,
+        }
+    }
+
+    /// Its program, when its launcher starts one.
+    pub(crate) fn program(&self) -> Option<&Program> {
+        self.launcher.program()
+    }
 }
 
 /// Why a call failed.
@@ -123,11 +134,22 @@ pub(crate) struct Failure {
     pub attempts: u32,
 }
 
-/// How one attempt of a call is made: in a process of this machine, as a Slurm array task, or
-/// (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
+/// How one attempt of a call is made: in gacc (a rule built-in), in a process of this machine,
+/// as a Slurm array task, over HTTP to a model endpoint, or (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
 /// `key` is the call's cache key (a provider batch's `custom_id`).
 pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn attempt<'a>(&'a self, callback: &'a Callback, key: &'a str, request: &'a [u8]) -> AttemptFuture<'a>;
+
+    /// The program it starts, if it starts one.
+    fn program(&self) -> Option<&Program> {
+        None
+    }
+
+    /// Whether its attempts use this machine's cores, so that the run's concurrency bounds
+    /// them (a model endpoint's calls are bounded by the endpoint's own limit instead).
+    fn uses_local_cores(&self) -> bool {
+        true
+    }
 }
 
 /// An attempt under way.
@@ -161,7 +183,7 @@ impl Callback {
                     stderr_tail: String::new(),
                     attempts: attempt - 1,
                 };
-                let _run = if self.local {
+                let _run = if self.launcher.uses_local_cores() {
                     Some(run_limit.acquire().await.map_err(|_| cancelled())?)
                 } else if run_limit.is_closed() {
                     return Err(cancelled());
@@ -211,11 +233,11 @@ impl Callback {
     /// Replaces the value of every variable passed through `env` with `[redacted:NAME]`,
     /// including a piece of one cut off at either end of a tail.
     pub(crate) fn redact(&self, text: &str) -> String {
-        crate::protocol::redact(text, &self.env)
+        crate::protocol::redact(text, &self.secrets)
     }
 
     pub(crate) fn redact_attempt(&self, attempt: &mut Attempt) {
-        if self.env.is_empty() {
+        if self.secrets.is_empty() {
             return;
         }
         attempt.stderr_tail = self.redact(&attempt.stderr_tail);

@@ -7,6 +7,7 @@ pub(crate) mod callback;
 pub(crate) mod in_process;
 pub(crate) mod model;
 pub(crate) mod process;
+pub(crate) mod program;
 pub(crate) mod sandbox;
 pub(crate) mod slurm;
 

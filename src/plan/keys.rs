@@ -9,7 +9,7 @@ use crate::inputs::manifest::CallbackSpec;
 use crate::inputs::models::{KeySeed, SeedRule};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{MemoryJob, Plan, QuestionJob};
-use crate::protocol::{Budget, Condition, TruncationMode};
+use crate::protocol::{BudgetRule, Condition, TruncationMode};
 
 /// Keeps cache keys apart from any other SHA-256 of the same bytes.
 const KEY_DOMAIN: &str = "gacc/1 cache key\n";
@@ -131,7 +131,7 @@ pub(crate) fn memory_job(
     seed: u64,
     compressor: &str,
     condition: Condition,
-    budget: Budget,
+    budget: BudgetRule,
     source_id: &str,
     goal_id: Option<&str>,
 ) -> String {
@@ -145,11 +145,11 @@ pub(crate) fn memory_job(
     });
     // A ratio cell's key is what it has always been; a token budget names itself apart.
     job[match budget {
-        Budget::Ratio(_) => "ratio",
-        Budget::Tokens(_) => "budget_tokens",
+        BudgetRule::Ratio(_) => "ratio",
+        BudgetRule::Tokens(_) => "budget_tokens",
     }] = match budget {
-        Budget::Ratio(ratio) => Value::from(ratio.to_string()),
-        Budget::Tokens(tokens) => Value::from(tokens),
+        BudgetRule::Ratio(ratio) => Value::from(ratio.to_string()),
+        BudgetRule::Tokens(tokens) => Value::from(tokens),
     };
     key(&job)
 }

@@ -74,7 +74,7 @@ pub(crate) struct Plan {
     pub source_sha256: Vec<String>,
     /// Per source, the questions and references of its goals that it does not itself
     /// contain: what no compressor request may carry.
-    pub held_out: Vec<Vec<String>>,
+    pub held_out_texts: Vec<Vec<String>>,
     /// SHA-256 of each question's text and reference, by [source][goal][question].
     pub question_sha256: Vec<Vec<Vec<QuestionHashes>>>,
 }
@@ -86,7 +86,7 @@ pub(crate) struct QuestionHashes {
 }
 
 /// The texts among `texts` that `source` does not contain (non-empty, without repeats).
-pub(crate) fn held_out<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn held_out_texts<'a>(source: &str, texts: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = texts
         .filter(|t| !t.is_empty() && !source.contains(*t))
         .map(str::to_owned)
@@ -176,12 +176,12 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
-        held_out: dataset
+        held_out_texts: dataset
             .sources
             .iter()
             .map(|source| {
                 let texts = source.goals.iter().flat_map(|g| &g.questions);
-                held_out(
+                held_out_texts(
                     &source.text,
                     texts.flat_map(|q| [q.question.as_str(), q.reference.as_str()]),
                 )
@@ -235,7 +235,7 @@ impl Expansion<'_> {
                 let cell = CellId {
                     compressor: compressor.to_owned(),
                     condition,
-                    budget,
+                    rule: budget,
                 };
                 memories.extend(
                     units
@@ -257,7 +257,7 @@ impl Expansion<'_> {
         (s, goal, shown): Unit,
     ) -> MemoryJob {
         let source = &self.dataset.sources[s];
-        let budget = cell.budget.tokens(self.source_tokens[s]);
+        let budget = cell.rule.tokens(self.source_tokens[s]);
         let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
         let goal_sha = shown.map(|(ss, gg)| self.goal_sha256[ss][gg].as_str());
         let cache_key = keys::compressor_key(
@@ -273,7 +273,7 @@ impl Expansion<'_> {
             seed,
             &cell.compressor,
             cell.condition,
-            cell.budget,
+            cell.rule,
             &source.id,
             goal_id.as_deref(),
         );
@@ -408,14 +408,14 @@ impl<'a> CompressEntry<'a> {
     fn of(job: &'a MemoryJob, questions: Questions<'a>) -> Self {
         CompressEntry {
             budget: job.budget,
-            budget_tokens: job.id.cell.budget.budget_tokens(),
+            budget_tokens: job.id.cell.rule.budget_tokens(),
             cache_key: &job.cache_key,
             compressor: &job.id.cell.compressor,
             condition: job.id.cell.condition,
             goal_id: &job.id.goal_id,
             key: &job.key,
             questions,
-            ratio: job.id.cell.budget.ratio(),
+            ratio: job.id.cell.rule.ratio(),
             seed: job.id.seed,
             shown_goal_id: &job.id.shown_goal_id,
             source_id: &job.id.source_id,
@@ -457,7 +457,7 @@ pub(crate) fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Budget;
+    use crate::protocol::BudgetRule;
 
     #[test]
     fn plan_entries_print_as_their_json_objects() {
@@ -469,7 +469,7 @@ mod tests {
                 cell: CellId {
                     compressor: "lines".into(),
                     condition: Condition::CrossGoal,
-                    budget: Budget::Ratio(serde_json::from_value(json!(0.29)).unwrap()),
+                    rule: BudgetRule::Ratio(serde_json::from_value(json!(0.29)).unwrap()),
                 },
                 source_id: "s1".into(),
                 goal_id: Some("g1".into()),

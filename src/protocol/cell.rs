@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Budget, Condition};
+use crate::protocol::{BudgetRule, Condition};
 
 /// One (compressor, condition, ratio) cell: what Micro and Macro are reported per.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -13,12 +13,12 @@ pub(crate) struct CellId {
     pub(crate) compressor: String,
     pub(crate) condition: Condition,
     #[serde(flatten)]
-    pub(crate) budget: Budget,
+    pub(crate) rule: BudgetRule,
 }
 
 impl fmt::Display for CellId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} · {} · {}", self.compressor, self.condition, self.budget)
+        write!(f, "{} · {} · {}", self.compressor, self.condition, self.rule)
     }
 }
 
@@ -47,7 +47,7 @@ mod tests {
             cell: CellId {
                 compressor: "goal-line".into(),
                 condition: Condition::OwnGoal,
-                budget: Budget::Ratio("0.15".parse().unwrap()),
+                rule: BudgetRule::Ratio("0.15".parse().unwrap()),
             },
             source_id: "s1".into(),
             goal_id: Some("g1".into()),
@@ -62,7 +62,7 @@ mod tests {
         assert_eq!(id.cell.to_string(), "goal-line · own-goal · r=0.15");
         let tokens = MemoryId {
             cell: CellId {
-                budget: Budget::Tokens(128),
+                rule: BudgetRule::Tokens(128),
                 ..id.cell.clone()
             },
             ..id.clone()

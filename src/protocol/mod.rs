@@ -7,7 +7,7 @@ mod values;
 
 pub(crate) use cell::{CellId, MemoryId};
 pub(crate) use role::{Role, Stage};
-pub(crate) use values::{Budget, Condition, Mode, Timeout};
+pub(crate) use values::{BudgetRule, Condition, Mode, Timeout};
 pub use values::{Ratio, TruncationMode};
 
 /// The protocol every request names, and `GACC_PROTOCOL` in every callback's environment.

@@ -142,56 +142,57 @@ impl schemars::JsonSchema for Ratio {
     }
 }
 
-/// A cell's budget: a retention fraction of each source (`L = floor(r · N)`), or a number of
+/// A cell's budget rule: a retention fraction of each source (`L = floor(r · N)`), or a number of
 /// tokens (`L = min(b, N)`). In a cell's JSON it is its `ratio` or its `budget_tokens`.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Budget {
+#[schemars(rename = "Budget")]
+pub(crate) enum BudgetRule {
     Ratio(Ratio),
     #[serde(rename = "budget_tokens")]
     Tokens(usize),
 }
 
-impl Budget {
+impl BudgetRule {
     /// `L` for a source of `source_tokens` tokens.
     pub(crate) fn tokens(self, source_tokens: usize) -> usize {
         match self {
-            Budget::Ratio(ratio) => ratio.budget(source_tokens),
-            Budget::Tokens(tokens) => tokens.min(source_tokens),
+            BudgetRule::Ratio(ratio) => ratio.budget(source_tokens),
+            BudgetRule::Tokens(tokens) => tokens.min(source_tokens),
         }
     }
 
     pub(crate) fn ratio(self) -> Option<Ratio> {
         match self {
-            Budget::Ratio(ratio) => Some(ratio),
-            Budget::Tokens(_) => None,
+            BudgetRule::Ratio(ratio) => Some(ratio),
+            BudgetRule::Tokens(_) => None,
         }
     }
 
     pub(crate) fn budget_tokens(self) -> Option<usize> {
         match self {
-            Budget::Ratio(_) => None,
-            Budget::Tokens(tokens) => Some(tokens),
+            BudgetRule::Ratio(_) => None,
+            BudgetRule::Tokens(tokens) => Some(tokens),
         }
     }
 
     /// From a row's `ratio` or `budget_tokens`.
-    pub(crate) fn of(ratio: Option<Ratio>, tokens: Option<usize>) -> Budget {
+    pub(crate) fn of(ratio: Option<Ratio>, tokens: Option<usize>) -> BudgetRule {
         match (ratio, tokens) {
-            (Some(ratio), _) => Budget::Ratio(ratio),
-            (None, tokens) => Budget::Tokens(tokens.unwrap_or(0)),
+            (Some(ratio), _) => BudgetRule::Ratio(ratio),
+            (None, tokens) => BudgetRule::Tokens(tokens.unwrap_or(0)),
         }
     }
 }
 
-impl fmt::Display for Budget {
+impl fmt::Display for BudgetRule {
     /// `r=0.25` or `L=128`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = match self {
-            Budget::Ratio(ratio) => format!("r={ratio}"),
-            Budget::Tokens(tokens) => format!("L={tokens}"),
+            BudgetRule::Ratio(ratio) => format!("r={ratio}"),
+            BudgetRule::Tokens(tokens) => format!("L={tokens}"),
         };
         f.pad(&text)
     }
@@ -430,12 +431,12 @@ mod tests {
 
     #[test]
     fn absolute_budgets_never_exceed_the_source() {
-        assert_eq!(Budget::Tokens(128).tokens(1000), 128);
-        assert_eq!(Budget::Tokens(128).tokens(100), 100);
-        assert_eq!(Budget::Tokens(0).tokens(100), 0);
-        assert_eq!(Budget::Ratio(ratio("0.29")).tokens(100), 29);
-        assert_eq!(Budget::Tokens(64).to_string(), "L=64");
-        assert_eq!(format!("{:<6}|", Budget::Ratio(ratio("0.5"))), "r=0.5 |");
+        assert_eq!(BudgetRule::Tokens(128).tokens(1000), 128);
+        assert_eq!(BudgetRule::Tokens(128).tokens(100), 100);
+        assert_eq!(BudgetRule::Tokens(0).tokens(100), 0);
+        assert_eq!(BudgetRule::Ratio(ratio("0.29")).tokens(100), 29);
+        assert_eq!(BudgetRule::Tokens(64).to_string(), "L=64");
+        assert_eq!(format!("{:<6}|", BudgetRule::Ratio(ratio("0.5"))), "r=0.5 |");
     }
 
     #[test]

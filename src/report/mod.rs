@@ -20,7 +20,7 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
 use crate::protocol::Ratio;
-use crate::protocol::{Budget, CellId, Condition};
+use crate::protocol::{BudgetRule, CellId, Condition};
 use crate::protocol::{Role, Stage};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
@@ -42,7 +42,7 @@ pub(crate) struct Report {
     pub(crate) by_condition: Vec<ConditionRow>,
     pub(crate) integrity: Integrity,
     /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
-    pub(crate) holdout: BTreeMap<Role, crate::exec::sandbox::Holdout>,
+    pub(crate) holdout: BTreeMap<Role, crate::exec::sandbox::HoldoutEnforcement>,
     pub(crate) calls: BTreeMap<Role, Calls>,
     /// Usage the callbacks reported for the calls these results rest on.
     pub(crate) usage: BTreeMap<Role, Usage>,
@@ -203,7 +203,7 @@ impl ByCondition {
 pub(crate) struct ConditionRow {
     pub(crate) compressor: String,
     #[serde(flatten)]
-    pub(crate) budget: Budget,
+    pub(crate) rule: BudgetRule,
     pub(crate) micro: ByCondition,
     #[serde(rename = "macro")]
     pub(crate) macro_: ByCondition,
@@ -226,11 +226,11 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
     for cell in cells {
         let position = rows
             .iter()
-            .position(|r| r.compressor == cell.id.compressor && r.budget == cell.id.budget)
+            .position(|r| r.compressor == cell.id.compressor && r.rule == cell.id.rule)
             .unwrap_or_else(|| {
                 rows.push(ConditionRow {
                     compressor: cell.id.compressor.clone(),
-                    budget: cell.id.budget,
+                    rule: cell.id.rule,
                     micro: ByCondition::default(),
                     macro_: ByCondition::default(),
                     gap_no_goal: None,
@@ -257,7 +257,7 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
             row.macro_.gap(row.macro_.cross_goal),
         );
     }
-    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.budget.cmp(&b.budget)));
+    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.rule.cmp(&b.rule)));
     rows
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::Tokenizer;
-use crate::store::cache::Cache;
+use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::LedgerRow;
 
 /// The independent recount (SPEC §5 `count_errors`): every source and every distinct memory
@@ -83,7 +83,7 @@ impl Counter {
 }
 
 /// The cache kind of proven counts.
-const KIND: &str = "count";
+const KIND: Kind = Kind::Count;
 
 /// Counts texts on every core.
 fn count_in_parallel(counter: &Counter, texts: &[Arc<str>]) -> Vec<Counted> {
@@ -181,7 +181,7 @@ impl Recount {
                     .flatten();
                 let (memory_tokens, memory_sha256) = count(&row.memory);
                 n != Some(row.source_tokens)
-                    || row.budget != row.memory_id.cell.budget.tokens(row.source_tokens)
+                    || row.budget != row.memory_id.cell.rule.tokens(row.source_tokens)
                     || row.retained_tokens > row.budget
                     || row.unused_budget != row.budget - row.retained_tokens.min(row.budget)
                     || Some(row.memory_tokens) != memory_tokens
@@ -196,7 +196,7 @@ impl Recount {
 mod tests {
     use super::*;
     use crate::inputs::tokenizer::{Cl100k, TokenizerError, TokenizerIdentity};
-    use crate::protocol::{Budget, CellId, Condition, MemoryId, TruncationMode};
+    use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, TruncationMode};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// The built-in tokenizer under an identity, counting the texts it encodes.
@@ -241,7 +241,7 @@ mod tests {
                 cell: CellId {
                     compressor: "c".into(),
                     condition: Condition::NoGoal,
-                    budget: Budget::Tokens(100),
+                    rule: BudgetRule::Tokens(100),
                 },
                 source_id: "s".into(),
                 goal_id: None,

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::hash::sha256;
+use crate::protocol::Stage;
 use crate::report::stats::percentile;
 use crate::store::run_folder::{MEMORIES, PLAN, RESULTS, RunFolder, TRACE};
 
@@ -205,9 +206,9 @@ fn stored_job(folder: &RunFolder, prefix: &str) -> Result<Option<Value>, Error> 
         return Ok(None);
     };
     let memory_key = entry["key"].as_str().unwrap_or_default().to_owned();
-    let mut stored = serde_json::json!({"stage": stage, "plan": entry});
+    let mut stored = serde_json::json!({"stage": stage.as_str(), "plan": entry});
     if let Some((goal_id, question_id, read, judge)) = &question {
-        stored["job"] = Value::from(if stage == "read" {
+        stored["job"] = Value::from(if stage == Stage::Read {
             read.as_str()
         } else {
             judge.as_str()
@@ -258,7 +259,7 @@ fn stored_job(folder: &RunFolder, prefix: &str) -> Result<Option<Value>, Error> 
 type QuestionKeys = (String, String, String, String);
 
 /// A plan entry, the stage of the job found in it, and (a read or judge job) its question.
-type PlanJob = (Value, &'static str, Option<QuestionKeys>);
+type PlanJob = (Value, Stage, Option<QuestionKeys>);
 
 /// The plan entry of the job `prefix` names, its stage, and (a read or judge job) its question.
 fn plan_job(folder: &RunFolder, prefix: &str) -> Result<Option<PlanJob>, Error> {
@@ -275,16 +276,16 @@ fn plan_job(folder: &RunFolder, prefix: &str) -> Result<Option<PlanJob>, Error> 
             continue;
         };
         if key.starts_with(prefix) || entry["cache_key"].as_str().is_some_and(|k| k.starts_with(prefix)) {
-            return Ok(Some((entry, "compress", None)));
+            return Ok(Some((entry, Stage::Compress, None)));
         }
         for (goal, ids) in entry["questions"].as_object().into_iter().flatten() {
             for id in ids.as_array().into_iter().flatten().filter_map(Value::as_str) {
                 let read = sha256(format!("read\n{key}\n{id}"));
                 let judge = sha256(format!("judge\n{read}"));
                 let stage = if read.starts_with(prefix) {
-                    "read"
+                    Stage::Read
                 } else if judge.starts_with(prefix) {
-                    "judge"
+                    Stage::Judge
                 } else {
                     continue;
                 };
@@ -386,6 +387,8 @@ fn render_stored(stored: &Value, no_events: bool) -> String {
             .map(str::to_owned)
             .unwrap_or_else(|| value.to_string())
     };
+    let stage = stored["stage"].as_str().and_then(Stage::parse);
+    let compress = stage == Some(Stage::Compress);
     let stage = field(&stored["stage"]);
     let mut out = format!(
         "\n{stage} job {} as the run folder records it\n",
@@ -413,7 +416,7 @@ fn render_stored(stored: &Value, no_events: bool) -> String {
         field(&plan["key"]),
         field(&plan["cache_key"])
     ));
-    if stage != "compress" {
+    if !compress {
         out.push_str(&format!(
             "  question {} of goal {}: read job {}, judge job {}\n",
             field(&stored["question_id"]),
@@ -448,7 +451,7 @@ fn render_stored(stored: &Value, no_events: bool) -> String {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if stage == "compress" {
+    if compress {
         let correct = results.iter().filter(|r| r["correct"] == true).count();
         let failed = results.iter().filter(|r| r["failure"].is_string()).count();
         out.push_str(&format!(
@@ -456,7 +459,7 @@ fn render_stored(stored: &Value, no_events: bool) -> String {
             results.len()
         ));
     }
-    for row in results.iter().filter(|_| stage != "compress") {
+    for row in results.iter().filter(|_| !compress) {
         let verdict = match (&row["correct"], &row["failure"]) {
             (_, Value::String(failure)) => format!("failed: {failure}"),
             (Value::Bool(true), _) => "correct".to_owned(),

@@ -51,7 +51,10 @@ mod tests {
     #[test]
     fn exposure_audit() {
         let exposes = |request: &Value, source: &str, texts: &[&str]| {
-            written_exposes(request, &crate::plan::held_out(source, texts.iter().copied()))
+            written_exposes(
+                request,
+                &crate::plan::held_out_texts(source, texts.iter().copied()),
+            )
         };
         let request = json!({"protocol": "gacc/1", "role": "compressor", "context": "the sky is blue",
             "goal": "learn colours", "token_budget": 3, "seed": 0, "params": {}});
@@ -80,7 +83,8 @@ mod tests {
         // A typed request is audited as it is written.
         let params = json!({"hint": "What colour is the sky?"});
         let typed = CompressorRequest::new("the sky is blue", Some("learn colours"), 3, 0, &params);
-        let held_out = crate::plan::held_out("the sky is blue", ["What colour is the sky?"].into_iter());
+        let held_out =
+            crate::plan::held_out_texts("the sky is blue", ["What colour is the sky?"].into_iter());
         assert!(super::exposes(&typed, &held_out));
         let no_params = json!({});
         let typed = CompressorRequest::new("the sky is blue", Some("learn colours"), 3, 0, &no_params);

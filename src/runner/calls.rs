@@ -94,16 +94,16 @@ pub(super) async fn obtain(
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
     // The common case at scale: answered by the cache, with no bookkeeping.
-    if let Some(response) = shared.run.cache.get(role.as_str(), key) {
+    if let Some(response) = shared.setup.cache.get(role.into(), key) {
         shared.calls.found(role);
         return Ok((response, Origin::Cache));
     }
     // Filed under the key of an earlier gacc: filed again under today's, and not paid twice.
-    if let Some(response) = legacy().and_then(|old| shared.run.cache.get(role.as_str(), &old)) {
+    if let Some(response) = legacy().and_then(|old| shared.setup.cache.get(role.into(), &old)) {
         if let Err(error) = shared
-            .run
+            .setup
             .cache
-            .put(role.as_str(), key, &description(), &response)
+            .put(role.into(), key, &description(), &response)
         {
             tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
         }
@@ -123,13 +123,13 @@ pub(super) async fn obtain(
         .get_or_init(|| {
             origin = Origin::Called;
             async {
-                if let Some(response) = shared.run.cache.get(role.as_str(), key) {
+                if let Some(response) = shared.setup.cache.get(role.into(), key) {
                     return Ok((response, true));
                 }
                 // Each attempt's trace event carries the call's cache key through this span.
                 let span = tracing::info_span!("call", key = %key);
                 let answer = callback.call(key, request, &shared.run_limit).instrument(span).await?;
-                if let Err(error) = shared.run.cache.put(role.as_str(), key, &description(), &answer) {
+                if let Err(error) = shared.setup.cache.put(role.into(), key, &description(), &answer) {
                     tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
                 }
                 Ok((answer, false))
@@ -174,7 +174,7 @@ pub(super) async fn obtain(
                 shared.calls.count(role, |c| c.failed += 1);
                 if let FailureKind::Rejected { .. } = &failure.kind {
                     shared.stop(Stop::Rejected(failure.kind.to_string()));
-                } else if shared.run.fail_fast && failure.kind != FailureKind::Cancelled {
+                } else if shared.setup.fail_fast && failure.kind != FailureKind::Cancelled {
                     shared.stop(Stop::FailFast);
                 }
             }

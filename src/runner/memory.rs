@@ -20,16 +20,17 @@ use crate::inputs::budget::truncate_to_budget;
 use crate::plan::MemoryJob;
 use crate::protocol::messages::{self, CompressorRequest};
 use crate::protocol::{Role, Stage, TruncationMode};
+use crate::store::cache::Kind;
 use crate::store::ledger::LedgerRow;
 
 pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOutcome {
-    let run = &shared.run;
-    let job = &run.plan.memories[index];
-    let source = &run.dataset.sources[job.source];
-    let callback = &run.callbacks.compressors[&job.id.cell.compressor];
+    let setup = &shared.setup;
+    let job = &setup.plan.memories[index];
+    let source = &setup.dataset.sources[job.source];
+    let callback = &setup.callbacks.compressors[&job.id.cell.compressor];
     let goal_text = goal_text(shared, job);
     let request = CompressorRequest::new(&source.text, goal_text, job.budget, job.id.seed, &callback.params);
-    let exposure_violation = exposes(&request, &run.plan.held_out[job.source]);
+    let exposure_violation = exposes(&request, &setup.plan.held_out_texts[job.source]);
     if exposure_violation {
         tracing::error!(job = %job.key, "compressor request carries held-out text");
     }
@@ -49,7 +50,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
         outcome.jobs.push(Role::Compressor);
         make_memory(shared, callback, job, request).await
     };
-    let progress = run.progress.stage(Role::Compressor);
+    let progress = setup.progress.stage(Role::Compressor);
     let ended = made
         .as_ref()
         .map(|(_, origin, _)| *origin)
@@ -93,7 +94,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
             .calls
             .push((Role::Compressor, job.cache_key.clone(), usage));
     }
-    outcome.ledger = Some(ledger_row(job, &measured, run.truncation, origin));
+    outcome.ledger = Some(ledger_row(job, &measured, setup.truncation, origin));
 
     answer_questions(shared, index, &measured, &mut outcome).await;
     outcome
@@ -130,7 +131,7 @@ async fn answer_questions(
     measured: &Measured,
     outcome: &mut MemoryOutcome,
 ) {
-    let job = &shared.run.plan.memories[index];
+    let job = &shared.setup.plan.memories[index];
     let (memory, memory_sha256) = (&measured.memory, &measured.memory_sha256);
     let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
     let mut questions = JoinSet::new();
@@ -242,11 +243,11 @@ pub(super) async fn make_memory<'a>(
     job: &MemoryJob,
     request: CompressorRequest<'_>,
 ) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
-    let run = &shared.run;
-    let memory_key = run.plan.memory_key(job, run.truncation);
-    if let Some((measured, usage)) = run
+    let setup = &shared.setup;
+    let memory_key = setup.plan.memory_key(job, setup.truncation);
+    if let Some((measured, usage)) = setup
         .cache
-        .get("memory", &memory_key)
+        .get(Kind::Memory, &memory_key)
         .as_ref()
         .and_then(|entry| Measured::from_json(shared, entry))
     {
@@ -255,7 +256,7 @@ pub(super) async fn make_memory<'a>(
     }
     let request = || messages::to_bytes(&request);
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
-    let legacy = || run.plan.legacy_compressor_key(job, goal_text(shared, job));
+    let legacy = || setup.plan.legacy_compressor_key(job, goal_text(shared, job));
     let (response, origin) = obtain(shared, callback, &job.cache_key, legacy, description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
@@ -273,15 +274,18 @@ pub(super) async fn make_memory<'a>(
     }
     let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
     let text_key = &measured.memory_sha256;
-    if !run.cache.contains("text", text_key) {
+    if !setup.cache.contains(Kind::Text, text_key) {
         let text = json!({"memory": &*measured.memory});
-        if let Err(error) = run.cache.put("text", text_key, &json!({"job": "text"}), &text) {
+        if let Err(error) = setup
+            .cache
+            .put(Kind::Text, text_key, &json!({"job": "text"}), &text)
+        {
             tracing::error!(key = %text_key, %error, "could not write the cache entry");
         }
     }
-    if let Err(error) = run
+    if let Err(error) = setup
         .cache
-        .put("memory", &memory_key, &description, &measured.to_json(&usage))
+        .put(Kind::Memory, &memory_key, &description, &measured.to_json(&usage))
     {
         tracing::error!(key = memory_key, %error, "could not write the cache entry");
     }
@@ -290,7 +294,7 @@ pub(super) async fn make_memory<'a>(
 
 /// The text of the goal `job`'s compressor is shown, if any.
 fn goal_text<'a>(shared: &'a RunState, job: &MemoryJob) -> Option<&'a str> {
-    let sources = &shared.run.dataset.sources;
+    let sources = &shared.setup.dataset.sources;
     job.shown_goal.map(|(s, g)| sources[s].goals[g].text.as_str())
 }
 
@@ -302,7 +306,7 @@ pub(super) async fn measure(
     response: &Value,
     budget: usize,
 ) -> Result<Arc<Measured>, Failure> {
-    let run = &shared.run;
+    let setup = &shared.setup;
     let generation = response
         .get("memory")
         .and_then(Value::as_str)
@@ -317,8 +321,8 @@ pub(super) async fn measure(
     {
         return Ok(measured.clone());
     }
-    let tokenizer = run.tokenizer.clone();
-    let mode = run.truncation;
+    let tokenizer = setup.tokenizer.clone();
+    let mode = setup.truncation;
     let _cpu = shared.tokenizing.acquire().await;
     let measured = tokio::task::spawn_blocking(move || {
         let truncation = truncate_to_budget(tokenizer.as_ref(), &generation, budget, mode)?;

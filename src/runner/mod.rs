@@ -24,7 +24,7 @@ use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::protocol::TruncationMode;
-use crate::store::cache::Cache;
+use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use calls::CallBook;
 use memory::{Measured, run_memory};
@@ -87,7 +87,7 @@ const MIN_JOBS_IN_FLIGHT: usize = 64;
 
 /// What a run's tasks share: the setup, the book of calls, the limits and what is measured.
 pub(super) struct RunState {
-    run: Setup,
+    setup: Setup,
     calls: CallBook,
     run_limit: Semaphore,
     /// Memories already measured in this run, by (SHA-256 of the generation, budget).
@@ -149,7 +149,7 @@ impl RunState {
         {
             return Some(text.clone());
         }
-        let entry = self.run.cache.get("text", sha256)?;
+        let entry = self.setup.cache.get(Kind::Text, sha256)?;
         Some(self.intern(sha256, entry.get("memory")?.as_str()?))
     }
 
@@ -192,7 +192,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     }
     let shared = Arc::new(RunState {
         run_limit: Semaphore::new(run.concurrency.max(1)),
-        run,
+        setup: run,
         calls: CallBook::default(),
         measured: Mutex::default(),
         memories: Mutex::default(),
@@ -202,9 +202,9 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
-    let window = (shared.run.jobs_in_flight)
-        .unwrap_or((JOBS_IN_FLIGHT_PER_SLOT * shared.run.concurrency).max(MIN_JOBS_IN_FLIGHT));
-    let total = shared.run.plan.memories.len();
+    let window = (shared.setup.jobs_in_flight)
+        .unwrap_or((JOBS_IN_FLIGHT_PER_SLOT * shared.setup.concurrency).max(MIN_JOBS_IN_FLIGHT));
+    let total = shared.setup.plan.memories.len();
     let mut tasks = JoinSet::new();
     let mut next = 0;
     let mut outcomes: Vec<Option<MemoryOutcome>> = (0..total).map(|_| None).collect();
@@ -212,12 +212,12 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     let mut folded = 0;
     let mut outcome = Outcome {
         ledger: Vec::with_capacity(total),
-        results: Vec::with_capacity(shared.run.plan.question_jobs()),
+        results: Vec::with_capacity(shared.setup.plan.question_jobs()),
         ..Outcome::default()
     };
     let mut distinct = DistinctCalls::default();
     // Sized once for the plan: a paper-scale run folds most of a million calls.
-    let questions = shared.run.plan.question_jobs();
+    let questions = shared.setup.plan.question_jobs();
     for (role, calls) in [
         (Role::Compressor, total),
         (Role::Reader, questions),
@@ -239,7 +239,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         }
         while folded < next && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
-                let id = &shared.run.plan.memories[folded].id;
+                let id = &shared.setup.plan.memories[folded].id;
                 fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
             }
             folded += 1;
@@ -248,11 +248,11 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
     for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
         if let Some(memory) = memory {
-            let id = &shared.run.plan.memories[index].id;
+            let id = &shared.setup.plan.memories[index].id;
             fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
         }
     }
-    trace_stages(&shared.run.progress);
+    trace_stages(&shared.setup.progress);
     outcome.this_run = shared.calls.totals();
     outcome.stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outcome.paid = shared
@@ -416,7 +416,6 @@ mod tests {
     use super::*;
     use crate::exec::callback::{Attempt, AttemptFuture, Launcher};
     use crate::inputs::tokenizer::Cl100k;
-    use crate::protocol::Mode;
 
     type Answer = dyn Fn(&Callback, &Value) -> Result<Value, FailureKind> + Send + Sync;
 
@@ -497,21 +496,11 @@ mod tests {
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(Cl100k::new());
         let plan = crate::plan::plan(&loaded, &dataset, tokenizer.as_ref()).unwrap();
         let callback = |name: String, role: Role, spec: &crate::inputs::manifest::CallbackSpec| Callback {
-            name,
-            role,
-            argv: Vec::new(),
-            cwd: PathBuf::from("."),
-            env: Vec::new(),
-            timeout: Duration::from_secs(5),
             retries: spec.retries,
             params: spec.params.clone(),
             identity: crate::plan::keys::callback_identity(spec),
             limit: Arc::new(Semaphore::new(4)),
-            mode: Mode::Oneshot,
-            sandbox: None,
-            launcher: launcher.clone(),
-            local: true,
-            max_inflight: 1,
+            ..Callback::new(name, role, launcher.clone())
         };
         let manifest = &loaded.manifest;
         let callbacks = Callbacks {

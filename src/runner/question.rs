@@ -65,7 +65,7 @@ impl QuestionOutcome {
             request,
         )
         .await;
-        let progress = shared.run.progress.stage(step.stage.role());
+        let progress = shared.setup.progress.stage(step.stage.role());
         let ended = made.as_ref().map(|(_, origin)| *origin);
         finished(
             progress,
@@ -106,12 +106,12 @@ pub(super) async fn run_question(
     memory: &str,
     memory_sha256: &str,
 ) -> QuestionOutcome {
-    let run = &shared.run;
-    let job = &run.plan.memories[index];
+    let setup = &shared.setup;
+    let job = &setup.plan.memories[index];
     let question_job = &job.questions[position];
-    let source = &run.dataset.sources[job.source];
+    let source = &setup.dataset.sources[job.source];
     let question = &source.goals[question_job.goal].questions[question_job.question];
-    let (reader, judge) = (&run.callbacks.reader, &run.callbacks.judge);
+    let (reader, judge) = (&setup.callbacks.reader, &setup.callbacks.judge);
     let mut outcome = QuestionOutcome {
         row: result_row(job, source, question_job, None, None, None),
         failure: None,
@@ -123,7 +123,7 @@ pub(super) async fn run_question(
         stage: Stage::Read,
         question_id: &question.id,
         callback: reader,
-        cache_key: run.plan.read_key(job, question_job, memory_sha256),
+        cache_key: setup.plan.read_key(job, question_job, memory_sha256),
     };
     let request = || {
         messages::to_bytes(&ReaderRequest::new(
@@ -134,7 +134,7 @@ pub(super) async fn run_question(
         ))
     };
     // The key an earlier gacc filed the same request under, looked up only on a miss.
-    let legacy = || run.plan.legacy_read_key(job, question_job, memory_sha256);
+    let legacy = || setup.plan.legacy_read_key(job, question_job, memory_sha256);
     let Some(response) = outcome.step(shared, job, read, legacy, request).await else {
         return outcome;
     };
@@ -150,7 +150,7 @@ pub(super) async fn run_question(
         stage: Stage::Judge,
         question_id: &question.id,
         callback: judge,
-        cache_key: run.plan.judge_key(job, question_job, &answer),
+        cache_key: setup.plan.judge_key(job, question_job, &answer),
     };
     let request = || {
         messages::to_bytes(&JudgeRequest::new(
@@ -162,7 +162,7 @@ pub(super) async fn run_question(
             &judge.params,
         ))
     };
-    let legacy = || run.plan.legacy_judge_key(job, question_job, &answer);
+    let legacy = || setup.plan.legacy_judge_key(job, question_job, &answer);
     if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await {
         outcome.row.correct = response.get("correct").and_then(Value::as_bool);
         outcome.row.score = response.get("score").and_then(Value::as_f64);

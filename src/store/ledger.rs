@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Budget, CellId, Condition, MemoryId, Ratio, TruncationMode};
+use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, TruncationMode};
 
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,7 +12,7 @@ pub(crate) struct LedgerRow {
     pub memory_id: MemoryId,
     /// `N`: the source's tokens.
     pub source_tokens: usize,
-    /// `L = floor(r * N)`.
+    /// `L`: `floor(r * N)` for a ratio, `min(b, N)` for a token budget.
     pub budget: usize,
     pub generated_tokens: usize,
     pub retained_tokens: usize,
@@ -131,7 +131,7 @@ impl ResultRow {
         CellId {
             compressor: self.compressor.clone(),
             condition: self.condition,
-            budget: Budget::of(self.ratio, self.budget_tokens),
+            rule: BudgetRule::of(self.ratio, self.budget_tokens),
         }
     }
 }

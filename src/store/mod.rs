@@ -4,3 +4,4 @@
 pub(crate) mod cache;
 pub(crate) mod ledger;
 pub(crate) mod run_folder;
+pub(crate) mod run_record;

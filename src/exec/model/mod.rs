@@ -4,30 +4,24 @@
 //! fields, sends them, retries what is worth retrying, and answers in the protocol's terms.
 
 pub(crate) mod batch;
+mod endpoint;
 pub(crate) mod limiter;
 pub(crate) mod verdict;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use endpoint::{Endpoint, describe_pace};
+use endpoint::{scrub, without_url};
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::hash::sha256;
-use crate::inputs::models::{ModelCall, ModelSpec, SeedRule, template_variables};
+use crate::inputs::models::{ModelCall, SeedRule, template_variables};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::protocol::Role;
-use crate::providers::{self, Allowance, Announced, Prompt, Reply};
-use limiter::{Exhausted, Limiter, Live, Pacer, Rates};
+use crate::providers::{self, Prompt, Reply};
 
-/// The most of a reply body gacc reads.
-const MAX_REPLY_BYTES: usize = 16 << 20;
-const BACKOFF_BASE: Duration = Duration::from_millis(500);
-/// How long one call keeps waiting on a provider's rate limits before it fails.
-const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(15 * 60);
-const MAX_RATE_LIMITED: u32 = 1000;
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A reader's and a judge's reply need little room; a compressor's is set from its budget.
 const READER_MAX_TOKENS: u64 = 256;
 const JUDGE_MAX_TOKENS: u64 = 512;
@@ -44,384 +38,6 @@ pub(crate) fn compressor_max_tokens(budget: u64) -> u64 {
 /// A cl100k_base count made an upper bound for another provider's tokenizer.
 pub(crate) fn estimate_upper(cl100k_tokens: u64) -> u64 {
     (cl100k_tokens as f64 * ESTIMATE_FACTOR).ceil() as u64
-}
-
-/// One `[models.*]` endpoint: its client and key, its live limit and pace, and what it did.
-#[derive(Debug)]
-pub(crate) struct Endpoint {
-    pub name: String,
-    pub spec: ModelSpec,
-    key: Option<String>,
-    client: reqwest::Client,
-    pub limiter: Limiter,
-    pub pacer: Pacer,
-    /// Mean seconds of a successful exchange (a moving average), for the calls in flight a
-    /// pace needs.
-    latency: Mutex<f64>,
-    /// Set by a 401, 403 or 404: every later call would fail the same way.
-    rejected: Mutex<Option<FailureKind>>,
-    pub requests: AtomicU64,
-    pub retries: AtomicU64,
-    /// Its batches, when it has `batch` on and a cache to record them in.
-    pub batcher: std::sync::OnceLock<batch::Batcher>,
-}
-
-impl Endpoint {
-    /// The endpoint, its key read from `api_key_env`.
-    pub(crate) fn new(name: &str, spec: &ModelSpec) -> Result<Endpoint, String> {
-        let key = match &spec.api_key_env {
-            None => None,
-            Some(variable) => Some(
-                std::env::var(variable)
-                    .ok()
-                    .filter(|k| !k.is_empty())
-                    .ok_or_else(|| format!("`api_key_env` names `{variable}`, which is not set"))?,
-            ),
-        };
-        let client = reqwest::Client::builder()
-            .timeout(spec.timeout.0)
-            .connect_timeout(spec.timeout.0.min(Duration::from_secs(30)))
-            .user_agent(concat!("gacc/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
-        Ok(Endpoint {
-            name: name.to_owned(),
-            spec: spec.clone(),
-            key,
-            client,
-            limiter: Limiter::new(spec.max_concurrency, spec.adaptive),
-            pacer: Pacer::new(spec.rpm, spec.tpm, spec.adaptive),
-            latency: Mutex::new(0.0),
-            rejected: Mutex::new(None),
-            requests: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            batcher: std::sync::OnceLock::new(),
-        })
-    }
-
-    /// The live limit and pace, for the progress line and `run.json`.
-    pub(crate) fn live(&self) -> Live {
-        self.limiter.live(self.pacer.pace())
-    }
-
-    fn latency(&self) -> Duration {
-        Duration::from_secs_f64(*self.latency.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn took(&self, elapsed: Duration) {
-        let mut mean = self.latency.lock().unwrap_or_else(|e| e.into_inner());
-        *mean = if *mean == 0.0 {
-            elapsed.as_secs_f64()
-        } else {
-            0.9 * *mean + 0.1 * elapsed.as_secs_f64()
-        };
-    }
-
-    /// Sends this endpoint's calls through the provider's batch API, recording its batches
-    /// in `folder` (its first call re-attaches to those an earlier gacc left open there).
-    pub(crate) fn use_batches(&self, folder: std::path::PathBuf, cache: crate::store::cache::Cache) {
-        if let Some(spec) = self.spec.batch.spec() {
-            let _ = self.batcher.set(batch::Batcher::new(spec, folder, cache));
-        }
-    }
-
-    /// Its batches' counts, when it sends batches.
-    pub(crate) fn batches(&self) -> Option<batch::BatchCounts> {
-        self.batcher.get().map(batch::Batcher::counts)
-    }
-
-    /// The key's variable and value, for redaction: the value appears nowhere gacc writes.
-    pub(crate) fn secret(&self) -> Option<(String, String)> {
-        Some((self.spec.api_key_env.clone()?, self.key.clone()?))
-    }
-
-    fn url(&self) -> String {
-        self.spec
-            .api
-            .provider()
-            .call_url(self.spec.base_url.trim_end_matches('/'))
-    }
-
-    fn request(&self, body: &Value) -> reqwest::RequestBuilder {
-        let request = self
-            .client
-            .post(self.url())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string());
-        self.authorised(request)
-    }
-
-    /// A request with the endpoint's key and headers.
-    fn authorised(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        for (name, value) in self.spec.api.provider().auth_headers(self.key.as_deref()) {
-            request = request.header(name, value);
-        }
-        for (name, value) in &self.spec.headers {
-            request = request.header(name, value);
-        }
-        request
-    }
-
-    /// The limits a reply's headers announce, in its provider's headers.
-    fn announced(&self, headers: &reqwest::header::HeaderMap) -> Announced {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        self.spec.api.provider().announced(&header)
-    }
-
-    fn rejected(&self) -> Option<FailureKind> {
-        self.rejected.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Sends one request, retrying 429, 408, 5xx, timeouts, broken connections and unreadable
-    /// replies with backoff that honours the provider's `Retry-After`. `estimate` is the
-    /// call's (input, output) tokens, for the pace.
-    async fn send(&self, body: &Value, estimate: (u64, u64), label: &str) -> Result<Reply, FailureKind> {
-        let mut attempt = 0u32;
-        // 429s are retried for as long as the provider keeps the call waiting, up to a
-        // patience; other failures `retries` times.
-        let (mut failed, mut limited, mut waited) = (0u32, 0u32, Duration::ZERO);
-        loop {
-            attempt += 1;
-            if let Some(rejected) = self.rejected() {
-                return Err(rejected);
-            }
-            let slot = self.limiter.acquire().await;
-            let ticket = self.pacer.wait(estimate.0, estimate.1).await;
-            if let Some(rejected) = self.rejected() {
-                return Err(rejected);
-            }
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            let started = tokio::time::Instant::now();
-            let outcome = self.exchange(body).await;
-            let (wait, why) = match outcome {
-                Exchange::Answered(reply, announced) => {
-                    self.took(started.elapsed());
-                    self.pacer.announced(ticket, announced);
-                    self.pacer.admitted(ticket, reply.usage.input, estimate.0);
-                    slot.succeeded();
-                    return Ok(reply);
-                }
-                Exchange::RateLimited {
-                    wait,
-                    message,
-                    announced,
-                } => {
-                    limited += 1;
-                    self.pacer.announced(ticket, announced);
-                    let exhausted = exhausted(&announced, &message);
-                    let needed = self.pacer.limited(ticket, exhausted, self.latency());
-                    slot.rate_limited(needed);
-                    // Only this call waits the provider's word; it also backs off further
-                    // each time, so that retries do not arrive together.
-                    let told = wait.unwrap_or_else(|| backoff(limited));
-                    (told.max(backoff(limited)), format!("429 rate limited: {message}"))
-                }
-                Exchange::Transient { wait, why } => {
-                    failed += 1;
-                    slot.failed();
-                    (wait.unwrap_or_default().max(backoff(failed)), why)
-                }
-                Exchange::Rejected { status, message } => {
-                    let variable = self.spec.api_key_env.as_deref().unwrap_or("(no api_key_env)");
-                    let kind = FailureKind::Rejected {
-                        endpoint: self.name.clone(),
-                        message: format!(
-                            "{status} from {}: {message} (check `models.{}`: its base_url, model, and the key in {variable})",
-                            self.url(),
-                            self.name
-                        ),
-                    };
-                    *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind.clone());
-                    return Err(kind);
-                }
-                Exchange::Refused { status, message } => {
-                    return Err(FailureKind::Provider {
-                        endpoint: self.name.clone(),
-                        message: format!("{status}: {message}"),
-                    });
-                }
-            };
-            drop(slot);
-            waited += wait;
-            let patient = waited <= RATE_LIMIT_PATIENCE && limited <= MAX_RATE_LIMITED;
-            if failed > self.spec.retries || (limited > 0 && !patient) {
-                return Err(FailureKind::Provider {
-                    endpoint: self.name.clone(),
-                    message: format!("{why} (gave up after {attempt} attempts)"),
-                });
-            }
-            self.retries.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                endpoint = %self.name,
-                call = label,
-                attempt,
-                wait_ms = wait.as_millis() as u64,
-                reason = %why,
-                "retrying a model call"
-            );
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    async fn exchange(&self, body: &Value) -> Exchange {
-        let response = match self.request(body).send().await {
-            Ok(response) => response,
-            Err(error) => {
-                let why = if error.is_timeout() {
-                    format!("timed out after {:?}", self.spec.timeout.0)
-                } else if error.is_connect() {
-                    format!("could not connect to {}", self.spec.base_url)
-                } else {
-                    format!("the connection failed: {}", without_url(&error))
-                };
-                return Exchange::Transient { wait: None, why };
-            }
-        };
-        let status = response.status().as_u16();
-        let announced = self.announced(response.headers());
-        let wait = retry_after(response.headers(), &announced);
-        let text = match read_limited(response).await {
-            Ok(text) => text,
-            Err(why) => return Exchange::Transient { wait, why },
-        };
-        let message = || providers::error_message(&text);
-        match status {
-            200..=299 => match serde_json::from_str::<Value>(&text) {
-                Ok(value) => match self.spec.api.provider().reply(&value) {
-                    Ok(reply) => Exchange::Answered(reply, announced),
-                    Err(why) => Exchange::Transient {
-                        wait: None,
-                        why: format!("an unreadable reply: {why}"),
-                    },
-                },
-                Err(error) => Exchange::Transient {
-                    wait: None,
-                    why: format!("a reply that is not JSON ({error})"),
-                },
-            },
-            429 => Exchange::RateLimited {
-                wait,
-                message: message(),
-                announced,
-            },
-            408 | 409 | 500..=599 => Exchange::Transient {
-                wait,
-                why: format!("{status}: {}", message()),
-            },
-            401 | 403 | 404 => Exchange::Rejected {
-                status,
-                message: message(),
-            },
-            _ => Exchange::Refused {
-                status,
-                message: message(),
-            },
-        }
-    }
-}
-
-enum Exchange {
-    Answered(Reply, Announced),
-    RateLimited {
-        wait: Option<Duration>,
-        message: String,
-        announced: Announced,
-    },
-    Transient {
-        wait: Option<Duration>,
-        why: String,
-    },
-    Rejected {
-        status: u16,
-        message: String,
-    },
-    Refused {
-        status: u16,
-        message: String,
-    },
-}
-
-/// A transport error's words without its URL (which holds nothing secret, but is noise).
-fn without_url(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    if let Some(url) = error.url() {
-        text = text.replace(url.as_str(), "");
-    }
-    let mut source = std::error::Error::source(error);
-    while let Some(inner) = source {
-        text.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    text
-}
-
-async fn read_limited(mut response: reqwest::Response) -> Result<String, String> {
-    let mut bytes = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if bytes.len() + chunk.len() > MAX_REPLY_BYTES {
-                    return Err(format!("a reply over {MAX_REPLY_BYTES} bytes"));
-                }
-                bytes.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(error) => return Err(format!("the reply broke off: {}", without_url(&error))),
-        }
-    }
-    String::from_utf8(bytes).map_err(|_| "a reply that is not UTF-8".into())
-}
-
-/// `retry-after-ms`, `Retry-After` (seconds), or when the limits the reply announced are
-/// full again (OpenAI's reset headers: `1s`, `6m0s`, `20ms`).
-fn retry_after(headers: &reqwest::header::HeaderMap, announced: &Announced) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    // Whatever a server sends, a wait is a finite number of seconds within an hour.
-    let number = |text: &str| text.parse::<f64>().ok().filter(|n| n.is_finite());
-    if let Some(ms) = header("retry-after-ms").and_then(number) {
-        return Some(Duration::from_secs_f64(ms.clamp(0.0, 3.6e6) / 1000.0));
-    }
-    if let Some(seconds) = header("retry-after").and_then(number) {
-        return Some(Duration::from_secs_f64(seconds.clamp(0.0, 3600.0)));
-    }
-    [announced.requests, announced.tokens]
-        .iter()
-        .flatten()
-        .map(|allowance| allowance.reset)
-        .max()
-}
-
-/// The pace in force, for the progress line: `, pace 19.4 req/s 51k tok/min`, or nothing.
-pub(crate) fn describe_pace(live: &Live) -> String {
-    let Rates { requests, tokens } = live.pace;
-    let mut text = String::new();
-    if let Some(rate) = requests {
-        text.push_str(&format!(" {rate:.1} req/s"));
-    }
-    if let Some(rate) = tokens {
-        text.push_str(&format!(" {:.0}k tok/min", rate * 60.0 / 1000.0));
-    }
-    match (text.is_empty(), live.rate_limited) {
-        (true, 0) => String::new(),
-        (true, n) => format!(", {n} × 429"),
-        (false, 0) => format!(", pace{text}"),
-        (false, n) => format!(", pace{text} ({n} × 429)"),
-    }
-}
-
-/// Which limit a 429 exhausted: what the headers show at zero, else what its message says.
-fn exhausted(announced: &Announced, message: &str) -> Exhausted {
-    let empty = |allowance: Option<Allowance>| allowance.is_some_and(|a| a.remaining < 1.0);
-    match (empty(announced.requests), empty(announced.tokens)) {
-        (true, false) => Exhausted::Requests,
-        (false, true) => Exhausted::Tokens,
-        _ => Exhausted::from_message(message),
-    }
-}
-
-/// Exponential backoff with jitter, capped.
-fn backoff(attempt: u32) -> Duration {
-    crate::exec::callback::jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
 }
 
 /// The run's spending cap (`[run] max_cost_usd`): what this run paid, and the most the calls
@@ -489,6 +105,11 @@ impl Launcher for ModelLauncher {
                 stderr_tail: String::new(),
             }
         })
+    }
+
+    /// Its calls wait on a provider, bounded by the endpoint's own limit.
+    fn uses_local_cores(&self) -> bool {
+        false
     }
 }
 
@@ -741,32 +362,6 @@ pub(crate) fn answer_fence(answer: &str) -> String {
     format!("===== ANSWER {} =====", &sha256(answer)[..16])
 }
 
-/// No part of the key reaches a message: a word sharing four or more characters in a row with
-/// it, or shaped like a key (`sk-…`, masked `…****…`), is replaced.
-fn scrub(text: &str, key: Option<&str>) -> String {
-    let shares = |word: &str| {
-        key.is_some_and(|key| {
-            let chars: Vec<char> = word.chars().collect();
-            chars.len() >= 4
-                && chars
-                    .windows(4)
-                    .any(|w| key.contains(&w.iter().collect::<String>()))
-        })
-    };
-    text.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ',')
-        .map(|piece| {
-            let word =
-                piece.trim_end_matches(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ',');
-            let tail = &piece[word.len()..];
-            if word.starts_with("sk-") || word.contains("****") || shares(word) {
-                format!("[redacted]{tail}")
-            } else {
-                piece.to_owned()
-            }
-        })
-        .collect()
-}
-
 fn scrub_failure(kind: &mut FailureKind, key: Option<&str>) {
     match kind {
         FailureKind::Rejected { message, .. }
@@ -782,6 +377,9 @@ fn scrub_failure(kind: &mut FailureKind, key: Option<&str>) {
 mod tests {
     use super::*;
     use crate::inputs::models::Api;
+    use crate::inputs::models::ModelSpec;
+    use endpoint::retry_after;
+    use std::time::Duration;
 
     #[test]
     fn retry_after_headers_in_each_form() {

@@ -63,8 +63,8 @@ pub(super) async fn command_output(program: &str, args: &[String]) -> Result<std
     }
 }
 
-pub(super) fn job_name(batch: &str) -> String {
-    format!("gacc-{batch}")
+pub(super) fn job_name(array: &str) -> String {
+    format!("gacc-{array}")
 }
 
 pub(super) fn shell_quote(text: &str) -> String {
@@ -72,14 +72,14 @@ pub(super) fn shell_quote(text: &str) -> String {
 }
 
 impl Slurm {
-    /// The job id of a batch whose `job` file was never written, asked of Slurm once.
-    pub(super) async fn find_job(&self, batch: &str) -> Option<String> {
-        if let Some(found) = lock(&self.state).found.get(batch) {
+    /// The job id of a array whose `job` file was never written, asked of Slurm once.
+    pub(super) async fn find_job(&self, array: &str) -> Option<String> {
+        if let Some(found) = lock(&self.state).found.get(array) {
             return found.clone();
         }
         let args = ["-h", "-t", "all", "-o", "%F", "-n"].map(String::from);
         // A squeue that fails says nothing: ask again for the next call.
-        let output = command_output("squeue", &[&args[..], &[job_name(batch)]].concat())
+        let output = command_output("squeue", &[&args[..], &[job_name(array)]].concat())
             .await
             .ok()
             .filter(|output| output.status.success())?;
@@ -89,9 +89,9 @@ impl Slurm {
             .map(|job| job.trim().to_owned())
             .filter(|job| !job.is_empty());
         if let Some(job) = &found {
-            let _ = write_durably(&self.batch_folder(batch).join("job"), job.as_bytes());
+            let _ = write_durably(&self.array_folder(array).join("job"), job.as_bytes());
         }
-        lock(&self.state).found.insert(batch.to_owned(), found.clone());
+        lock(&self.state).found.insert(array.to_owned(), found.clone());
         found
     }
 
@@ -107,8 +107,8 @@ impl Slurm {
         let mut calls = calls;
         while !calls.is_empty() {
             let rest = calls.split_off(calls.len().min(capacity));
-            let batch = std::mem::replace(&mut calls, rest);
-            self.submit_array(&callback, role, batch).await;
+            let array = std::mem::replace(&mut calls, rest);
+            self.submit_array(&callback, role, array).await;
         }
     }
 
@@ -118,13 +118,13 @@ impl Slurm {
         role: Role,
         calls: Vec<(String, oneshot::Sender<Attempt>)>,
     ) {
-        let batch = format!(
+        let array = format!(
             "{}-{}-{}",
             crate::clock::utc_timestamp(std::time::SystemTime::now(), false),
             std::process::id(),
-            self.batches.fetch_add(1, Ordering::Relaxed)
+            self.arrays.fetch_add(1, Ordering::Relaxed)
         );
-        let folder = self.batch_folder(&batch);
+        let folder = self.array_folder(&array);
         let tasks: Vec<&[(String, oneshot::Sender<Attempt>)]> =
             calls.chunks(self.spec.calls_per_task).collect();
         let prepared = (|| -> std::io::Result<()> {
@@ -138,7 +138,7 @@ impl Slurm {
                 write_durably(&folder.join("tasks").join(index.to_string()), keys.as_bytes())?;
                 for (key, _) in task.iter() {
                     let files = call_files(&self.calls(), key);
-                    write_durably(&files.task, format!("{batch} {index}\n").as_bytes())?;
+                    write_durably(&files.task, format!("{array} {index}\n").as_bytes())?;
                 }
             }
             let script = format!(
@@ -150,7 +150,7 @@ impl Slurm {
         })();
         let submitted = match prepared {
             Err(error) => Err(format!("cannot prepare {}: {error}", folder.display())),
-            Ok(()) => self.sbatch(&batch, &folder, role, tasks.len()).await,
+            Ok(()) => self.sbatch(&array, &folder, role, tasks.len()).await,
         };
         let job = match submitted {
             Ok(job) => job,
@@ -169,11 +169,11 @@ impl Slurm {
         tracing::info!(callback = %callback["name"], job, tasks = tasks.len(), calls = calls.len(), "array submitted");
         let _ = write_durably(&folder.join("job"), job.as_bytes());
         lock(&LIVE_JOBS).insert(job.clone());
-        lock(&self.state).batches.insert(batch.clone());
+        lock(&self.state).arrays.insert(array.clone());
         let per_task = self.spec.calls_per_task;
         for (position, (key, reply)) in calls.into_iter().enumerate() {
             let task = Task {
-                batch: batch.clone(),
+                array: array.clone(),
                 job: job.clone(),
                 index: position / per_task,
             };
@@ -184,7 +184,7 @@ impl Slurm {
     /// `sbatch` of one array; its job id.
     pub(super) async fn sbatch(
         &self,
-        batch: &str,
+        array: &str,
         folder: &Path,
         role: Role,
         tasks: usize,
@@ -194,7 +194,7 @@ impl Slurm {
         let mut args: Vec<String> = vec![
             "--parsable".into(),
             format!("--array=0-{}", tasks - 1),
-            format!("--job-name={}", job_name(batch)),
+            format!("--job-name={}", job_name(array)),
             format!("--output={}", logs.join("%a.out").display()),
             format!("--error={}", logs.join("%a.err").display()),
             format!("--chdir={}", self.work.display()),
@@ -303,7 +303,7 @@ impl Slurm {
             }
             let kind = lost_call(&task, &ended, self.time_limit(outstanding.role));
             let log = self
-                .batch_folder(&task.batch)
+                .array_folder(&task.array)
                 .join("logs")
                 .join(format!("{}.err", task.index));
             tracing::warn!(task = %task.id(), state = %ended, key, "task ended without answering");

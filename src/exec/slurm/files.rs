@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::exec::callback::{Attempt, Callback, FailureKind};
-use crate::exec::sandbox::Policy;
-use crate::protocol::STDERR_TAIL_BYTES;
+use serde::{Deserialize, Serialize};
+
+use crate::exec::program::Program;
+use crate::protocol::{Role, STDERR_TAIL_BYTES};
 
 /// The files of one call in the work folder.
 pub(super) struct CallFiles {
@@ -61,19 +63,24 @@ pub(super) fn read_response(bytes: &[u8]) -> Attempt {
     Attempt { result, stderr_tail }
 }
 
-/// What an array task needs to make a callback's calls on another machine. Values of passed-through
-/// variables are not written: the task inherits them from the environment gacc submits from.
-pub(super) fn describe(callback: &Callback) -> Value {
-    json!({
-        "name": callback.name,
-        "role": callback.role,
-        "argv": callback.argv,
-        "cwd": callback.cwd,
-        "env": callback.env.iter().map(|(name, _)| name).collect::<Vec<_>>(),
-        "timeout_ms": callback.timeout.as_millis() as u64,
-        "mode": callback.mode,
-        "sandbox": callback.sandbox.as_ref().map(Policy::describe),
+/// What an array task needs to make a callback's calls on another machine: its name, role
+/// and program. Values of passed-through variables are not written: the task inherits them
+/// from the environment gacc submits from.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Described {
+    pub name: String,
+    pub role: Role,
+    #[serde(flatten)]
+    pub program: Program,
+}
+
+pub(super) fn describe(callback: &Callback, program: &Program) -> Value {
+    serde_json::to_value(Described {
+        name: callback.name.clone(),
+        role: callback.role,
+        program: program.clone(),
     })
+    .unwrap_or_default()
 }
 
 /// A call's name in the work folder: its callback's name and identity, and its request.

@@ -9,10 +9,10 @@
 //! calls/<ab>/<key>.request.json   a request, written before its array is submitted
 //! calls/<ab>/<key>.task           "<batch> <index>": the array task that makes the call
 //! calls/<ab>/<key>.response.json  the task's answer, written whole (temporary file + rename)
-//! batches/<batch>/batch.json      the callback to run and where the calls are
-//! batches/<batch>/tasks/<index>   the call keys of one array task, one per line
-//! batches/<batch>/job             the Slurm job id, once sbatch has accepted the array
-//! batches/<batch>/logs/<index>.{out,err}
+//! arrays/<array>/array.json      the callback to run and where the calls are
+//! arrays/<array>/tasks/<index>   the call keys of one array task, one per line
+//! arrays/<array>/job             the Slurm job id, once sbatch has accepted the array
+//! arrays/<array>/logs/<index>.{out,err}
 //! ```
 //!
 //! A call's key is the SHA-256 of its callback's identity and its request, so a gacc that
@@ -29,6 +29,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
+use crate::exec::program::Program;
 use crate::files::write_durably;
 
 mod cluster;
@@ -47,7 +48,7 @@ pub(crate) struct Slurm {
     state: Mutex<State>,
     wake: Notify,
     driving: AtomicBool,
-    batches: AtomicU64,
+    arrays: AtomicU64,
 }
 
 #[derive(Default)]
@@ -59,10 +60,10 @@ struct State {
     /// Calls answered, whose files go when the run ends.
     answered: Vec<String>,
     /// Batches this gacc submitted or adopted.
-    batches: BTreeSet<String>,
+    arrays: BTreeSet<String>,
     /// Each callback's description for its array tasks, made once.
     described: HashMap<String, Arc<Value>>,
-    /// Job ids of earlier batches found by name (None: that batch never reached Slurm).
+    /// Job ids of earlier arrays found by name (None: that array never reached Slurm).
     found: HashMap<String, Option<String>>,
 }
 
@@ -87,7 +88,7 @@ struct Outstanding {
 
 #[derive(Debug, Clone, PartialEq)]
 struct Task {
-    batch: String,
+    array: String,
     job: String,
     index: usize,
 }
@@ -131,13 +132,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The launcher of a callback whose calls run as tasks of Slurm job arrays.
+/// The launcher of a callback whose calls run as tasks of Slurm job arrays, each task
+/// starting its program.
 #[derive(Debug, Clone)]
-pub(crate) struct SlurmLauncher(pub Arc<Slurm>);
+pub(crate) struct SlurmLauncher {
+    pub slurm: Arc<Slurm>,
+    pub program: Program,
+}
 
 impl Launcher for SlurmLauncher {
     fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
-        Box::pin(self.0.attempt(callback, request))
+        Box::pin(self.slurm.attempt(callback, &self.program, request))
+    }
+
+    fn program(&self) -> Option<&Program> {
+        Some(&self.program)
     }
 }
 
@@ -177,7 +186,7 @@ impl Slurm {
             state: Mutex::default(),
             wake: Notify::new(),
             driving: AtomicBool::new(false),
-            batches: AtomicU64::new(0),
+            arrays: AtomicU64::new(0),
         })
     }
 
@@ -185,8 +194,8 @@ impl Slurm {
         self.work.join("calls")
     }
 
-    fn batch_folder(&self, batch: &str) -> PathBuf {
-        self.work.join("batches").join(batch)
+    fn array_folder(&self, array: &str) -> PathBuf {
+        self.work.join("batches").join(array)
     }
 
     fn resources(&self, role: Role) -> SlurmResources {
@@ -208,7 +217,12 @@ impl Slurm {
     }
 
     /// One attempt of a call, made by an array task.
-    pub(crate) async fn attempt(self: &Arc<Self>, callback: &Callback, request: &[u8]) -> Attempt {
+    pub(crate) async fn attempt(
+        self: &Arc<Self>,
+        callback: &Callback,
+        program: &Program,
+        request: &[u8],
+    ) -> Attempt {
         if !self.driving.swap(true, Ordering::SeqCst) {
             tokio::spawn(self.clone().drive());
         }
@@ -222,12 +236,12 @@ impl Slurm {
         let description = lock(&self.state)
             .described
             .entry(callback.name.clone())
-            .or_insert_with(|| Arc::new(describe(callback)))
+            .or_insert_with(|| Arc::new(describe(callback, program)))
             .clone();
         match self.adopt(&files).await {
             Some(task) => {
                 tracing::info!(task = %task.id(), key, "waiting for a task submitted by an earlier run");
-                lock(&self.state).batches.insert(task.batch.clone());
+                lock(&self.state).arrays.insert(task.array.clone());
                 self.expect(key, task, reply, true, description, callback.role);
             }
             None => {
@@ -302,15 +316,15 @@ impl Slurm {
     /// the next poll to tell: one that ended without answering is submitted again.
     async fn adopt(&self, files: &CallFiles) -> Option<Task> {
         let recorded = std::fs::read_to_string(&files.task).ok()?;
-        let (batch, index) = recorded.trim().split_once(' ')?;
+        let (array, index) = recorded.trim().split_once(' ')?;
         let index: usize = index.parse().ok()?;
-        let job = match std::fs::read_to_string(self.batch_folder(batch).join("job")) {
+        let job = match std::fs::read_to_string(self.array_folder(array).join("job")) {
             Ok(job) => job.trim().to_owned(),
             // sbatch may have accepted the array just before that gacc stopped: ask by name.
-            Err(_) => self.find_job(batch).await?,
+            Err(_) => self.find_job(array).await?,
         };
         Some(Task {
-            batch: batch.to_owned(),
+            array: array.to_owned(),
             job,
             index,
         })
@@ -357,7 +371,7 @@ impl Slurm {
         }
     }
 
-    /// Removes the files of answered calls and of this run's batches once nothing waits on them.
+    /// Removes the files of answered calls and of this run's arrays once nothing waits on them.
     pub(crate) fn finish(&self) {
         let state = lock(&self.state);
         let calls = self.calls();
@@ -370,11 +384,11 @@ impl Slurm {
         let waited_on: BTreeSet<&str> = state
             .outstanding
             .values()
-            .map(|o| o.task.batch.as_str())
+            .map(|o| o.task.array.as_str())
             .collect();
-        for batch in &state.batches {
-            if !waited_on.contains(batch.as_str()) {
-                let _ = std::fs::remove_dir_all(self.batch_folder(batch));
+        for array in &state.arrays {
+            if !waited_on.contains(array.as_str()) {
+                let _ = std::fs::remove_dir_all(self.array_folder(array));
             }
         }
     }
@@ -419,7 +433,7 @@ mod tests {
     #[test]
     fn a_lost_call_is_a_timeout_only_past_the_time_limit() {
         let task = Task {
-            batch: "b".into(),
+            array: "b".into(),
             job: "12".into(),
             index: 3,
         };

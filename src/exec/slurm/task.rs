@@ -1,27 +1,25 @@
 //! The other side of the Slurm launcher: `gacc array-task BATCH`, run by each array task on a
-//! node. It rebuilds the batch's callback from its description (secrets come from the task's
+//! node. It rebuilds the array's callback from its description (secrets come from the task's
 //! environment, never from a file), makes the task's calls, and writes each response whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::files::{call_files, response_file};
+use super::files::{Described, call_files, response_file};
 use crate::exec::callback::{Attempt, Callback, FailureKind};
-use crate::exec::process::Process;
-use crate::exec::sandbox::Policy;
+use crate::exec::process::ProcessLauncher;
 use crate::files::write_durably;
-use crate::protocol::{Mode, Role};
 
 /// Where Slurm tells an array task its index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 
 /// `gacc array-task BATCH_DIR`: makes the calls of one array task (its index from `--task` or
 /// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
-pub(crate) fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
+pub(crate) fn work(array: &Path, task: Option<usize>) -> Result<usize, String> {
     let index = match task {
         Some(index) => index,
         None => std::env::var(TASK_VARIABLE)
@@ -29,7 +27,7 @@ pub(crate) fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("no --task and no {TASK_VARIABLE} in the environment"))?,
     };
-    let path = batch.join("batch.json");
+    let path = array.join("batch.json");
     let description: Value = std::fs::read(&path)
         .map_err(|error| format!("cannot read {}: {error}", path.display()))
         .and_then(|bytes| {
@@ -37,7 +35,7 @@ pub(crate) fn work(batch: &Path, task: Option<usize>) -> Result<usize, String> {
         })?;
     let calls = PathBuf::from(description["calls"].as_str().unwrap_or_default());
     let callback = rebuild(&description["callback"])?;
-    let list = batch.join("tasks").join(index.to_string());
+    let list = array.join("tasks").join(index.to_string());
     let keys =
         std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
     let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
@@ -108,43 +106,20 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
     Ok(true)
 }
 
-/// The callback a batch describes, with this machine's environment.
+/// The callback a array describes, with this machine's environment.
 fn rebuild(description: &Value) -> Result<Callback, String> {
-    let parse = |key: &str| -> Result<Value, String> {
-        description
-            .get(key)
-            .cloned()
-            .ok_or_else(|| format!("the batch has no callback `{key}`"))
-    };
-    let role: Role = serde_json::from_value(parse("role")?).map_err(|error| error.to_string())?;
-    let mode: Mode = serde_json::from_value(parse("mode")?).map_err(|error| error.to_string())?;
-    let argv: Vec<String> = serde_json::from_value(parse("argv")?).map_err(|error| error.to_string())?;
-    let names: Vec<String> = serde_json::from_value(parse("env")?).map_err(|error| error.to_string())?;
-    if argv.is_empty() {
-        return Err("the batch's callback has no command".into());
+    let described: Described = serde_json::from_value(description.clone())
+        .map_err(|error| format!("the array's callback is not one: {error}"))?;
+    if described.program.argv.is_empty() {
+        return Err("the array's callback has no command".into());
     }
-    let sandbox = match description.get("sandbox") {
-        Some(Value::Null) | None => None,
-        Some(policy) => Some(Policy::rebuild(policy)?),
-    };
-    Ok(Callback {
-        name: description["name"].as_str().unwrap_or_default().to_owned(),
-        role,
-        argv,
-        cwd: PathBuf::from(description["cwd"].as_str().unwrap_or(".")),
-        env: names
-            .into_iter()
-            .filter_map(|name| std::env::var(&name).ok().map(|value| (name, value)))
-            .collect(),
-        timeout: Duration::from_millis(description["timeout_ms"].as_u64().unwrap_or(60_000)),
-        retries: 0,
-        params: Value::Null,
-        identity: Value::Null,
-        limit: Arc::new(Semaphore::new(usize::MAX >> 4)),
-        mode,
-        sandbox,
-        launcher: Arc::new(Process::default()),
-        local: true,
-        max_inflight: 1,
-    })
+    let secrets = described.program.passed();
+    let mut callback = Callback::new(
+        described.name,
+        described.role,
+        Arc::new(ProcessLauncher::new(described.program)),
+    );
+    callback.secrets = secrets;
+    callback.limit = Arc::new(Semaphore::new(usize::MAX >> 4));
+    Ok(callback)
 }

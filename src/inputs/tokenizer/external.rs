@@ -25,11 +25,11 @@ pub(crate) struct External {
     env: Vec<(String, String)>,
     identity: TokenizerIdentity,
     /// The running process in persistent mode.
-    worker: Mutex<Option<Process>>,
+    worker: Mutex<Option<TokenizerProcess>>,
 }
 
 /// A started tokenizer process: its stdin, and its stdout's lines arriving on a channel.
-struct Process {
+struct TokenizerProcess {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<Result<Vec<u8>, String>>,
@@ -40,7 +40,7 @@ struct Process {
 /// How long a tokenizer that stopped answering gets to exit, so its status can be reported.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
-impl Process {
+impl TokenizerProcess {
     /// What became of a process that stopped answering: its exit status and last stderr line.
     fn post_mortem(&mut self) -> String {
         let deadline = Instant::now() + EXIT_GRACE;
@@ -79,7 +79,7 @@ impl Process {
     }
 }
 
-impl Drop for Process {
+impl Drop for TokenizerProcess {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our child's own process group.
         unsafe {
@@ -123,7 +123,7 @@ impl External {
         &mut self.identity
     }
 
-    fn start(&self) -> Result<Process, TokenizerError> {
+    fn start(&self) -> Result<TokenizerProcess, TokenizerError> {
         let line: Vec<std::ffi::OsString> = self.argv.iter().map(Into::into).collect();
         let mut command = crate::protocol::callback_command(
             &line,
@@ -179,7 +179,7 @@ impl External {
                 }
             });
         }
-        Ok(Process {
+        Ok(TokenizerProcess {
             child,
             stdin,
             lines,
@@ -190,7 +190,7 @@ impl External {
 
     /// Sends one request and reads one response line, within the timeout; a process that
     /// stopped answering is described by its exit status and stderr.
-    fn exchange(&self, process: &mut Process, request: &[u8]) -> Result<Value, TokenizerError> {
+    fn exchange(&self, process: &mut TokenizerProcess, request: &[u8]) -> Result<Value, TokenizerError> {
         self.exchange_once(process, request)
             .map_err(|TokenizerError(reason)| {
                 let post_mortem = if reason.starts_with("no response") || reason.starts_with("could not send")
@@ -207,7 +207,7 @@ impl External {
             })
     }
 
-    fn exchange_once(&self, process: &mut Process, request: &[u8]) -> Result<Value, TokenizerError> {
+    fn exchange_once(&self, process: &mut TokenizerProcess, request: &[u8]) -> Result<Value, TokenizerError> {
         let deadline = Instant::now() + self.timeout;
         let mut line = request.to_vec();
         line.push(b'\n');

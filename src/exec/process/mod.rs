@@ -2,8 +2,7 @@
 //! of long-lived ones (`persistent`), each with a cleared environment, in its own process
 //! group, in its sandbox when it has one. Whatever happens, nothing a call started outlives it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,34 +13,53 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use crate::exec::callback::{
     Attempt, AttemptFuture, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
 };
+use crate::exec::program::Program;
 use crate::exec::sandbox::Scratch;
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode, Role, STDERR_TAIL_BYTES};
+
+mod pipelined;
+use pipelined::Pipelined;
 
 /// How long to wait for output pipes after the process has exited.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
 /// The launcher of a callback whose calls run here: it keeps the callback's idle persistent
 /// processes, ready for their next request.
-#[derive(Debug, Default)]
-pub(crate) struct Process {
+#[derive(Debug)]
+pub(crate) struct ProcessLauncher {
+    program: Program,
     idle: Mutex<Vec<PersistentProcess>>,
     /// Workers that take several requests at once (`max_inflight > 1`).
     pipelined: Mutex<Vec<Arc<Pipelined>>>,
 }
 
-impl Launcher for Process {
+impl Launcher for ProcessLauncher {
     fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
         Box::pin(self.attempt_here(callback, request))
     }
+
+    fn program(&self) -> Option<&Program> {
+        Some(&self.program)
+    }
 }
 
-impl Process {
+impl ProcessLauncher {
+    /// The launcher of `program`, with no process started yet.
+    pub(crate) fn new(program: Program) -> ProcessLauncher {
+        ProcessLauncher {
+            program,
+            idle: Mutex::default(),
+            pipelined: Mutex::default(),
+        }
+    }
+
     /// One attempt in a process of this machine. Nothing a callback says is stored (trace,
     /// failures, report, a Slurm response file) before it is redacted here.
     pub(crate) async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
-        let mut outcome = match callback.mode {
-            Mode::Oneshot => oneshot(callback, request).await,
-            Mode::Persistent if callback.max_inflight > 1 => self.pipelined(callback, request).await,
+        let program = &self.program;
+        let mut outcome = match program.mode {
+            Mode::Oneshot => oneshot(program, callback.role, request).await,
+            Mode::Persistent if program.max_inflight > 1 => self.pipelined(callback, request).await,
             Mode::Persistent => self.persistent(callback, request).await,
         };
         callback.redact_attempt(&mut outcome);
@@ -53,7 +71,7 @@ impl Process {
         loop {
             let (worker, reused) = match self.idle() {
                 Some(worker) => (worker, true),
-                None => match PersistentProcess::start(callback) {
+                None => match PersistentProcess::start(&self.program, callback.role) {
                     Ok(worker) => (worker, false),
                     Err(kind) => {
                         return Attempt {
@@ -82,12 +100,12 @@ impl Process {
             workers.retain(|w| !w.dead.load(Ordering::Relaxed));
             let free = workers
                 .iter()
-                .filter(|w| w.in_flight.load(Ordering::Relaxed) < callback.max_inflight)
+                .filter(|w| w.in_flight.load(Ordering::Relaxed) < self.program.max_inflight)
                 .min_by_key(|w| w.in_flight.load(Ordering::Relaxed))
                 .cloned();
             match free {
                 Some(worker) => worker,
-                None => match Pipelined::start(callback) {
+                None => match Pipelined::start(&self.program, callback.role) {
                     Ok(worker) => {
                         workers.push(worker.clone());
                         worker
@@ -101,7 +119,7 @@ impl Process {
                 },
             }
         };
-        worker.call(callback, request).await
+        worker.call(self.program.timeout, request).await
     }
 
     /// An idle worker that is still running, if there is one; exited ones are dropped.
@@ -131,8 +149,8 @@ impl Process {
             }
             read_line_limited(&mut worker.stdout, MAX_RESPONSE_BYTES).await
         };
-        let result = match tokio::time::timeout(callback.timeout, exchange).await {
-            Err(_) => Err(FailureKind::Timeout(callback.timeout)),
+        let result = match tokio::time::timeout(self.program.timeout, exchange).await {
+            Err(_) => Err(FailureKind::Timeout(self.program.timeout)),
             Ok(Err(kind)) => Err(kind),
             Ok(Ok(line)) => parse_response(&line).and_then(|response| {
                 if let Some(error) = reported_error(&response, 0) {
@@ -157,25 +175,25 @@ impl Process {
 
 /// The process to start, and the scratch folder it lives in when it is sandboxed: then
 /// gacc starts it through `gacc sandbox-exec`, which enters the sandbox and becomes it.
-fn command(callback: &Callback) -> Result<(tokio::process::Command, Option<Scratch>), FailureKind> {
-    let (line, scratch) = match &callback.sandbox {
-        None => (callback.argv.iter().map(Into::into).collect(), None),
+fn command(program: &Program, role: Role) -> Result<(tokio::process::Command, Option<Scratch>), FailureKind> {
+    let (line, scratch) = match &program.sandbox {
+        None => (program.argv.iter().map(Into::into).collect(), None),
         Some(policy) => {
-            let (scratch, line) = policy.jail(&callback.argv).map_err(|error| FailureKind::Spawn {
-                program: callback.argv[0].clone(),
+            let (scratch, line) = policy.jail(&program.argv).map_err(|error| FailureKind::Spawn {
+                program: program.program().to_owned(),
                 error: format!("could not prepare its sandbox: {error}"),
             })?;
             (line, Some(scratch))
         }
     };
     let line: Vec<std::ffi::OsString> = line;
-    let passed = callback.env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let passed = program.passed();
     let mut command = tokio::process::Command::from(crate::protocol::callback_command(
         &line,
-        &callback.cwd,
-        callback.role.as_str(),
-        callback.mode,
-        passed,
+        &program.cwd,
+        role.as_str(),
+        program.mode,
+        passed.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     ));
     command.kill_on_drop(true);
     if let Some(scratch) = &scratch {
@@ -184,26 +202,26 @@ fn command(callback: &Callback) -> Result<(tokio::process::Command, Option<Scrat
     Ok((command, scratch))
 }
 
-fn spawn_failure(callback: &Callback, error: std::io::Error) -> FailureKind {
+fn spawn_failure(program: &Program, error: std::io::Error) -> FailureKind {
     FailureKind::Spawn {
-        program: callback.argv[0].clone(),
+        program: program.program().to_owned(),
         error: error.to_string(),
     }
 }
 
-async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
+async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     let failed = |kind| Attempt {
         result: Err(kind),
         stderr_tail: String::new(),
     };
     // The scratch folder goes when the call ends, after its process group.
-    let (mut command, _scratch) = match command(callback) {
+    let (mut command, _scratch) = match command(program, role) {
         Ok(command) => command,
         Err(kind) => return failed(kind),
     };
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(error) => return failed(spawn_failure(callback, error)),
+        Err(error) => return failed(spawn_failure(program, error)),
     };
     let group = child.id().map(|pid| pid as i32);
     live_groups().extend(group);
@@ -213,7 +231,7 @@ async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
         kill_group(group);
         return Attempt {
             result: Err(FailureKind::Spawn {
-                program: callback.argv[0].clone(),
+                program: program.program().to_owned(),
                 error: "no pipes to the child".into(),
             }),
             stderr_tail: String::new(),
@@ -237,7 +255,7 @@ async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
     };
     tokio::pin!(pipes);
     let mut drained = None;
-    let deadline = tokio::time::sleep(callback.timeout);
+    let deadline = tokio::time::sleep(program.timeout);
     tokio::pin!(deadline);
     let status = loop {
         tokio::select! {
@@ -269,8 +287,8 @@ async fn oneshot(callback: &Callback, request: &[u8]) -> Attempt {
         ))
     };
     let result = match status {
-        None => Err(FailureKind::Timeout(callback.timeout)),
-        Some(status) => classify(callback.role, status, output),
+        None => Err(FailureKind::Timeout(program.timeout)),
+        Some(status) => classify(role, status, output),
     };
     Attempt { result, stderr_tail }
 }
@@ -296,9 +314,9 @@ struct Group {
 }
 
 impl PersistentProcess {
-    fn start(callback: &Callback) -> Result<PersistentProcess, FailureKind> {
-        let (mut command, scratch) = command(callback)?;
-        let mut child = command.spawn().map_err(|error| spawn_failure(callback, error))?;
+    fn start(program: &Program, role: Role) -> Result<PersistentProcess, FailureKind> {
+        let (mut command, scratch) = command(program, role)?;
+        let mut child = command.spawn().map_err(|error| spawn_failure(program, error))?;
         let group = child.id().map(|pid| pid as i32);
         live_groups().extend(group);
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -306,7 +324,7 @@ impl PersistentProcess {
         else {
             kill_group(group);
             return Err(FailureKind::Spawn {
-                program: callback.argv[0].clone(),
+                program: program.program().to_owned(),
                 error: "no pipes to the child".into(),
             });
         };
@@ -478,145 +496,5 @@ fn classify(role: Role, status: std::process::ExitStatus, output: Output) -> Res
             check_response(role, &response)?;
             Ok(response)
         }
-    }
-}
-
-/// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
-/// its calls, and a reader task that hands each reply to the call whose `id` it echoes.
-#[derive(Debug)]
-struct Pipelined {
-    stdin: tokio::sync::Mutex<ChildStdin>,
-    waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Result<Value, FailureKind>>>>,
-    next_id: AtomicU64,
-    in_flight: AtomicUsize,
-    dead: AtomicBool,
-    /// Its process (killed with its group when the worker dies or is dropped) and stderr.
-    process: Mutex<Option<Group>>,
-    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
-}
-
-impl Pipelined {
-    fn start(callback: &Callback) -> Result<Arc<Pipelined>, FailureKind> {
-        let PersistentProcess {
-            stdin,
-            stdout,
-            stderr,
-            group,
-        } = PersistentProcess::start(callback)?;
-        let worker = Arc::new(Pipelined {
-            stdin: tokio::sync::Mutex::new(stdin),
-            waiting: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0),
-            dead: AtomicBool::new(false),
-            process: Mutex::new(Some(group)),
-            stderr,
-        });
-        let reader = worker.clone();
-        let role = callback.role;
-        tokio::spawn(async move { reader.read_replies(stdout, role).await });
-        Ok(worker)
-    }
-
-    fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
-        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        String::from_utf8_lossy(&tail[start..]).into_owned()
-    }
-
-    /// Hands each reply line to its call, until the worker's stdout ends or breaks the
-    /// protocol; then every call still in flight fails as `WorkerDied`.
-    async fn read_replies(self: Arc<Self>, mut stdout: BufReader<ChildStdout>, role: Role) {
-        let why = loop {
-            let line = match read_line_limited(&mut stdout, MAX_RESPONSE_BYTES).await {
-                Ok(line) => line,
-                Err(kind) => break kind.to_string(),
-            };
-            let response = match parse_response(&line) {
-                Ok(response) => response,
-                Err(kind) => break format!("it {kind}"),
-            };
-            let Some(id) = response.get("id").and_then(Value::as_u64) else {
-                break "it answered without the request's `id` (max_inflight > 1 needs it echoed)".into();
-            };
-            if id >= self.next_id.load(Ordering::Relaxed) {
-                break format!("it answered an `id` it was never sent ({id})");
-            }
-            // A reply to a call that timed out finds nobody waiting: it is dropped.
-            let waiter = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            if let Some(waiter) = waiter {
-                let result = match reported_error(&response, 0) {
-                    Some(error) => Err(error),
-                    None => check_response(role, &response).map(|()| response),
-                };
-                let _ = waiter.send(result);
-            }
-        };
-        self.die(&why);
-    }
-
-    fn die(&self, why: &str) {
-        self.dead.store(true, Ordering::Relaxed);
-        let waiting: Vec<_> = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .collect();
-        for (_, waiter) in waiting {
-            let _ = waiter.send(Err(FailureKind::WorkerDied(why.to_owned())));
-        }
-        // Its process group goes with it.
-        drop(self.process.lock().unwrap_or_else(|e| e.into_inner()).take());
-    }
-
-    async fn call(&self, callback: &Callback, request: &[u8]) -> Attempt {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, sender);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        // The request with its id first: `{"id":N,` then the rest of the object.
-        let mut line = format!("{{\"id\":{id},").into_bytes();
-        match request.iter().position(|b| *b == b'{') {
-            Some(open)
-                if request[open + 1..]
-                    .iter()
-                    .any(|b| !b.is_ascii_whitespace() && *b != b'}') =>
-            {
-                line.extend_from_slice(&request[open + 1..]);
-            }
-            _ => {
-                line.pop();
-                line.push(b'}');
-            }
-        }
-        line.push(b'\n');
-        let exchange = async {
-            {
-                let mut stdin = self.stdin.lock().await;
-                if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {
-                    self.die(&format!("could not write the request: {error}"));
-                }
-            }
-            receiver
-                .await
-                .unwrap_or_else(|_| Err(FailureKind::WorkerDied("it stopped".into())))
-        };
-        let result = match tokio::time::timeout(callback.timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                Err(FailureKind::Timeout(callback.timeout))
-            }
-        };
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let stderr_tail = match &result {
-            Ok(_) | Err(FailureKind::Reported { .. }) => String::new(),
-            Err(_) => self.stderr_tail(),
-        };
-        Attempt { result, stderr_tail }
     }
 }

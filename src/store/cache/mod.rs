@@ -19,6 +19,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+mod kind;
+pub(crate) use kind::Kind;
+
 /// The prefix of every cache key's canonical description; bump it to invalidate all keys.
 /// How often new entries are synced to disk.
 const SYNC_INTERVAL: Duration = Duration::from_millis(200);
@@ -32,28 +35,14 @@ const RESIDENT_TOTAL: usize = 256 << 20;
 /// The segment number of a payload kept in memory (its offset is into `Inner::resident`).
 const RESIDENT: usize = usize::MAX;
 
-/// The kinds of entry a cache holds: one per callback role, truncated memories (their
-/// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
-/// recount's proven token counts.
-const KINDS: &[&str] = &[
-    "compressor",
-    "reader",
-    "judge",
-    "memory",
-    "text",
-    "batch",
-    "count",
-];
-
 /// An entry's kind and binary key.
 type Slot = (u8, [u8; 32]);
 /// Every entry: where its payload lies and the payload's SHA-256.
 /// Keys are SHA-256 digests: hashed by their first bytes, not mixed again.
 type Index = crate::hash::DigestMap<Slot, (Location, [u8; 32])>;
 
-fn slot(kind: &str, key: &str) -> Option<Slot> {
-    let kind = KINDS.iter().position(|k| *k == kind)? as u8;
-    Some((kind, decode_hex(key.as_bytes())?))
+fn slot(kind: Kind, key: &str) -> Option<Slot> {
+    Some((kind.number(), decode_hex(key.as_bytes())?))
 }
 
 /// Where an entry's payload lies.
@@ -189,7 +178,7 @@ impl Cache {
     }
 
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
-    pub(crate) fn get(&self, kind: &str, key: &str) -> Option<Value> {
+    pub(crate) fn get(&self, kind: Kind, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
         let read;
         let payload: &[u8] = if location.segment == RESIDENT {
@@ -222,7 +211,7 @@ impl Cache {
             .map(|entry| entry.response)
     }
 
-    pub(crate) fn contains(&self, kind: &str, key: &str) -> bool {
+    pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
         slot(kind, key).is_some_and(|slot| self.read_index().contains_key(&slot))
     }
 
@@ -233,15 +222,13 @@ impl Cache {
     /// Appends an entry with one write; it survives `kill -9` from the moment this returns.
     pub(crate) fn put(
         &self,
-        kind: &str,
+        kind: Kind,
         key: &str,
         description: &Value,
         response: &Value,
     ) -> std::io::Result<()> {
         let Some(entry_slot) = slot(kind, key) else {
-            return Err(std::io::Error::other(format!(
-                "`{kind}` is not a cache kind, or `{key}` not a key"
-            )));
+            return Err(std::io::Error::other(format!("`{key}` is not a cache key")));
         };
         let payload = json!({"description": description, "response": response}).to_string();
         let digest: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
@@ -249,7 +236,7 @@ impl Cache {
         ))
         .into();
         let checksum = crate::hash::hex(&digest);
-        let prefix = format!("{key} {kind} {checksum} ");
+        let prefix = format!("{key} {} {checksum} ", kind.as_str());
         let mut line = Vec::with_capacity(prefix.len() + payload.len() + 1);
         line.extend_from_slice(prefix.as_bytes());
         line.extend_from_slice(payload.as_bytes());
@@ -334,7 +321,9 @@ impl Cache {
             }
         }
         for (kind, _) in index.keys() {
-            let name = KINDS.get(*kind as usize).copied().unwrap_or("unknown");
+            let name = Kind::ALL
+                .get(*kind as usize)
+                .map_or("unknown", |kind| kind.as_str());
             *stats.entries.entry(name.to_owned()).or_default() += 1;
         }
         Ok(stats)
@@ -501,7 +490,7 @@ fn records(mut body: &[u8], covered: u64) -> impl Iterator<Item = Option<Record<
         let record = (|| {
             let fixed = body.get(..RECORD)?;
             let kind = fixed[0];
-            if usize::from(kind) >= KINDS.len() {
+            if usize::from(kind) >= Kind::ALL.len() {
                 return None;
             }
             let key: [u8; 32] = fixed[1..33].try_into().ok()?;
@@ -599,7 +588,7 @@ fn parse_line(line: &[u8]) -> Option<(Slot, [u8; 32], usize)> {
     let checksum = decode_hex(fields.next()?)?;
     fields.next()?;
     let header = key.len() + kind.len() + 64 + 3;
-    Some((slot(kind, key)?, checksum, header))
+    Some((slot(Kind::named(kind)?, key)?, checksum, header))
 }
 
 #[cfg(test)]
@@ -614,20 +603,23 @@ mod tests {
         let long = json!({"answer": "x".repeat(RESIDENT_PAYLOAD * 2)});
         {
             let cache = Cache::open(dir.path()).unwrap();
-            assert_eq!(cache.get("reader", &k), None);
+            assert_eq!(cache.get(Kind::Reader, &k), None);
             cache
-                .put("reader", &k, &json!({"x": 1}), &json!({"answer": "a\nb"}))
+                .put(Kind::Reader, &k, &json!({"x": 1}), &json!({"answer": "a\nb"}))
                 .unwrap();
-            assert_eq!(cache.get("reader", &k), Some(json!({"answer": "a\nb"})));
-            assert_eq!(cache.get("judge", &k), None, "kinds are separate");
+            assert_eq!(cache.get(Kind::Reader, &k), Some(json!({"answer": "a\nb"})));
+            assert_eq!(cache.get(Kind::Judge, &k), None, "kinds are separate");
             cache
-                .put("reader", &sha256(json!(2).to_string()), &json!(2), &long)
+                .put(Kind::Reader, &sha256(json!(2).to_string()), &json!(2), &long)
                 .unwrap();
         }
         let reopened = Cache::open(dir.path()).unwrap();
-        assert_eq!(reopened.get("reader", &k), Some(json!({"answer": "a\nb"})));
+        assert_eq!(reopened.get(Kind::Reader, &k), Some(json!({"answer": "a\nb"})));
         // A payload too large to be kept in memory is read from its segment.
-        assert_eq!(reopened.get("reader", &sha256(json!(2).to_string())), Some(long));
+        assert_eq!(
+            reopened.get(Kind::Reader, &sha256(json!(2).to_string())),
+            Some(long)
+        );
         let stats = Cache::stats(dir.path()).unwrap();
         assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
@@ -647,9 +639,15 @@ mod tests {
             ],
         );
         let cache = Cache::open(dir.path()).unwrap();
-        assert_eq!(cache.get("compressor", &keys[0]), Some(json!({"memory": "a"})));
-        assert_eq!(cache.get("compressor", &keys[1]), Some(long));
-        assert_eq!(cache.get("compressor", &keys[2]), Some(json!({"memory": "c"})));
+        assert_eq!(
+            cache.get(Kind::Compressor, &keys[0]),
+            Some(json!({"memory": "a"}))
+        );
+        assert_eq!(cache.get(Kind::Compressor, &keys[1]), Some(long));
+        assert_eq!(
+            cache.get(Kind::Compressor, &keys[2]),
+            Some(json!({"memory": "c"}))
+        );
         assert_eq!(Cache::stats(dir.path()).unwrap().torn_lines, 0);
     }
 
@@ -657,7 +655,9 @@ mod tests {
     fn write_entries(dir: &Path, entries: &[(&str, &str, Value)]) {
         let cache = Cache::open(dir).unwrap();
         for (kind, key, response) in entries {
-            cache.put(kind, key, &json!(key), response).unwrap();
+            cache
+                .put(Kind::named(kind).unwrap(), key, &json!(key), response)
+                .unwrap();
         }
     }
 
@@ -688,8 +688,8 @@ mod tests {
         let segment = the_segment(dir.path());
         let index = index_path(&segment);
         let all_there = |cache: &Cache| {
-            assert_eq!(cache.get("compressor", &keys[1]), Some(long.clone()));
-            assert_eq!(cache.get("judge", &keys[2]), Some(json!({"correct": true})));
+            assert_eq!(cache.get(Kind::Compressor, &keys[1]), Some(long.clone()));
+            assert_eq!(cache.get(Kind::Judge, &keys[2]), Some(json!({"correct": true})));
         };
         // The first open scans the segment and leaves its index.
         assert!(!index.exists());
@@ -702,7 +702,7 @@ mod tests {
         bytes[answer] = b'Z';
         std::fs::write(&segment, &bytes).unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        assert_eq!(cache.get("reader", &keys[0]), Some(json!({"answer": "zero"})));
+        assert_eq!(cache.get(Kind::Reader, &keys[0]), Some(json!({"answer": "zero"})));
         all_there(&cache);
         // A line appended since the index was made is found (only the tail is scanned).
         let payload = json!({"description": 3, "response": {"answer": "three"}}).to_string();
@@ -711,15 +711,25 @@ mod tests {
         file.write_all(line.as_bytes()).unwrap();
         drop(file);
         let cache = Cache::open(dir.path()).unwrap();
-        assert_eq!(cache.get("reader", &keys[3]), Some(json!({"answer": "three"})));
+        assert_eq!(
+            cache.get(Kind::Reader, &keys[3]),
+            Some(json!({"answer": "three"}))
+        );
         all_there(&cache);
         // A damaged index is not used: the segment is scanned, its damage seen, a new index made.
         let mut damaged = std::fs::read(&index).unwrap();
         damaged[20] ^= 1;
         std::fs::write(&index, &damaged).unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        assert_eq!(cache.get("reader", &keys[0]), None, "the segment's damaged copy");
-        assert_eq!(cache.get("reader", &keys[3]), Some(json!({"answer": "three"})));
+        assert_eq!(
+            cache.get(Kind::Reader, &keys[0]),
+            None,
+            "the segment's damaged copy"
+        );
+        assert_eq!(
+            cache.get(Kind::Reader, &keys[3]),
+            Some(json!({"answer": "three"}))
+        );
         all_there(&cache);
         assert_ne!(std::fs::read(&index).unwrap(), damaged);
         // An index of more than the segment holds, or of another segment, is not used either.
@@ -737,7 +747,7 @@ mod tests {
             }
             let cache = Cache::open(dir.path()).unwrap();
             assert_eq!(
-                cache.get("judge", &keys[2]),
+                cache.get(Kind::Judge, &keys[2]),
                 None,
                 "case {make_it_wrong}: scanned, not indexed"
             );
@@ -750,12 +760,14 @@ mod tests {
         let caches: Vec<Cache> = (0..4).map(|_| Cache::open(dir.path()).unwrap()).collect();
         for (n, cache) in caches.iter().enumerate() {
             let k = sha256(json!(n).to_string());
-            cache.put("reader", &k, &json!(n), &json!({"answer": n})).unwrap();
+            cache
+                .put(Kind::Reader, &k, &json!(n), &json!({"answer": n}))
+                .unwrap();
         }
         let again = Cache::open(dir.path()).unwrap();
         for n in 0..4 {
             assert_eq!(
-                again.get("reader", &sha256(json!(n).to_string())),
+                again.get(Kind::Reader, &sha256(json!(n).to_string())),
                 Some(json!({"answer": n}))
             );
         }
@@ -768,10 +780,10 @@ mod tests {
         {
             let cache = Cache::open(dir.path()).unwrap();
             cache
-                .put("reader", &k1, &json!(1), &json!({"answer": "one"}))
+                .put(Kind::Reader, &k1, &json!(1), &json!({"answer": "one"}))
                 .unwrap();
             cache
-                .put("reader", &k2, &json!(2), &json!({"answer": "two"}))
+                .put(Kind::Reader, &k2, &json!(2), &json!({"answer": "two"}))
                 .unwrap();
         }
         let segment = std::fs::read_dir(dir.path().join(SEGMENTS))
@@ -787,8 +799,8 @@ mod tests {
         bytes.truncate(bytes.len() - 4);
         std::fs::write(&segment, &bytes).unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        assert_eq!(cache.get("reader", &k1), None, "checksum mismatch");
-        assert_eq!(cache.get("reader", &k2), None, "torn line");
+        assert_eq!(cache.get(Kind::Reader, &k1), None, "checksum mismatch");
+        assert_eq!(cache.get(Kind::Reader, &k2), None, "torn line");
         assert_eq!(Cache::stats(dir.path()).unwrap().torn_lines, 1);
     }
 }

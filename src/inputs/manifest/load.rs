@@ -1,0 +1,224 @@
+//! Loading a manifest (SPEC §2): the file, then `GACC_` variables, then `--set` overrides,
+//! and each model built-in given its endpoint and template texts (SPEC §8).
+
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+
+use super::{ENV_PREFIX, Loaded, Manifest, check};
+use crate::error::{Invalid, Problem};
+
+/// The top-level keys a `GACC_` variable may override; other `GACC_` variables are not ours.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "seeds",
+    "ratios",
+    "budgets",
+    "conditions",
+    "truncation",
+    "tokenizer",
+    "dataset",
+    "compressors",
+    "reader",
+    "judge",
+    "models",
+    "run",
+];
+
+/// Loads a manifest: file, then `GACC_` variables, then `--set key.path=value` (SPEC §2).
+/// An unreadable or mistyped manifest is an error; problems with its values come back
+/// beside it, so that the dataset can be checked too and every problem reported at once.
+pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Invalid> {
+    let place = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Invalid::one(&place, format!("cannot read the manifest: {error}")))?;
+    // The file alone first: toml reports line and column, which figment cannot.
+    if let Err(error) = toml::from_str::<Manifest>(&text) {
+        return Err(Invalid::one(&place, toml_error(&error)));
+    }
+    let mut figment =
+        Figment::new()
+            .merge(Toml::string(&text))
+            .merge(Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
+                // The filter may see `run__concurrency` or `run.concurrency`.
+                let first = key.as_str().split(['.', '_']).next().unwrap_or("");
+                TOP_LEVEL_KEYS.contains(&first.to_ascii_lowercase().as_str())
+            }));
+    for set in sets {
+        let (key, value) = parse_set(set)?;
+        figment = figment.merge(Serialized::default(&key, value));
+    }
+    let manifest: Manifest = figment.extract().map_err(|errors| {
+        Invalid(
+            errors
+                .into_iter()
+                .map(|error| Problem {
+                    place: override_place(&place, &error),
+                    message: error.kind.to_string(),
+                })
+                .collect(),
+        )
+    })?;
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    // Absolute, so callbacks (which run in this folder) and messages agree on paths.
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    let mut loaded = Loaded {
+        manifest,
+        path: path.to_path_buf(),
+        folder,
+    };
+    let mut problems = check::check(&loaded);
+    problems.extend(resolve_models(&mut loaded));
+    Ok((loaded, problems))
+}
+
+/// Gives each model built-in its endpoint and template texts (SPEC §8).
+fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let manifest = &mut loaded.manifest;
+    let models = &manifest.models;
+    let specs = manifest
+        .compressors
+        .iter_mut()
+        .map(|(name, spec)| (format!("compressors.{name}"), spec))
+        .chain([
+            ("reader".to_owned(), &mut manifest.reader),
+            ("judge".to_owned(), &mut manifest.judge),
+        ]);
+    for (key, spec) in specs {
+        let place = format!("{}: key `{key}`", loaded.path.display());
+        let Some(builtin) = spec
+            .builtin
+            .as_deref()
+            .filter(|b| crate::inputs::models::model_builtin(b).is_some())
+        else {
+            for (field, set) in [
+                ("template", spec.template.is_some()),
+                ("system_template", spec.system_template.is_some()),
+            ] {
+                if set {
+                    problems.push(Problem {
+                        place: place.clone(),
+                        message: format!(
+                            "`{field}` is for the model built-ins (llm-compressor, llm-reader, llm-judge)"
+                        ),
+                    });
+                }
+            }
+            continue;
+        };
+        match crate::inputs::models::resolve(
+            builtin,
+            &spec.params,
+            spec.template.as_deref(),
+            spec.system_template.as_deref(),
+            models,
+            &loaded.folder,
+        ) {
+            Ok(call) => spec.model = Some(call),
+            Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                place: place.clone(),
+                message,
+            })),
+        }
+    }
+    for (name, model) in models {
+        let place = format!("{}: key `models.{name}`", loaded.path.display());
+        let mut problem = |message: String| {
+            problems.push(Problem {
+                place: place.clone(),
+                message,
+            })
+        };
+        if !model.base_url.starts_with("http://") && !model.base_url.starts_with("https://") {
+            problem(format!(
+                "`base_url` `{}` must start with http:// or https://",
+                model.base_url
+            ));
+        }
+        if model.max_concurrency == 0 {
+            problem("`max_concurrency` must be at least 1".into());
+        }
+        if let Some(batch) = model.batch.spec() {
+            if batch.max_requests == 0 || batch.max_bytes.0 == 0 {
+                problem("`batch.max_requests` and `batch.max_bytes` must be at least 1".into());
+            }
+            if batch.poll.0.is_zero() {
+                problem("`batch.poll` must be longer than 0".into());
+            }
+        }
+        if let Some(variable) = &model.api_key_env
+            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
+        {
+            problem(format!(
+                "`api_key_env` names `{variable}`, which is not set in the environment"
+            ));
+        }
+        let prices = model
+            .price
+            .map(|p| [Some(p.input), p.cached_input, p.cache_write, Some(p.output)]);
+        if prices.is_some_and(|p| p.iter().flatten().any(|v| !v.is_finite() || *v < 0.0)) {
+            problem("`price` values must be non-negative numbers (USD per million tokens)".into());
+        }
+    }
+    if let Some(cap) = loaded.manifest.run.max_cost_usd
+        && (!cap.is_finite() || cap < 0.0)
+    {
+        problems.push(Problem {
+            place: format!("{}: key `run.max_cost_usd`", loaded.path.display()),
+            message: "must be a non-negative number of US dollars".into(),
+        });
+    }
+    problems
+}
+
+fn toml_error(error: &toml::de::Error) -> String {
+    // toml's message spans several lines with a source excerpt; keep it, indented.
+    error.to_string().trim_end().replace('\n', "\n    ")
+}
+
+fn override_place(file: &str, error: &figment::Error) -> String {
+    let key = error.path.join(".");
+    let Some(metadata) = &error.metadata else {
+        return if key.is_empty() {
+            file.to_owned()
+        } else {
+            format!("{file}: key `{key}`")
+        };
+    };
+    match &metadata.source {
+        Some(figment::Source::File(_)) | None if metadata.name.contains("environment") => {
+            format!(
+                "environment variable {ENV_PREFIX}{}",
+                error.path.join("__").to_uppercase()
+            )
+        }
+        Some(figment::Source::Code(_)) => format!("--set {key}"),
+        _ if key.is_empty() => file.to_owned(),
+        _ => format!("{file}: key `{key}`"),
+    }
+}
+
+/// Splits `key.path=value`; the value is read as TOML, or taken as a string if it isn't.
+fn parse_set(set: &str) -> Result<(String, figment::value::Value), Invalid> {
+    let place = format!("--set {set}");
+    let Some((key, value)) = set.split_once('=') else {
+        return Err(Invalid::one(place, "expected key.path=value"));
+    };
+    let key = key.trim();
+    if key.is_empty() || key.split('.').any(|part| part.is_empty()) {
+        return Err(Invalid::one(place, "expected a dotted key path before `=`"));
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut table) => table.remove("v").unwrap_or(toml::Value::String(value.to_owned())),
+        Err(_) => toml::Value::String(value.to_owned()),
+    };
+    let value =
+        figment::value::Value::serialize(&value).map_err(|error| Invalid::one(&place, error.to_string()))?;
+    Ok((key.to_owned(), value))
+}

@@ -1,0 +1,61 @@
+//! The kinds of entry a cache holds (SPEC §4), by name in a segment and by number in an index.
+
+use crate::protocol::Role;
+
+/// The kinds of entry a cache holds: one per callback role, truncated memories (their
+/// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
+/// recount's proven token counts. Written into each entry by name, and into an index by place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Compressor,
+    Reader,
+    Judge,
+    Memory,
+    Text,
+    Batch,
+    Count,
+}
+
+impl Kind {
+    pub(super) const ALL: [Kind; 7] = [
+        Kind::Compressor,
+        Kind::Reader,
+        Kind::Judge,
+        Kind::Memory,
+        Kind::Text,
+        Kind::Batch,
+        Kind::Count,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Compressor => "compressor",
+            Kind::Reader => "reader",
+            Kind::Judge => "judge",
+            Kind::Memory => "memory",
+            Kind::Text => "text",
+            Kind::Batch => "batch",
+            Kind::Count => "count",
+        }
+    }
+
+    pub(super) fn named(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
+    /// Its place in an index: where it stands in `ALL`.
+    pub(super) fn number(self) -> u8 {
+        Kind::ALL.iter().position(|kind| *kind == self).unwrap_or(0) as u8
+    }
+}
+
+impl From<Role> for Kind {
+    /// A callback's answers are kept under its role.
+    fn from(role: Role) -> Kind {
+        match role {
+            Role::Compressor => Kind::Compressor,
+            Role::Reader => Kind::Reader,
+            Role::Judge => Kind::Judge,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `run.json` (SPEC §5): one run's own record, typed for the run that writes it and every
+//! command that reads it. A field an older gacc did not write reads as its default, so older
+//! run folders still load; fields are declared in the order they are written.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RunRecord {
+    /// The cache it used, as shown to the user.
+    pub cache: String,
+    /// Per role: calls made, taken from the cache, shared and failed.
+    pub calls: Value,
+    /// Per model endpoint: what it did.
+    pub endpoints: BTreeMap<String, EndpointRecord>,
+    pub failures: usize,
+    pub gacc_version: String,
+    pub host: String,
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: i32,
+    pub manifest: String,
+    /// Per role: what this run's calls cost.
+    pub paid: Value,
+    /// The run's phases and their seconds, in order.
+    pub phases: Vec<(String, f64)>,
+    pub seconds: f64,
+    pub started: String,
+    /// Why it stopped early, if it did.
+    pub stopped: Option<String>,
+}
+
+/// What one model endpoint did in a run (SPEC §8): its requests, retries and 429s, the live
+/// limit and the pace it ended on, what it sustained (`gacc plan` estimates the next run's
+/// time from it), and its provider batches.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct EndpointRecord {
+    pub batches: Option<usize>,
+    pub final_limit: usize,
+    pub pace_rpm: Option<f64>,
+    pub pace_tpm: Option<f64>,
+    pub rate_limited: u64,
+    pub requests: u64,
+    pub retries: u64,
+    pub sustained_rpm: Option<f64>,
+    pub sustained_tpm: Option<f64>,
+}
+
+impl RunRecord {
+    /// A record of this gacc on this host, the rest to be filled in.
+    pub(crate) fn here() -> RunRecord {
+        RunRecord {
+            gacc_version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: hostname(),
+            ..RunRecord::default()
+        }
+    }
+
+    /// The record in `text`, or None for text that is not one.
+    pub(crate) fn parse(text: &str) -> Option<RunRecord> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// This machine's name, or nothing where it has none to tell.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_record_is_written_with_its_keys_in_order_and_an_older_one_still_loads() {
+        let record = RunRecord {
+            endpoints: BTreeMap::from([("m".to_owned(), EndpointRecord::default())]),
+            phases: vec![("prepare".into(), 0.5)],
+            ..RunRecord::default()
+        };
+        let text = serde_json::to_string(&record).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            text,
+            value.to_string(),
+            "the keys in the order a JSON map writes them"
+        );
+        assert_eq!(value["phases"], json!([["prepare", 0.5]]));
+        // An older run.json: no endpoints, no landlock_abi.
+        let older = RunRecord::parse(r#"{"started": "2026-01-01T00:00:00Z", "seconds": 2.5, "failures": 1}"#)
+            .unwrap();
+        assert_eq!((older.seconds, older.failures, older.landlock_abi), (2.5, 1, 0));
+        assert!(older.endpoints.is_empty());
+        assert!(RunRecord::parse("not json").is_none());
+    }
+}
