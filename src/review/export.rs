@@ -70,6 +70,7 @@ pub(crate) const MEMORY_COLUMNS: &[&str] = &[
     "utf8_split",
     "truncation",
     "budget_violation",
+    "stopped_at_max_tokens",
     "memory_sha256",
     "key",
     "cache_key",
@@ -193,6 +194,71 @@ fn csv_field(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keys of a row as written, every optional field present.
+    fn keys(row: impl serde::Serialize) -> std::collections::BTreeSet<String> {
+        serde_json::to_value(row)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn the_columns_are_the_rows_fields() {
+        let cell = serde_json::json!({"seed": 1, "compressor": "c", "condition": "own-goal", "ratio": 0.1,
+            "source_id": "s", "goal_id": "g"});
+        let mut ledger = cell.clone();
+        for (key, value) in serde_json::json!({"shown_goal_id": "g", "source_tokens": 10, "budget": 1,
+            "generated_tokens": 2, "retained_tokens": 1, "unused_budget": 0, "truncated": true,
+            "memory_tokens": 1, "padding_tokens": 0, "utf8_split": false, "truncation": "replace",
+            "budget_violation": false, "stopped_at_max_tokens": true, "memory_sha256": "h", "key": "k",
+            "cache_key": "ck", "cached": false})
+        .as_object()
+        .unwrap()
+        {
+            ledger[key] = value.clone();
+        }
+        let ledger: LedgerRow = serde_json::from_value(ledger).unwrap();
+        let mut result = cell;
+        for (key, value) in serde_json::json!({"question_id": "q", "memory_key": "k", "answer": "a",
+            "correct": true, "score": 1.0, "failure": "f", "rationale": "r", "judge_meta": {}})
+        .as_object()
+        .unwrap()
+        {
+            result[key] = value.clone();
+        }
+        let result: ResultRow = serde_json::from_value(result).unwrap();
+        let (ledger, result) = (keys(&ledger), keys(&result));
+        // A cell's budget is its ratio or its budget_tokens: a row holds one of them.
+        let either = ["ratio", "budget_tokens"];
+        let memory: Vec<&str> = MEMORY_COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| *c != "memory")
+            .collect();
+        assert!(ledger.iter().all(|k| memory.contains(&k.as_str())), "{ledger:?}");
+        assert!(
+            memory.iter().all(|c| ledger.contains(*c) || either.contains(c)),
+            "{memory:?}"
+        );
+        // A question row: every result field but the judge's free text, then its memory's.
+        let left_out = ["rationale", "judge_meta"];
+        assert!(
+            result
+                .iter()
+                .all(|k| QUESTION_COLUMNS.contains(&k.as_str()) || left_out.contains(&k.as_str())),
+            "{result:?}"
+        );
+        assert!(
+            QUESTION_COLUMNS
+                .iter()
+                .all(|c| result.contains(*c) || ledger.contains(*c) || either.contains(c)),
+            "{QUESTION_COLUMNS:?}"
+        );
+    }
 
     #[test]
     fn fields_are_quoted_only_when_they_must_be() {
