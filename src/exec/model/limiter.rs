@@ -245,10 +245,13 @@ impl Exhausted {
 }
 
 impl Allowance {
-    /// The least rate it refills at: what is used, over the time until it is full again.
-    /// `remaining` is a whole number, the level rounded down, so a unit less is surely used.
+    /// The rate it refills at: what is used, over the time until it is full again.
+    /// `remaining` is a whole number, the level rounded down, so what is used lies between
+    /// `limit - remaining - 1` and `limit - remaining`: its middle is taken. (The least, with
+    /// a small limit, is a quarter low, and a pace set below a bucket's refill keeps the bucket
+    /// fuller, which makes the least lower still.)
     fn refill(&self) -> Option<f64> {
-        let used = self.limit - self.remaining - 1.0;
+        let used = self.limit - self.remaining - 0.5;
         (used >= 1.0 && !self.reset.is_zero()).then(|| used / self.reset.as_secs_f64())
     }
 
@@ -621,15 +624,16 @@ mod tests {
             remaining: 498.0,
             reset: Duration::from_millis(240),
         };
-        // At least one of the two used is surely used: a level of 498.9 shows as 498.
-        assert!((budget.refill().unwrap() - 1.0 / 0.24).abs() < 1e-9);
+        // Between one and two are used (a level of 498.9 shows as 498): the middle, 1.5.
+        assert!((budget.refill().unwrap() - 1.5 / 0.24).abs() < 1e-9);
         assert_eq!(budget.until(1.0), None);
         let empty = Allowance {
             limit: 5.0,
             remaining: 0.0,
             reset: Duration::from_millis(200),
         };
-        assert_eq!(empty.until(1.0), Some(Duration::from_millis(50)));
+        // 4.5 used over 200 ms: 22.5 a second, one more unit in 1/22.5 s.
+        assert_eq!(empty.until(1.0), Some(Duration::from_secs_f64(1.0 / 22.5)));
         // A full budget says nothing of the rate.
         let full = Allowance {
             limit: 5.0,
