@@ -160,7 +160,8 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
             "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64(),
             "share_of_piped_spawn_rate": piped.as_secs_f64() / oneshot.as_secs_f64()}),
     });
-    if let Some(callback) = sandboxed(echo_callback(concurrency, Mode::Oneshot)) {
+    if let Some(program) = sandboxed(echo_program(Mode::Oneshot)) {
+        let callback = launched(program, concurrency);
         let confined = runtime.block_on(call_many(callback, spawns, concurrency));
         out.push(Measurement {
             name: format!(
@@ -344,26 +345,25 @@ fn launched(program: Program, concurrency: usize) -> Callback {
     }
 }
 
-/// The callback in a sandbox that grants its program, where the kernel has Landlock.
-fn sandboxed(callback: Callback) -> Option<Callback> {
+/// `program` in a sandbox that grants it, where the kernel has Landlock.
+fn sandboxed(mut program: Program) -> Option<Program> {
     use crate::exec::sandbox::{Protected, Sandboxing, kernel_abi};
-    let mut program = callback.program()?.clone();
     let sandboxing = Sandboxing::new(kernel_abi(), Protected::default()).ok()?;
     let grants = sandboxing
         .protected()
         .grants(None, &program.argv, false, Path::new("/"))
         .ok()?;
-    let (policy, _) = sandboxing.confine(callback.role, None, &grants, None).ok()?;
+    let (policy, _) = sandboxing.confine(Role::Reader, None, &grants, None).ok()?;
     program.sandbox = Some(policy?);
-    Some(launched(program, callback.limit.available_permits()))
+    Some(program)
 }
 
 fn echo_callback(concurrency: usize, mode: Mode) -> Callback {
-    callback(
-        vec!["/bin/echo".into(), "{\"answer\": \"x\"}".into()],
-        concurrency,
-        mode,
-    )
+    launched(echo_program(mode), concurrency)
+}
+
+fn echo_program(mode: Mode) -> Program {
+    program(vec!["/bin/echo".into(), "{\"answer\": \"x\"}".into()], mode)
 }
 
 /// A persistent worker of one of gacc's own built-ins (`gacc callback NAME`), taking up to

@@ -336,19 +336,24 @@ fn model_callback(
         .clone()
         .unwrap_or_else(|| Arc::new(crate::inputs::tokenizer::Cl100k::new()));
     let launcher = ModelLauncher::new(endpoint.clone(), call.clone(), models.costs.clone(), estimator)?;
-    // A call waiting on a provider batch holds no slot: batches gather every ready call.
-    let limit = match endpoint.spec.batch.spec() {
-        Some(_) => Semaphore::MAX_PERMITS,
-        None => spec.concurrency.unwrap_or(endpoint.spec.max_concurrency).max(1),
-    };
-    let callback = Callback {
+    // Its calls are bounded by its endpoint's concurrency, not the run's.
+    let mut callback = Callback {
         // The endpoint retries what is worth retrying, honouring Retry-After.
         retries: 0,
-        limit: Arc::new(Semaphore::new(limit)),
         // Its key, so that every text gacc keeps is redacted of it.
         secrets: endpoint.secret().into_iter().collect(),
-        ..configured(name.to_owned(), role, spec, Arc::new(launcher), 0)
+        ..configured(
+            name.to_owned(),
+            role,
+            spec,
+            Arc::new(launcher),
+            endpoint.spec.max_concurrency,
+        )
     };
+    // A call waiting on a provider batch holds no slot: batches gather every ready call.
+    if endpoint.spec.batch.spec().is_some() {
+        callback.limit = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+    }
     let confinement = sandbox::Confinement {
         sandbox: "in-process",
         network: Some(true),

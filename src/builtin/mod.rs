@@ -174,13 +174,13 @@ pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
     }
 }
 
-/// How the rule built-in `name` answers, when gacc answers it in process (SPEC §3: a pure
+/// The rule built-in `name` (its name as the table has it) and how it answers, when gacc answers it in process (SPEC §3: a pure
 /// function of the request); None for a program-only or unknown built-in.
-pub(crate) fn in_process(name: &str) -> Option<Respond> {
+pub(crate) fn in_process(name: &str) -> Option<(&'static str, Respond)> {
     BUILTINS
         .iter()
         .find(|b| b.name == name && b.in_process)
-        .map(|b| b.respond)
+        .map(|b| (b.name, b.respond))
 }
 
 /// Every built-in: (name, role, what it does).

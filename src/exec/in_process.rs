@@ -14,31 +14,25 @@ use crate::protocol::Role;
 /// The launcher of one rule built-in.
 #[derive(Debug)]
 pub(crate) struct InProcess {
-    name: String,
+    name: &'static str,
     respond: Respond,
 }
 
 impl InProcess {
     /// The rule built-in `name`; None for a built-in that runs only as a program (`bench-*`).
     pub(crate) fn of(name: &str) -> Option<Self> {
-        let respond = builtin::in_process(name)?;
-        Some(InProcess {
-            name: name.to_owned(),
-            respond,
-        })
+        let (name, respond) = builtin::in_process(name)?;
+        Some(InProcess { name, respond })
     }
 }
 
 impl Launcher for InProcess {
     fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
-        let (name, respond, role) = (self.name.clone(), self.respond, callback.role);
+        let (name, respond, role) = (self.name, self.respond, callback.role);
         let request = request.to_vec();
         Box::pin(async move {
             // A ranking over a long source is real work: it runs beside the runtime's threads.
-            let answered = tokio::task::spawn_blocking({
-                let name = name.clone();
-                move || answer(&name, respond, role, &request)
-            });
+            let answered = tokio::task::spawn_blocking(move || answer(name, respond, role, &request));
             answered.await.unwrap_or_else(|error| Attempt {
                 result: Err(FailureKind::Reported {
                     message: format!("the built-in `{name}` failed: {error}"),

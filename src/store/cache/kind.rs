@@ -5,7 +5,9 @@ use crate::protocol::Role;
 /// The kinds of entry a cache holds: one per callback role, truncated memories (their
 /// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
 /// recount's proven token counts. Written into each entry by name, and into an index by place.
+/// Its number is its place in `ALL`, which a segment's index file records: new kinds go last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Kind {
     Compressor,
     Reader,
@@ -43,9 +45,9 @@ impl Kind {
         Kind::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 
-    /// Its place in an index: where it stands in `ALL`.
+    /// Its place in an index: where it stands in `ALL` (every cache read and write asks).
     pub(super) fn number(self) -> u8 {
-        Kind::ALL.iter().position(|kind| *kind == self).unwrap_or(0) as u8
+        self as u8
     }
 }
 
@@ -57,5 +59,19 @@ impl From<Role> for Kind {
             Role::Reader => Kind::Reader,
             Role::Judge => Kind::Judge,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kinds_number_is_its_place_and_its_name_reads_back() {
+        for (place, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(kind.number()), place);
+            assert_eq!(Kind::named(kind.as_str()), Some(kind));
+        }
+        assert_eq!(Kind::named("compressors"), None);
     }
 }
