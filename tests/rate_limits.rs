@@ -221,6 +221,7 @@ fn rate_limit_benchmark() {
             ran.failed,
             api.repeated()
         );
+        println!("{:<10} run.json: {}", "", ran.endpoint);
         let Some(peer) = &peer else { continue };
         let api = MockApi::start(Format::OpenAi, server.behaviour());
         let started = Instant::now();

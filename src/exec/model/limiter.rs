@@ -34,8 +34,6 @@ const LOOK_BACK: Duration = Duration::from_secs(3);
 const HISTORY: Duration = Duration::from_secs(30);
 /// A learned rate never falls below one request (or token) a minute.
 const MIN_RATE: f64 = 1.0 / 60.0;
-/// How long the highest announced rate holds.
-const ANNOUNCED_FOR: Duration = Duration::from_secs(10);
 /// Growth needs calls that waited on the pace this recently.
 const PRESSURE: Duration = Duration::from_secs(1);
 
@@ -245,20 +243,54 @@ impl Exhausted {
 }
 
 impl Allowance {
-    /// The rate it refills at: what is used, over the time until it is full again.
-    /// `remaining` is a whole number, the level rounded down, so what is used lies between
-    /// `limit - remaining - 1` and `limit - remaining`: its middle is taken. (The least, with
-    /// a small limit, is a quarter low, and a pace set below a bucket's refill keeps the bucket
-    /// fuller, which makes the least lower still.)
-    fn refill(&self) -> Option<f64> {
-        let used = self.limit - self.remaining - 0.5;
-        (used >= 1.0 && !self.reset.is_zero()).then(|| used / self.reset.as_secs_f64())
+    /// What this one announcement says of the refill rate. `remaining` is the level rounded
+    /// down, so between `limit - remaining - 1` and `limit - remaining` were used, and they
+    /// refill in `reset`: the rate lies between the two over `reset`. A full budget says nothing.
+    fn bounds(&self) -> Option<Bounds> {
+        let used = self.limit - self.remaining;
+        let seconds = self.reset.as_secs_f64();
+        (used >= 1.0 && seconds > 0.0).then(|| Bounds {
+            low: (used - 1.0) / seconds,
+            high: used / seconds,
+        })
     }
 
-    /// How long until one more unit (of `size`) is there, when none is left.
-    fn until(&self, size: f64) -> Option<Duration> {
-        let refill = self.refill()?;
-        (self.remaining < size).then(|| Duration::from_secs_f64(((size - self.remaining) / refill).min(60.0)))
+    /// How long until one more unit is there at `rate`, when the level, `limit` less what
+    /// `reset` refills at that rate (within what `remaining` allows), is below one.
+    fn until(&self, rate: f64) -> Option<Duration> {
+        let level =
+            (self.limit - self.reset.as_secs_f64() * rate).clamp(self.remaining, self.remaining + 1.0);
+        (level < 1.0 && rate > 0.0).then(|| Duration::from_secs_f64(((1.0 - level) / rate).min(60.0)))
+    }
+}
+
+/// A refill rate known to lie between `low` and `high`, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bounds {
+    low: f64,
+    high: f64,
+}
+
+impl Bounds {
+    /// Narrowed by one more announcement; a new start when they disagree (the limit changed).
+    fn and(self, other: Bounds) -> Bounds {
+        let narrowed = Bounds {
+            low: self.low.max(other.low),
+            high: self.high.min(other.high),
+        };
+        if narrowed.low <= narrowed.high {
+            narrowed
+        } else {
+            other
+        }
+    }
+
+    /// The rate to pace on: the high bound. It is exact when a call found the budget full (one
+    /// unit used, refilled in `reset`), which is what a pace below the rate leaves; a pace above
+    /// the rate empties the budget, and the announcements at low levels pull the bound down.
+    /// (The low bound rises only while the budget is low, so a pace on it would stay low.)
+    fn rate(self) -> f64 {
+        self.high
     }
 }
 
@@ -285,8 +317,8 @@ struct PaceState {
     next: Option<Instant>,
     learned: Rates,
     announced: Rates,
-    /// When each announced rate was last raised: a lower one replaces it only after a while.
-    announced_at: [Option<Instant>; 2],
+    /// What the announcements so far say of each refill rate (requests, tokens).
+    bounds: [Option<Bounds>; 2],
     /// Fast growth until an episode under pacing has measured the provider.
     fast: bool,
     grown_at: Option<Instant>,
@@ -318,7 +350,7 @@ impl Pacer {
                 next: None,
                 learned: Rates::default(),
                 announced: Rates::default(),
-                announced_at: [None, None],
+                bounds: [None, None],
                 fast: true,
                 grown_at: None,
                 pressed_at: None,
@@ -483,38 +515,30 @@ impl Pacer {
     }
 
     /// A reply announced its provider's remaining requests and tokens, as they were when its
-    /// call (`ticket`) arrived: pace just below the rate they refill at, and hold the next call
-    /// until one more is there.
+    /// call (`ticket`) arrived: each announcement narrows what the refill rate can be; pace just
+    /// below it, and hold the next call until one more is there.
     pub(crate) fn announced(&self, ticket: Ticket, announced: Announced) {
         if announced == Announced::default() {
             return;
         }
         let mut state = self.state();
-        let now = Instant::now();
         let state = &mut *state;
-        // Each announcement bounds the rate from below: the pace follows the highest of the
-        // last seconds (a provider that lowers its limit is met by the 429 path).
-        let slots = [
-            (announced.requests, &mut state.announced.requests, 0),
-            (announced.tokens, &mut state.announced.tokens, 1),
-        ];
-        for (budget, rate, at) in slots {
-            let Some(new) = budget.and_then(|b| b.refill()).map(|r| r * BELOW_ANNOUNCED) else {
-                continue;
-            };
-            let stale = state.announced_at[at].is_none_or(|t| now - t > ANNOUNCED_FOR);
-            if stale || rate.is_none_or(|old| new >= old) {
-                *rate = Some(new);
-                state.announced_at[at] = Some(now);
+        let budgets = [announced.requests, announced.tokens];
+        let mut hold = None;
+        for (at, budget) in budgets.into_iter().enumerate() {
+            let Some(budget) = budget else { continue };
+            if let Some(seen) = budget.bounds() {
+                let bounds = state.bounds[at].map_or(seen, |known| known.and(seen));
+                state.bounds[at] = Some(bounds);
+                let rate = Some(bounds.rate() * BELOW_ANNOUNCED);
+                match at {
+                    0 => state.announced.requests = rate,
+                    _ => state.announced.tokens = rate,
+                }
             }
+            let rate = state.bounds[at].map_or(0.0, Bounds::rate);
+            hold = hold.max(budget.until(rate));
         }
-        let hold = [
-            announced.requests.and_then(|b| b.until(1.0)),
-            announced.tokens.and_then(|b| b.until(1.0)),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
         if let Some(hold) = hold {
             let until = ticket.at + hold;
             state.next = Some(state.next.map_or(until, |n| n.max(until)));
@@ -618,29 +642,59 @@ mod tests {
     }
 
     #[test]
-    fn an_announced_budget_gives_its_refill_rate_and_the_wait_for_the_next_unit() {
+    fn announcements_narrow_the_refill_rate_to_the_providers() {
+        // Between one and two of 500 used (a level of 498.9 shows as 498), refilled in 240 ms.
         let budget = Allowance {
             limit: 500.0,
             remaining: 498.0,
             reset: Duration::from_millis(240),
         };
-        // Between one and two are used (a level of 498.9 shows as 498): the middle, 1.5.
-        assert!((budget.refill().unwrap() - 1.5 / 0.24).abs() < 1e-9);
-        assert_eq!(budget.until(1.0), None);
-        let empty = Allowance {
-            limit: 5.0,
-            remaining: 0.0,
-            reset: Duration::from_millis(200),
-        };
-        // 4.5 used over 200 ms: 22.5 a second, one more unit in 1/22.5 s.
-        assert_eq!(empty.until(1.0), Some(Duration::from_secs_f64(1.0 / 22.5)));
-        // A full budget says nothing of the rate.
+        let bounds = budget.bounds().unwrap();
+        assert!((bounds.low - 1.0 / 0.24).abs() < 1e-9 && (bounds.high - 2.0 / 0.24).abs() < 1e-9);
+        assert_eq!(budget.until(bounds.rate()), None, "498 left: no wait");
+        // A full budget says nothing; one seen only nearly full is paced on its high bound.
         let full = Allowance {
             limit: 5.0,
             remaining: 5.0,
             reset: Duration::ZERO,
         };
-        assert_eq!(full.refill(), None);
+        assert_eq!(full.bounds(), None);
+        let nearly = Allowance {
+            limit: 5.0,
+            remaining: 4.0,
+            reset: Duration::from_millis(50),
+        };
+        assert_eq!(nearly.bounds().unwrap().rate(), 20.0);
+        // A bucket of 5 refilled at 20 a second, seen at levels between 0 and 2: each
+        // announcement alone is up to a quarter off; together they close on 20.
+        let mut known: Option<Bounds> = None;
+        for level in [0.1, 0.35, 0.6, 0.85, 1.2, 1.95] {
+            let seen = Allowance {
+                limit: 5.0,
+                remaining: f64::floor(level),
+                reset: Duration::from_secs_f64((5.0 - level) / 20.0),
+            };
+            let seen = seen.bounds().unwrap();
+            assert!(seen.low <= 20.0 && 20.0 <= seen.high, "{seen:?}");
+            known = Some(known.map_or(seen, |k| k.and(seen)));
+        }
+        let rate = known.unwrap().rate();
+        assert!((rate - 20.0).abs() < 0.5, "{rate}");
+        // The limit doubled: the bounds start again from what the provider says now.
+        let doubled = Bounds {
+            low: 38.0,
+            high: 42.0,
+        };
+        assert_eq!(known.unwrap().and(doubled), doubled);
+        // Empty at a level of 0.5 (4.5 used, 225 ms to full at 20 a second): the next unit
+        // is there in 25 ms.
+        let empty = Allowance {
+            limit: 5.0,
+            remaining: 0.0,
+            reset: Duration::from_millis(225),
+        };
+        let wait = empty.until(20.0).unwrap();
+        assert!((wait.as_secs_f64() - 0.025).abs() < 1e-9, "{wait:?}");
     }
 
     /// A provider in virtual time: a token bucket of `rate` a second holding `burst`, which
@@ -667,8 +721,10 @@ mod tests {
     }
 
     /// Drives `calls` calls of `tokens` through a limiter and pacer against a bucket (of
-    /// requests, or of tokens when `by_tokens`), each 429 retried after `retry_after`; the
-    /// goodput (admitted per second over the rate) and the share of calls that drew a 429.
+    /// requests, or of tokens when `by_tokens`), each 429 retried after a second; the goodput
+    /// (admitted per second over the rate) and the share of calls that drew a 429. With
+    /// `announce`, every reply announces the bucket as OpenAI's headers do (its level rounded
+    /// down, the time to full rounded up to a millisecond).
     async fn drive(
         calls: usize,
         tokens: u64,
@@ -676,6 +732,7 @@ mod tests {
         by_tokens: bool,
         rate: f64,
         burst: f64,
+        announce: bool,
     ) -> (f64, f64) {
         use std::sync::Arc;
         let limiter = Arc::new(Limiter::new(16, true));
@@ -704,7 +761,26 @@ mod tests {
                     let slot = limiter.acquire().await;
                     let ticket = pacer.wait(tokens, 0).await;
                     let amount = if by_tokens { tokens as f64 } else { 1.0 };
-                    let admitted = bucket.lock().unwrap().take(amount);
+                    let (admitted, announced) = {
+                        let mut bucket = bucket.lock().unwrap();
+                        let admitted = bucket.take(amount);
+                        let reset = ((bucket.burst - bucket.level) / bucket.rate * 1000.0).ceil();
+                        let allowance = Allowance {
+                            limit: bucket.burst,
+                            remaining: bucket.level.floor(),
+                            reset: Duration::from_millis(reset as u64),
+                        };
+                        (
+                            admitted,
+                            Announced {
+                                requests: Some(allowance),
+                                tokens: None,
+                            },
+                        )
+                    };
+                    if announce {
+                        pacer.announced(ticket, announced);
+                    }
                     if admitted {
                         tokio::time::sleep(latency).await;
                         pacer.admitted(ticket, tokens, tokens);
@@ -738,16 +814,38 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_untold_rate_limit_is_found_and_used_almost_whole() {
         // 20 requests a second, a burst of 5, instant replies.
-        let (goodput, share) = drive(1500, 10, Duration::from_millis(1), false, 20.0, 5.0).await;
+        let (goodput, share) = drive(1500, 10, Duration::from_millis(1), false, 20.0, 5.0, false).await;
         eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
         assert!(goodput >= 0.9, "goodput {goodput:.3}");
         // The same with 300 ms replies.
-        let (goodput, share) = drive(1500, 10, Duration::from_millis(300), false, 20.0, 5.0).await;
+        let (goodput, share) = drive(1500, 10, Duration::from_millis(300), false, 20.0, 5.0, false).await;
         eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
         assert!(goodput >= 0.9, "goodput {goodput:.3}");
         // 20,000 tokens a second, 2,000 a call, a burst of 10,000.
-        let (goodput, share) = drive(600, 2000, Duration::from_millis(200), true, 20_000.0, 10_000.0).await;
+        let (goodput, share) = drive(
+            600,
+            2000,
+            Duration::from_millis(200),
+            true,
+            20_000.0,
+            10_000.0,
+            false,
+        )
+        .await;
         eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
         assert!(goodput >= 0.9, "goodput {goodput:.3}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_announced_rate_limit_is_paced_to_with_few_429s() {
+        // 20 requests a second, a burst of 5, 300 ms replies that announce the bucket.
+        let (goodput, share) = drive(1500, 10, Duration::from_millis(300), false, 20.0, 5.0, true).await;
+        eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
+        assert!(goodput >= 0.93, "goodput {goodput:.3}");
+        assert!(share <= 0.01, "429s per call {share:.3}");
+        // A large budget (600 a minute, 10 a second), instant replies.
+        let (goodput, share) = drive(600, 10, Duration::from_millis(1), false, 10.0, 600.0, true).await;
+        eprintln!("goodput {goodput:.3}, 429s per call {share:.3}");
+        assert!(share <= 0.01, "429s per call {share:.3}");
     }
 }
