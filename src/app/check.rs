@@ -20,7 +20,9 @@ use crate::exec::process::ProcessLauncher;
 use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
-use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+use crate::protocol::messages::{
+    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse,
+};
 use crate::protocol::{Mode, Role};
 
 /// The size of the large-context probe: a long paper or a book chapter.
@@ -29,6 +31,7 @@ const LARGE_CONTEXT_BYTES: usize = 1 << 20;
 /// A synthetic request and what it is for.
 struct Probe {
     what: &'static str,
+    role: Role,
     request: Value,
 }
 
@@ -85,30 +88,7 @@ pub(crate) fn check(
     // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.
     let models = models(loaded)?;
     let (built, confinements) = callbacks(loaded, &sandboxing, None, &models)?;
-    let mut chosen: Vec<&Callback> = built
-        .compressors
-        .values()
-        .chain([&built.reader, &built.judge])
-        .filter(|c| name.is_none_or(|n| c.name == n || c.name.strip_prefix("compressors.") == Some(n)))
-        .collect();
-    chosen.sort_by_key(|c| c.role);
-    if chosen.is_empty() {
-        let known: Vec<&str> = built
-            .compressors
-            .values()
-            .chain([&built.reader, &built.judge])
-            .map(|c| c.name.as_str())
-            .collect();
-        return Err(Invalid::one(
-            format!("{}", manifest.display()),
-            format!(
-                "no callback is called `{}`; the manifest's are {}",
-                name.unwrap_or_default(),
-                known.join(", ")
-            ),
-        )
-        .into());
-    }
+    let chosen = chosen(&built, name, manifest)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -159,6 +139,33 @@ pub(crate) fn check(
         emit(&describe(&checked, tokenizer.as_ref()));
     }
     Ok(if works { Ended::Success } else { Ended::Failed })
+}
+
+/// The callbacks a check is about: the one named (a compressor by its name, with or without
+/// `compressors.`), or all, in role order.
+fn chosen<'a>(
+    built: &'a crate::runner::Callbacks,
+    name: Option<&str>,
+    manifest: &Path,
+) -> Result<Vec<&'a Callback>, Error> {
+    let all = || built.compressors.values().chain([&built.reader, &built.judge]);
+    let mut chosen: Vec<&Callback> = all()
+        .filter(|c| name.is_none_or(|n| c.name == n || c.name.strip_prefix("compressors.") == Some(n)))
+        .collect();
+    chosen.sort_by_key(|c| c.role);
+    if chosen.is_empty() {
+        let known: Vec<&str> = all().map(|c| c.name.as_str()).collect();
+        return Err(Invalid::one(
+            format!("{}", manifest.display()),
+            format!(
+                "no callback is called `{}`; the manifest's are {}",
+                name.unwrap_or_default(),
+                known.join(", ")
+            ),
+        )
+        .into());
+    }
+    Ok(chosen)
 }
 
 async fn check_one(
@@ -305,23 +312,19 @@ fn judge_attempt(
         Ok(response) => response,
     };
     let mut notes = Vec::new();
-    let role = probe.request["role"].as_str().unwrap_or_default();
-    let known: &[&str] = match role {
-        "compressor" => &["memory"],
-        "reader" => &["answer"],
-        _ => &["correct", "score", "rationale"],
-    };
+    let known = messages::response_fields(probe.role);
     if let Some(fields) = response.as_object() {
         for key in fields.keys() {
-            if !known.contains(&key.as_str()) && !["usage", "meta"].contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) && !messages::SHARED_RESPONSE_FIELDS.contains(&key.as_str()) {
                 notes.push(format!("unknown field `{key}` (ignored)"));
             }
         }
     }
-    let text = response
-        .get("memory")
-        .or_else(|| response.get("answer"))
-        .and_then(Value::as_str);
+    let text = match probe.role {
+        Role::Compressor => messages::read::<CompressorResponse>(response).map(|r| r.memory),
+        Role::Reader => messages::read::<ReaderResponse>(response).map(|r| r.answer),
+        Role::Judge => None,
+    };
     let asked: String = ["context", "memory"]
         .iter()
         .filter_map(|f| probe.request[*f].as_str())
@@ -333,7 +336,7 @@ fn judge_attempt(
                     .into(),
             );
         }
-        if role == "compressor" {
+        if probe.role == Role::Compressor {
             let budget = probe.request["token_budget"].as_u64().unwrap_or(0);
             match tokenizer.count(text) {
                 Ok(tokens) if tokens as u64 > budget => notes.push(format!(
@@ -410,7 +413,8 @@ fn probes(callback: &Callback) -> Vec<Probe> {
                    arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
     let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
     let params = &callback.params;
-    let probe = |what, request| Probe { what, request };
+    let role = callback.role;
+    let probe = |what, request| Probe { what, role, request };
     match callback.role {
         Role::Compressor => {
             let compressor = |context: &str, goal: Option<&str>, budget: usize| {

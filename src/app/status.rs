@@ -15,9 +15,13 @@ use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::inputs::dataset;
 use crate::inputs::manifest::{self, CallbackSpec};
-use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+use crate::inputs::records::Source;
+use crate::plan::{MemoryJob, QuestionJob};
+use crate::protocol::messages::{
+    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse,
+};
 use crate::protocol::{Role, Stage};
-use crate::store::cache::Kind;
+use crate::store::cache::{Cache, Kind};
 use crate::store::run_record::RunRecord;
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
@@ -158,43 +162,73 @@ pub(super) fn plan_status(
 ) -> Result<(Stages, BTreeMap<String, CallBounds>), Error> {
     let prepared = prepare(path, sets)?;
     let cache = cache_for(&prepared.loaded)?;
-    let plan = &prepared.plan;
-    let mut bounder = Bounder::new(&prepared)?;
+    let mut walk = Walk {
+        prepared: &prepared,
+        cache: &cache,
+        bounder: Bounder::new(&prepared)?,
+        status: Stage::ALL
+            .into_iter()
+            .map(|stage| (stage.as_str(), StageStatus::default()))
+            .collect(),
+    };
+    for job in &prepared.plan.memories {
+        walk.count(Stage::Compress, |s| s.jobs += 1);
+        walk.count(Stage::Read, |s| s.jobs += job.questions.len());
+        walk.count(Stage::Judge, |s| s.jobs += job.questions.len());
+        walk.memory(job);
+    }
+    let Walk { status, bounder, .. } = walk;
     let manifest = &prepared.loaded.manifest;
-    let dataset = &prepared.dataset;
-    let mut status: BTreeMap<&'static str, StageStatus> = Stage::ALL
-        .into_iter()
-        .map(|stage| (stage.as_str(), StageStatus::default()))
-        .collect();
-    let mut count = |stage: Stage, update: &dyn Fn(&mut StageStatus)| {
-        if let Some(entry) = status.get_mut(stage.as_str()) {
+    let mut bounds = bounder.bounds;
+    for (name, bound) in &mut bounds {
+        if let Some(spec) = manifest.models.get(name) {
+            estimate_time(bound, name, spec, &manifest.name);
+        }
+    }
+    Ok((status, bounds))
+}
+
+/// The plan walked through the cache: each stage's counts, and the bounds of the calls the
+/// cache does not answer.
+struct Walk<'a> {
+    prepared: &'a Prepared,
+    cache: &'a Cache,
+    bounder: Bounder,
+    status: Stages,
+}
+
+impl Walk<'_> {
+    fn count(&mut self, stage: Stage, update: impl FnOnce(&mut StageStatus)) {
+        if let Some(entry) = self.status.get_mut(stage.as_str()) {
             update(entry);
         }
-    };
-    let tokenizer = prepared.tokenizer.as_ref();
-    let truncation = prepared.loaded.manifest.truncation;
-    for job in &plan.memories {
-        count(Stage::Compress, &|s| s.jobs += 1);
-        count(Stage::Read, &|s| s.jobs += job.questions.len());
-        count(Stage::Judge, &|s| s.jobs += job.questions.len());
+    }
+
+    /// A memory job: its compressor call, then its questions' reads and judgements as far as
+    /// the cache knows them.
+    fn memory(&mut self, job: &MemoryJob) {
+        let (plan, dataset) = (&self.prepared.plan, &self.prepared.dataset);
+        let manifest = &self.prepared.loaded.manifest;
+        let truncation = manifest.truncation;
         let goal = job
             .shown_goal
             .map(|(s, g)| dataset.sources[s].goals[g].text.as_str());
         let generation = if job.budget == 0 {
-            count(Stage::Compress, &|s| s.skipped += 1);
+            self.count(Stage::Compress, |s| s.skipped += 1);
             Some(String::new())
         } else {
             let legacy = || plan.legacy_compressor_key(job, goal);
-            let answer = cached(&cache, Role::Compressor, &job.cache_key, legacy);
-            let memory = answer.and_then(|r| r.get("memory").and_then(Value::as_str).map(str::to_owned));
+            let answer = cached(self.cache, Role::Compressor, &job.cache_key, legacy);
+            let memory =
+                answer.and_then(|r| messages::read::<CompressorResponse>(&r).map(|r| r.memory.to_owned()));
             if memory.is_some() {
-                count(Stage::Compress, &|s| s.cached += 1);
+                self.count(Stage::Compress, |s| s.cached += 1);
             }
             memory
         };
         let source = &dataset.sources[job.source];
         let name = &job.id.cell.compressor;
-        if let (None, Some(launcher)) = (&generation, bounder.compressors.get(name).cloned()) {
+        if let (None, Some(launcher)) = (&generation, self.bounder.compressors.get(name).cloned()) {
             let params = &manifest.compressors[name].params;
             let request = messages::to_value(&CompressorRequest::new(
                 &source.text,
@@ -203,7 +237,8 @@ pub(super) fn plan_status(
                 job.id.seed,
                 params,
             ));
-            bounder.add(job.cache_key.clone(), &launcher, &request, params, 0);
+            self.bounder
+                .add(job.cache_key.clone(), &launcher, &request, params, 0);
         }
         let Some(generation) = generation else {
             // Nothing of its questions is known: each is read and judged, its memory at
@@ -211,13 +246,13 @@ pub(super) fn plan_status(
             // whose compressor calls are one request read one memory.
             let memory = plan.memory_key(job, truncation);
             for question in &job.questions {
-                let read = Pending::Unknown(&memory);
-                bound_question(&mut bounder, manifest, plan, source, job, question, read, None);
+                self.bound_question(source, job, question, Pending::Unknown(&memory), None);
             }
-            continue;
+            return;
         };
         // The memory as a run measured it, else the generation cut here.
-        let measured = cache
+        let measured = self
+            .cache
             .get(Kind::Memory, &plan.memory_key(job, truncation))
             .and_then(|entry| {
                 entry
@@ -225,50 +260,103 @@ pub(super) fn plan_status(
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             });
+        let tokenizer = self.prepared.tokenizer.as_ref();
         let memory_sha256 = match measured {
             Some(sha256) => sha256,
             None => match truncate_to_budget(tokenizer, &generation, job.budget, truncation) {
                 Ok(cut) => sha256(&cut.memory),
-                Err(_) => continue,
+                Err(_) => return,
             },
         };
+        self.questions(source, job, &memory_sha256);
+    }
+
+    /// The questions of a memory the cache holds: their reads, then their judgements.
+    fn questions(&mut self, source: &Source, job: &MemoryJob, memory_sha256: &str) {
+        let plan = &self.prepared.plan;
         for question in &job.questions {
-            let read_key = plan.read_key(job, question, &memory_sha256);
-            let legacy = || plan.legacy_read_key(job, question, &memory_sha256);
-            let read = cached(&cache, Role::Reader, &read_key, legacy);
-            let Some(answer) = read.and_then(|r| r.get("answer").and_then(Value::as_str).map(str::to_owned))
+            let read_key = plan.read_key(job, question, memory_sha256);
+            let legacy = || plan.legacy_read_key(job, question, memory_sha256);
+            let read = cached(self.cache, Role::Reader, &read_key, legacy);
+            let Some(answer) =
+                read.and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.to_owned()))
             else {
-                let read = Pending::Read(&read_key);
-                bound_question(&mut bounder, manifest, plan, source, job, question, read, None);
+                self.bound_question(source, job, question, Pending::Read(&read_key), None);
                 continue;
             };
-            count(Stage::Read, &|s| s.cached += 1);
+            self.count(Stage::Read, |s| s.cached += 1);
             let judge_key = plan.judge_key(job, question, &answer);
             let legacy = || plan.legacy_judge_key(job, question, &answer);
-            if cached(&cache, Role::Judge, &judge_key, legacy).is_some() {
-                count(Stage::Judge, &|s| s.cached += 1);
+            if cached(self.cache, Role::Judge, &judge_key, legacy).is_some() {
+                self.count(Stage::Judge, |s| s.cached += 1);
             } else {
-                let read = Pending::Answered(&judge_key);
-                bound_question(
-                    &mut bounder,
-                    manifest,
-                    plan,
-                    source,
-                    job,
-                    question,
-                    read,
-                    Some(&answer),
-                );
+                let pending = Pending::Answered(&judge_key);
+                self.bound_question(source, job, question, pending, Some(&answer));
             }
         }
     }
-    let mut bounds = bounder.bounds;
-    for (name, bound) in &mut bounds {
-        if let Some(spec) = manifest.models.get(name) {
-            estimate_time(bound, name, spec, &manifest.name);
+
+    /// Bounds a question's reader call (unless it is answered) and its judge call (with its answer
+    /// when known), each once per distinct request.
+    fn bound_question(
+        &mut self,
+        source: &Source,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        pending: Pending,
+        answer: Option<&str>,
+    ) {
+        let (plan, manifest) = (&self.prepared.plan, &self.prepared.loaded.manifest);
+        let bounder = &mut self.bounder;
+        let asked = &source.goals[question.goal].questions[question.question];
+        let seed = job.id.seed;
+        // A read not made yet is named by its memory, question and seed term; its judgement by
+        // that and the judge's seed term.
+        let read = match pending {
+            Pending::Unknown(memory) => format!(
+                "{memory}/{}/{}/{}",
+                question.goal,
+                question.question,
+                plan.reader_seed.key_term(seed)
+            ),
+            Pending::Read(key) | Pending::Answered(key) => key.to_owned(),
+        };
+        let reader = bounder.reader.clone();
+        if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
+            let request = messages::to_value(&ReaderRequest::new(
+                "",
+                &asked.question,
+                seed,
+                &manifest.reader.params,
+            ));
+            bounder.add(
+                read.clone(),
+                reader,
+                &request,
+                &manifest.reader.params,
+                job.budget as u64,
+            );
+        }
+        if let Some(judge) = bounder.judge.clone() {
+            // An unknown answer: at most the model reader's max_tokens, else the memory's L.
+            let (unknown, identity) = match pending {
+                Pending::Answered(key) => (0, key.to_owned()),
+                _ => (
+                    bounder.reader_max_tokens.unwrap_or(job.budget as u64),
+                    format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
+                ),
+            };
+            let request = messages::to_value(&JudgeRequest::new(
+                &source.text,
+                &asked.question,
+                &asked.reference,
+                answer.unwrap_or(""),
+                seed,
+                &manifest.judge.params,
+            ));
+            bounder.add(identity, &judge, &request, &manifest.judge.params, unknown);
         }
     }
-    Ok((status, bounds))
 }
 
 /// The time an endpoint's uncached calls need: from `rpm`/`tpm` where set, else from the
@@ -331,12 +419,7 @@ fn estimate_time(
 }
 
 /// A call's cached response, under its key or the key an earlier gacc filed it under.
-fn cached(
-    cache: &crate::store::cache::Cache,
-    role: Role,
-    key: &str,
-    legacy: impl FnOnce() -> Option<String>,
-) -> Option<Value> {
+fn cached(cache: &Cache, role: Role, key: &str, legacy: impl FnOnce() -> Option<String>) -> Option<Value> {
     cache
         .get(role.into(), key)
         .or_else(|| cache.get(role.into(), &legacy()?))
@@ -351,67 +434,4 @@ enum Pending<'a> {
     Read(&'a str),
     /// Read already: the judge call's key.
     Answered(&'a str),
-}
-
-/// Bounds a question's reader call (unless it is answered) and its judge call (with its answer
-/// when known), each once per distinct request.
-#[allow(clippy::too_many_arguments)]
-fn bound_question(
-    bounder: &mut Bounder,
-    manifest: &manifest::Manifest,
-    plan: &crate::plan::Plan,
-    source: &crate::inputs::records::Source,
-    job: &crate::plan::MemoryJob,
-    question: &crate::plan::QuestionJob,
-    pending: Pending,
-    answer: Option<&str>,
-) {
-    let asked = &source.goals[question.goal].questions[question.question];
-    let seed = job.id.seed;
-    // A read not made yet is named by its memory, question and seed term; its judgement by
-    // that and the judge's seed term.
-    let read = match pending {
-        Pending::Unknown(memory) => format!(
-            "{memory}/{}/{}/{}",
-            question.goal,
-            question.question,
-            plan.reader_seed.key_term(seed)
-        ),
-        Pending::Read(key) | Pending::Answered(key) => key.to_owned(),
-    };
-    let reader = bounder.reader.clone();
-    if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
-        let request = messages::to_value(&ReaderRequest::new(
-            "",
-            &asked.question,
-            seed,
-            &manifest.reader.params,
-        ));
-        bounder.add(
-            read.clone(),
-            reader,
-            &request,
-            &manifest.reader.params,
-            job.budget as u64,
-        );
-    }
-    if let Some(judge) = bounder.judge.clone() {
-        // An unknown answer: at most the model reader's max_tokens, else the memory's L.
-        let (unknown, identity) = match pending {
-            Pending::Answered(key) => (0, key.to_owned()),
-            _ => (
-                bounder.reader_max_tokens.unwrap_or(job.budget as u64),
-                format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
-            ),
-        };
-        let request = messages::to_value(&JudgeRequest::new(
-            &source.text,
-            &asked.question,
-            &asked.reference,
-            answer.unwrap_or(""),
-            seed,
-            &manifest.judge.params,
-        ));
-        bounder.add(identity, &judge, &request, &manifest.judge.params, unknown);
-    }
 }

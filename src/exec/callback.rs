@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 use crate::exec::program::Program;
 use crate::protocol::EXIT_TEMPFAIL;
 use crate::protocol::Role;
+use crate::protocol::messages;
 
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -372,6 +373,12 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
                 return Err(FailureKind::MissingField(format!("`usage.{name}` as a number")));
             }
         }
+        // What gacc reads of it (the fields above, and those its own model calls add).
+        if messages::read::<messages::ReportedUsage>(&response["usage"]).is_none() {
+            return Err(FailureKind::MissingField(
+                "`usage` with a number in each of its counts".into(),
+            ));
+        }
     }
     Ok(())
 }
@@ -380,6 +387,53 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn what_check_response_lets_through_reads_as_its_roles_response() {
+        // Whatever check_response accepts reads as its role's type, and what it rejects does not.
+        let cases = [
+            (Role::Compressor, json!({"memory": ""}), true),
+            (Role::Compressor, json!({"memory": 3}), false),
+            (Role::Compressor, json!({"answer": "a"}), false),
+            (Role::Reader, json!({"answer": "a", "meta": {}}), true),
+            (Role::Reader, json!({"answer": null}), false),
+            (Role::Judge, json!({"correct": false}), true),
+            (Role::Judge, json!({"correct": "yes"}), false),
+            (Role::Judge, json!({"correct": true, "score": "high"}), false),
+            (Role::Judge, json!({"correct": true, "rationale": 2}), false),
+            (Role::Judge, json!({"correct": true, "meta": [1]}), false),
+            (
+                Role::Reader,
+                json!({"answer": "a", "usage": {"served_models": {"m": "x"}}}),
+                false,
+            ),
+        ];
+        for (role, response, valid) in cases {
+            assert_eq!(
+                check_response(role, &response).is_ok(),
+                valid,
+                "{role} {response}"
+            );
+            let reads = match role {
+                Role::Compressor => messages::read::<messages::CompressorResponse>(&response).is_some(),
+                Role::Reader => messages::read::<messages::ReaderResponse>(&response).is_some(),
+                Role::Judge => messages::read::<messages::JudgeResponse>(&response).is_some(),
+            };
+            let usage = response
+                .get("usage")
+                .map(messages::read::<messages::ReportedUsage>);
+            assert_eq!(
+                reads && usage.is_none_or(|u| u.is_some()),
+                valid,
+                "{role} {response}"
+            );
+            assert!(
+                messages::response_fields(role)
+                    .iter()
+                    .all(|f| !messages::SHARED_RESPONSE_FIELDS.contains(f))
+            );
+        }
+    }
 
     #[test]
     fn responses_are_checked_per_role() {

@@ -1,11 +1,13 @@
-//! The requests of SPEC §3, typed: one per role as gacc sends it, borrowing the texts it
-//! carries (a source is written out for each attempt, never copied into a JSON value first).
-//! Each type's fields are declared in the order serde_json writes a map's keys, so a request's
-//! bytes are those gacc has always sent; `FIELDS` names them, for the exposure audit and the
-//! variables a model built-in's template may read.
+//! The messages of SPEC §2–3, typed. Requests: one per role as gacc sends it, borrowing the
+//! texts it carries (a source is written out for each attempt, never copied into a JSON value
+//! first). Each type's fields are declared in the order serde_json writes a map's keys, so a
+//! request's bytes are those gacc has always sent; `FIELDS` names them, for the exposure audit
+//! and the variables a model built-in's template may read. Responses: what gacc reads of each
+//! role's answer (after `exec::callback::check_response` has named any field that is wrong),
+//! borrowed from the JSON value it came in, and the usage any response may report.
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::{PROTOCOL, Role};
 
@@ -192,6 +194,86 @@ pub(crate) fn to_value(request: &impl Serialize) -> Value {
     serde_json::to_value(request).unwrap_or_default()
 }
 
+/// A compressor's response: its generation, before the cut to L.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct CompressorResponse<'a> {
+    pub memory: &'a str,
+}
+
+/// A reader's response.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct ReaderResponse<'a> {
+    pub answer: &'a str,
+}
+
+/// A judge's response: the verdict, and what it may add.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct JudgeResponse<'a> {
+    pub correct: bool,
+    #[serde(default)]
+    pub score: Option<f64>,
+    #[serde(default, borrow)]
+    pub rationale: Option<&'a str>,
+    #[serde(default)]
+    pub meta: Option<Map<String, Value>>,
+}
+
+impl CompressorResponse<'_> {
+    pub(crate) const FIELDS: &'static [&'static str] = &["memory"];
+}
+
+impl ReaderResponse<'_> {
+    pub(crate) const FIELDS: &'static [&'static str] = &["answer"];
+}
+
+impl JudgeResponse<'_> {
+    pub(crate) const FIELDS: &'static [&'static str] = &["correct", "score", "rationale"];
+}
+
+/// The fields any response may carry besides its role's.
+pub(crate) const SHARED_RESPONSE_FIELDS: &[&str] = &["usage", "meta"];
+
+/// The fields of a role's response.
+pub(crate) fn response_fields(role: Role) -> &'static [&'static str] {
+    match role {
+        Role::Compressor => CompressorResponse::FIELDS,
+        Role::Reader => ReaderResponse::FIELDS,
+        Role::Judge => JudgeResponse::FIELDS,
+    }
+}
+
+/// What gacc reads of a response, or `None` where it does not hold it (a response that passed
+/// `check_response` always does).
+pub(crate) fn read<'a, T: Deserialize<'a>>(response: &'a Value) -> Option<T> {
+    T::deserialize(response).ok()
+}
+
+/// What a response's `usage` reported (SPEC §3); a cached memory's entry adds what its call
+/// saved and the models that served it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ReportedUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    pub cached_input_tokens: u64,
+    pub prompt_cache_saved_usd: f64,
+    pub batch_saved_usd: f64,
+    pub served_models: std::collections::BTreeMap<String, u64>,
+}
+
+/// An external tokenizer's answer to `encode`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EncodeResponse {
+    pub tokens: Vec<u32>,
+}
+
+/// An external tokenizer's answer to `decode`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct DecodeResponse<'a> {
+    pub text: &'a str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +318,31 @@ mod tests {
             json!({"op": "decode", "protocol": PROTOCOL, "role": "tokenizer", "tokens": [1, 2]})
         );
         assert_eq!(String::from_utf8(decode).unwrap(), value.to_string());
+    }
+
+    #[test]
+    fn responses_are_read_borrowed_from_their_json() {
+        let memory = json!({"memory": "kept \"text\"", "usage": {"input_tokens": 3}});
+        let read_memory: CompressorResponse = read(&memory).unwrap();
+        assert_eq!(read_memory.memory, "kept \"text\"");
+        let verdict = json!({"correct": true, "score": 1, "rationale": null, "meta": {"m": 1}});
+        let judged: JudgeResponse = read(&verdict).unwrap();
+        assert_eq!(
+            (judged.correct, judged.score, judged.rationale),
+            (true, Some(1.0), None)
+        );
+        assert_eq!(judged.meta.unwrap()["m"], 1);
+        assert!(read::<ReaderResponse>(&json!({"answer": null})).is_none());
+        let usage: ReportedUsage =
+            serde_json::from_value(json!({"input_tokens": 5, "served_models": {"m": 2}})).unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.cost_usd, usage.served_models["m"]),
+            (5, 0.0, 2)
+        );
+        let tokens: EncodeResponse = serde_json::from_value(json!({"tokens": [1, 2]})).unwrap();
+        assert_eq!(tokens.tokens, [1, 2]);
+        assert!(serde_json::from_value::<EncodeResponse>(json!({"tokens": [-1]})).is_err());
+        let text = json!({"text": "hé"});
+        assert_eq!(read::<DecodeResponse>(&text).unwrap().text, "hé");
     }
 }

@@ -7,6 +7,8 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
+use super::stored::{StoredCell, StoredReport, text};
+
 /// Each chart file a report gets, with the title report.md shows it under.
 pub(crate) const CHARTS: &[(&str, &str)] = &[
     ("micro.svg", "Micro against the retention ratio"),
@@ -18,35 +20,24 @@ pub(crate) const CHARTS: &[(&str, &str)] = &[
 
 const PANEL: (u32, u32) = (420, 340);
 
-fn text(value: &Value) -> String {
-    value
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| value.to_string())
-}
-
 /// Writes every chart of `report` (a `report.json` value) into `folder`.
 pub(crate) fn write(folder: &Path, report: &Value) -> Result<(), String> {
-    let cells: Vec<&Value> = report["cells"].as_array().into_iter().flatten().collect();
-    let conditions: Vec<String> = report["experiment"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(text)
-        .collect();
-    let (ratio_cells, token_cells): (Vec<&Value>, Vec<&Value>) =
-        cells.iter().partition(|cell| cell.get("budget_tokens").is_none());
+    let report = StoredReport::of(report);
+    let cells = &report.cells;
+    let conditions: Vec<String> = report.experiment.conditions.iter().map(text).collect();
+    let (ratio_cells, token_cells): (Vec<&StoredCell>, Vec<&StoredCell>) =
+        cells.iter().partition(|cell| cell.budget_tokens.is_none());
     let most = token_cells
         .iter()
-        .filter_map(|c| c["budget_tokens"].as_f64())
+        .filter_map(|c| c.budget_tokens.as_ref()?.as_f64())
         .fold(0.0, f64::max);
     let ratio = Axis {
-        field: "ratio",
+        at: |cell| cell.ratio.as_f64(),
         description: "retention ratio r (share of source tokens)",
         end: 1.0,
     };
     let tokens = Axis {
-        field: "budget_tokens",
+        at: |cell| cell.budget_tokens.as_ref()?.as_f64(),
         description: "budget L in tokens (at most the source's)",
         end: (most * 1.05).max(1.0),
     };
@@ -77,14 +68,14 @@ pub(crate) fn write(folder: &Path, report: &Value) -> Result<(), String> {
             .map_err(|e| format!("{file}: {e}"))?;
         }
     }
-    budget_chart(&folder.join("budget.svg"), &cells).map_err(|e| format!("budget.svg: {e}"))
+    budget_chart(&folder.join("budget.svg"), cells).map_err(|e| format!("budget.svg: {e}"))
 }
 
 type Chart = Result<(), Box<dyn std::error::Error>>;
 
-/// What a metric chart's x axis shows: a cell's field, described, from 0 to `end`.
+/// What a metric chart's x axis shows: a cell's budget, described, from 0 to `end`.
 struct Axis {
-    field: &'static str,
+    at: fn(&StoredCell) -> Option<f64>,
     description: &'static str,
     end: f64,
 }
@@ -93,7 +84,7 @@ type Lines = BTreeMap<String, Vec<(f64, f64)>>;
 
 fn metric_chart(
     path: &Path,
-    cells: &[&Value],
+    cells: &[&StoredCell],
     conditions: &[String],
     metric: &str,
     label: &str,
@@ -102,14 +93,16 @@ fn metric_chart(
     // condition -> compressor -> [(ratio, mean)]
     let mut panels: BTreeMap<String, Lines> = BTreeMap::new();
     for cell in cells {
-        let point = (
-            cell[axis.field].as_f64().unwrap_or(0.0),
-            cell[metric]["mean"].as_f64().unwrap_or(0.0),
-        );
+        let score = if metric == "micro" {
+            cell.micro
+        } else {
+            cell.macro_
+        };
+        let point = ((axis.at)(cell).unwrap_or(0.0), score.mean);
         panels
-            .entry(text(&cell["condition"]))
+            .entry(text(&cell.condition))
             .or_default()
-            .entry(text(&cell["compressor"]))
+            .entry(text(&cell.compressor))
             .or_default()
             .push(point);
     }
@@ -169,13 +162,13 @@ fn metric_chart(
     Ok(())
 }
 
-fn budget_chart(path: &Path, cells: &[&Value]) -> Chart {
+fn budget_chart(path: &Path, cells: &[StoredCell]) -> Chart {
     // compressor -> (retained, unused) tokens over all its cells
     let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for cell in cells {
-        let entry = totals.entry(text(&cell["compressor"])).or_default();
-        entry.0 += cell["ledger"]["retained_tokens"].as_f64().unwrap_or(0.0);
-        entry.1 += cell["ledger"]["unused_budget"].as_f64().unwrap_or(0.0);
+        let entry = totals.entry(text(&cell.compressor)).or_default();
+        entry.0 += cell.ledger.retained_tokens;
+        entry.1 += cell.ledger.unused_budget;
     }
     let names: Vec<String> = totals.keys().cloned().collect();
     let top = totals.values().map(|(r, u)| r + u).fold(1.0, f64::max) * 1.3;

@@ -6,6 +6,7 @@ mod markdown;
 pub(crate) mod metrics;
 mod recount;
 pub(crate) mod stats;
+pub(crate) mod stored;
 pub(crate) mod view;
 
 pub(crate) use markdown::{load_template, render};

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::inputs::records::Source;
 use crate::report::stats::{Bootstrap, DIFF_RESAMPLES, DIFF_SEED, mcnemar_p, paired_bootstrap};
+use crate::report::stored::{StoredCell, StoredReport, text};
 use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
 pub(crate) const SCHEMA: &str = "gacc.diff/1";
@@ -19,7 +20,7 @@ pub(crate) const SIGNIFICANCE: f64 = 0.05;
 /// One finished run, as read from its folder.
 struct Run {
     folder: PathBuf,
-    report: Value,
+    report: StoredReport,
     manifest: Option<toml::Value>,
     results: Vec<Value>,
     questions: HashMap<String, String>,
@@ -96,14 +97,14 @@ pub(crate) struct Flip {
 /// Reads a run from its folder, a `latest` link, or its `report.json`.
 fn load(path: &Path) -> Result<Run, Error> {
     let folder = RunFolder::open(path);
-    let report = folder.read_json(REPORT_JSON)?;
-    if report["schema"] != crate::report::SCHEMA {
+    let report = StoredReport::of(&folder.read_json(REPORT_JSON)?);
+    if report.schema != crate::report::SCHEMA {
         return Err(Error::Io {
             path: folder.file(REPORT_JSON),
             message: format!(
                 "expected schema {}, found {}",
                 crate::report::SCHEMA,
-                report["schema"]
+                report.schema
             ),
         });
     }
@@ -156,20 +157,14 @@ fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
         flatten("", manifest, &mut right);
     }
     for (run, map) in [(a, &mut left), (b, &mut right)] {
-        map.insert(
-            "(dataset sha256)".into(),
-            run.report["dataset"]["sha256"].to_string(),
-        );
+        map.insert("(dataset sha256)".into(), run.report.dataset.sha256.to_string());
         map.insert(
             "(tokenizer)".into(),
-            format!(
-                "{} {}",
-                run.report["tokenizer"]["name"], run.report["tokenizer"]["revision"]
-            ),
+            format!("{} {}", run.report.tokenizer.name, run.report.tokenizer.revision),
         );
         map.insert(
             "(gacc version)".into(),
-            run.report["experiment"]["gacc_version"].to_string(),
+            run.report.experiment.gacc_version.to_string(),
         );
     }
     let keys: std::collections::BTreeSet<&String> = left.keys().chain(right.keys()).collect();
@@ -183,17 +178,37 @@ fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
         .collect()
 }
 
-fn cell_of(value: &Value) -> CellLabel {
-    let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-    CellLabel {
-        compressor: text(&value["compressor"]),
-        condition: text(&value["condition"]),
-        // A token budget's cell is named by its L.
-        ratio: match value.get("budget_tokens") {
-            Some(tokens) => format!("L={tokens}"),
-            None => text(&value["ratio"]),
-        },
+impl CellLabel {
+    /// A cell by the fields that name it, in a report's cell or a results row.
+    fn new(compressor: &Value, condition: &Value, ratio: &Value, budget_tokens: Option<&Value>) -> Self {
+        CellLabel {
+            compressor: text(compressor),
+            condition: text(condition),
+            // A token budget's cell is named by its L.
+            ratio: match budget_tokens {
+                Some(tokens) => format!("L={tokens}"),
+                None => text(ratio),
+            },
+        }
     }
+
+    fn of(cell: &StoredCell) -> Self {
+        CellLabel::new(
+            &cell.compressor,
+            &cell.condition,
+            &cell.ratio,
+            cell.budget_tokens.as_ref(),
+        )
+    }
+}
+
+fn cell_of(row: &Value) -> CellLabel {
+    CellLabel::new(
+        &row["compressor"],
+        &row["condition"],
+        &row["ratio"],
+        row.get("budget_tokens"),
+    )
 }
 
 /// A scored question: (seed, goal, question) → (correct, answer).
@@ -221,16 +236,15 @@ fn verdicts(run: &Run) -> HashMap<CellLabel, Verdicts> {
 /// Compares two finished runs.
 pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
     let (a, b) = (load(path_a)?, load(path_b)?);
-    let cells_a: Vec<&Value> = a.report["cells"].as_array().into_iter().flatten().collect();
-    let cells_b: Vec<&Value> = b.report["cells"].as_array().into_iter().flatten().collect();
+    let (cells_a, cells_b) = (&a.report.cells, &b.report.cells);
     let (verdicts_a, verdicts_b) = (verdicts(&a), verdicts(&b));
     let empty = Verdicts::new();
     let mut cells = Vec::new();
     let mut flipped = Vec::new();
     let mut only_in_a = Vec::new();
-    for cell_a in &cells_a {
-        let id = cell_of(cell_a);
-        let Some(cell_b) = cells_b.iter().find(|c| cell_of(c) == id) else {
+    for cell_a in cells_a {
+        let id = CellLabel::of(cell_a);
+        let Some(cell_b) = cells_b.iter().find(|c| CellLabel::of(c) == id) else {
             only_in_a.push(id);
             continue;
         };
@@ -238,69 +252,20 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
             verdicts_a.get(&id).unwrap_or(&empty),
             verdicts_b.get(&id).unwrap_or(&empty),
         );
-        let mut shared: Vec<&(u64, String, String)> = va.keys().filter(|k| vb.contains_key(*k)).collect();
-        shared.sort();
-        let (mut right_to_wrong, mut wrong_to_right) = (0, 0);
-        // goal → (all right in A, all right in B)
-        let mut goals: BTreeMap<(u64, &str), (bool, bool)> = BTreeMap::new();
-        for key in &shared {
-            let ((ra, answer_a), (rb, answer_b)) = (&va[*key], &vb[*key]);
-            let goal = goals.entry((key.0, key.1.as_str())).or_insert((true, true));
-            goal.0 &= *ra;
-            goal.1 &= *rb;
-            if ra != rb {
-                if *ra {
-                    right_to_wrong += 1;
-                } else {
-                    wrong_to_right += 1;
-                }
-                flipped.push(Flip {
-                    cell: id.clone(),
-                    seed: key.0,
-                    goal_id: key.1.clone(),
-                    question_id: key.2.clone(),
-                    question: b
-                        .questions
-                        .get(&key.2)
-                        .or_else(|| a.questions.get(&key.2))
-                        .cloned()
-                        .unwrap_or_default(),
-                    answer_a: answer_a.clone(),
-                    answer_b: answer_b.clone(),
-                    direction: if *ra { "right→wrong" } else { "wrong→right" },
-                });
-            }
-        }
-        let mcnemar = McNemar {
-            shared_questions: shared.len(),
-            right_to_wrong,
-            wrong_to_right,
-            p_value: mcnemar_p(right_to_wrong, wrong_to_right),
-        };
-        let pairs: Vec<(bool, bool)> = goals.values().copied().collect();
-        let macro_bootstrap = paired_bootstrap(&pairs, DIFF_RESAMPLES, DIFF_SEED);
-        let mean = |cell: &Value, metric: &str| cell[metric]["mean"].as_f64().unwrap_or(0.0);
-        let (micro_a, micro_b) = (mean(cell_a, "micro"), mean(cell_b, "micro"));
-        let (macro_a, macro_b) = (mean(cell_a, "macro"), mean(cell_b, "macro"));
-        let regression = (right_to_wrong > wrong_to_right && mcnemar.p_value < SIGNIFICANCE)
-            || (macro_bootstrap.shared_goals > 0 && macro_bootstrap.ci95_high < 0.0);
-        cells.push(CellDiff {
-            cell: id,
-            micro_a,
-            micro_b,
-            micro_delta: micro_b - micro_a,
-            macro_a,
-            macro_b,
-            macro_delta: macro_b - macro_a,
-            mcnemar,
-            macro_bootstrap,
-            regression,
-        });
+        let means = [
+            cell_a.micro.mean,
+            cell_b.micro.mean,
+            cell_a.macro_.mean,
+            cell_b.macro_.mean,
+        ];
+        let (cell, flips) = compare_cell(id, (va, vb), means, (&a, &b));
+        cells.push(cell);
+        flipped.extend(flips);
     }
     let only_in_b = cells_b
         .iter()
-        .map(|c| cell_of(c))
-        .filter(|id| !cells_a.iter().any(|c| cell_of(c) == *id))
+        .map(CellLabel::of)
+        .filter(|id| !cells_a.iter().any(|c| CellLabel::of(c) == *id))
         .collect();
     Ok(Diff {
         schema: SCHEMA,
@@ -315,6 +280,91 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
     })
 }
 
+/// One cell of both runs: the questions whose verdict flipped, McNemar's test over them, and
+/// the paired bootstrap of Macro over the goals both judged. `means` are Micro and Macro of A and
+/// B as the reports give them.
+fn compare_cell(
+    id: CellLabel,
+    (va, vb): (&Verdicts, &Verdicts),
+    means: [f64; 4],
+    (a, b): (&Run, &Run),
+) -> (CellDiff, Vec<Flip>) {
+    let mut flipped = Vec::new();
+    let mut shared: Vec<&(u64, String, String)> = va.keys().filter(|k| vb.contains_key(*k)).collect();
+    shared.sort();
+    let (mut right_to_wrong, mut wrong_to_right) = (0, 0);
+    // goal → (all right in A, all right in B)
+    let mut goals: BTreeMap<(u64, &str), (bool, bool)> = BTreeMap::new();
+    for key in &shared {
+        let ((ra, answer_a), (rb, answer_b)) = (&va[*key], &vb[*key]);
+        let goal = goals.entry((key.0, key.1.as_str())).or_insert((true, true));
+        goal.0 &= *ra;
+        goal.1 &= *rb;
+        if ra != rb {
+            if *ra {
+                right_to_wrong += 1;
+            } else {
+                wrong_to_right += 1;
+            }
+            flipped.push(Flip {
+                cell: id.clone(),
+                seed: key.0,
+                goal_id: key.1.clone(),
+                question_id: key.2.clone(),
+                question: b
+                    .questions
+                    .get(&key.2)
+                    .or_else(|| a.questions.get(&key.2))
+                    .cloned()
+                    .unwrap_or_default(),
+                answer_a: answer_a.clone(),
+                answer_b: answer_b.clone(),
+                direction: if *ra { "right→wrong" } else { "wrong→right" },
+            });
+        }
+    }
+    let mcnemar = McNemar {
+        shared_questions: shared.len(),
+        right_to_wrong,
+        wrong_to_right,
+        p_value: mcnemar_p(right_to_wrong, wrong_to_right),
+    };
+    let pairs: Vec<(bool, bool)> = goals.values().copied().collect();
+    let macro_bootstrap = paired_bootstrap(&pairs, DIFF_RESAMPLES, DIFF_SEED);
+    let [micro_a, micro_b, macro_a, macro_b] = means;
+    let regression = (right_to_wrong > wrong_to_right && mcnemar.p_value < SIGNIFICANCE)
+        || (macro_bootstrap.shared_goals > 0 && macro_bootstrap.ci95_high < 0.0);
+    let cell = CellDiff {
+        cell: id,
+        micro_a,
+        micro_b,
+        micro_delta: micro_b - micro_a,
+        macro_a,
+        macro_b,
+        macro_delta: macro_b - macro_a,
+        mcnemar,
+        macro_bootstrap,
+        regression,
+    };
+    (cell, flipped)
+}
+
+/// The settings that differ, as a Markdown table.
+fn settings_table(settings: &[SettingChange]) -> String {
+    let mut out = String::new();
+    if settings.is_empty() {
+        out.push_str("No setting changed.\n\n");
+    } else {
+        out.push_str("| key | A | B |\n|---|---|---|\n");
+        for s in settings {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".into()).replace('|', "\\|");
+            out.push_str(&format!("| {} | {} | {} |\n", s.key, show(&s.a), show(&s.b)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The diff as Markdown; with `colour`, gains green and losses red (ANSI).
 pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     let paint = |value: f64, text: String| match (colour, value) {
@@ -327,16 +377,7 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
         "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n## Settings\n\n",
         diff.a, diff.b
     );
-    if diff.settings.is_empty() {
-        out.push_str("No setting changed.\n\n");
-    } else {
-        out.push_str("| key | A | B |\n|---|---|---|\n");
-        for s in &diff.settings {
-            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".into()).replace('|', "\\|");
-            out.push_str(&format!("| {} | {} | {} |\n", s.key, show(&s.a), show(&s.b)));
-        }
-        out.push('\n');
-    }
+    out.push_str(&settings_table(&diff.settings));
     out.push_str("## Cells\n\nMicro: exact McNemar test over the questions scored in both runs. Macro: paired bootstrap over goals (10,000 resamples), 95% interval of B − A.\n\n");
     out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | right→wrong | wrong→right | McNemar p | Macro A | Macro B | Δ Macro | 95% interval | |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");

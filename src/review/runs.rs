@@ -7,7 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::report::stored::{StoredCell, StoredReport, text};
 use crate::store::run_folder::{REPORT_JSON, RUN, RunFolder, all_runs};
+use crate::store::run_record::RunRecord;
 
 /// One run, as `gacc runs` lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -42,14 +44,17 @@ pub(crate) fn list(runs: &Path) -> Vec<RunSummary> {
 /// One run's summary; a folder without a readable `report.json` (a run still going, or
 /// stopped before its report) is listed with what it has.
 pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
-    let run = folder.read_json(RUN).unwrap_or(Value::Null);
+    let run = folder
+        .read_text(RUN)
+        .ok()
+        .and_then(|text| RunRecord::parse(&text))
+        .unwrap_or_default();
     let (report, incomplete) = match folder.read_json(REPORT_JSON) {
-        Ok(report) => (report, None),
-        Err(error) => (Value::Null, Some(error.to_string())),
+        Ok(report) => (StoredReport::of(&report), None),
+        Err(error) => (StoredReport::default(), Some(error.to_string())),
     };
-    let cells: Vec<&Value> = report["cells"].as_array().into_iter().flatten().collect();
-    let range = |metric: &str| {
-        let values = cells.iter().filter_map(|c| c[metric]["mean"].as_f64());
+    let range = |metric: fn(&StoredCell) -> f64| {
+        let values = report.cells.iter().map(metric);
         values.fold([f64::INFINITY, f64::NEG_INFINITY], |[low, high], v| {
             [low.min(v), high.max(v)]
         })
@@ -65,9 +70,10 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
     };
     RunSummary {
         folder: folder.path().to_path_buf(),
-        name: report["experiment"]["name"]
-            .as_str()
-            .map(str::to_owned)
+        name: report
+            .experiment
+            .name
+            .clone()
             .or_else(|| {
                 folder
                     .path()
@@ -76,23 +82,15 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .unwrap_or_default(),
-        started: run["started"].as_str().unwrap_or_default().to_owned(),
-        manifest_sha256: report["experiment"]["manifest_sha256"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        cells: cells.len(),
-        micro: nothing(range("micro")),
-        macro_: nothing(range("macro")),
-        failures: report["failures"].as_array().map_or(0, Vec::len),
-        cost_usd: report["usage"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(_, role)| role["cost_usd"].as_f64())
-            .sum(),
-        calls_made: sum(&run["calls"], "made"),
-        calls_cached: sum(&run["calls"], "cached") + sum(&run["calls"], "shared"),
+        started: run.started,
+        manifest_sha256: report.experiment.manifest_sha256.clone(),
+        cells: report.cells.len(),
+        micro: nothing(range(|c| c.micro.mean)),
+        macro_: nothing(range(|c| c.macro_.mean)),
+        failures: report.failures.len(),
+        cost_usd: report.usage.values().map(|role| role.cost_usd).sum(),
+        calls_made: sum(&run.calls, "made"),
+        calls_cached: sum(&run.calls, "cached") + sum(&run.calls, "shared"),
         incomplete,
     }
 }
@@ -143,7 +141,7 @@ pub(crate) fn render_list(runs: &[RunSummary]) -> String {
 /// `gacc runs show RUN`: the summary, then every cell.
 pub(crate) fn render_show(folder: &RunFolder) -> Result<String, Error> {
     let summary = summarize(folder);
-    let report = folder.read_json(REPORT_JSON)?;
+    let report = StoredReport::of(&folder.read_json(REPORT_JSON)?);
     let mut out = format!(
         "{}\n  experiment {} (manifest {})\n  started {}\n  {} failures · cost {:.4} USD · calls {} made, {} cached\n",
         summary.folder.display(),
@@ -155,17 +153,16 @@ pub(crate) fn render_show(folder: &RunFolder) -> Result<String, Error> {
         summary.calls_made,
         summary.calls_cached,
     );
-    for cell in report["cells"].as_array().into_iter().flatten() {
-        let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+    for cell in &report.cells {
         out.push_str(&format!(
             "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}\n",
-            text(&cell["compressor"]),
-            text(&cell["condition"]),
-            text(&cell["ratio"]),
-            cell["micro"]["mean"].as_f64().unwrap_or(0.0),
-            cell["micro"]["std"].as_f64().unwrap_or(0.0),
-            cell["macro"]["mean"].as_f64().unwrap_or(0.0),
-            cell["macro"]["std"].as_f64().unwrap_or(0.0),
+            text(&cell.compressor),
+            text(&cell.condition),
+            text(&cell.ratio),
+            cell.micro.mean,
+            cell.micro.std,
+            cell.macro_.mean,
+            cell.macro_.std,
         ));
     }
     Ok(out)

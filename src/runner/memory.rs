@@ -18,7 +18,7 @@ use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::plan::MemoryJob;
-use crate::protocol::messages::{self, CompressorRequest};
+use crate::protocol::messages::{self, CompressorRequest, CompressorResponse};
 use crate::protocol::{Role, Stage, TruncationMode};
 use crate::store::cache::Kind;
 use crate::store::ledger::LedgerRow;
@@ -307,10 +307,8 @@ pub(super) async fn measure(
     budget: usize,
 ) -> Result<Arc<Measured>, Failure> {
     let setup = &shared.setup;
-    let generation = response
-        .get("memory")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    let generation = messages::read::<CompressorResponse>(response)
+        .map_or("", |r| r.memory)
         .to_owned();
     let memo_key = (sha256(&generation), budget);
     if let Some(measured) = shared

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::protocol::Role;
+use crate::protocol::messages::{self, ReportedUsage};
 
 /// CallBook made, served from the cache, shared and failed, per role, in this run.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -70,23 +71,16 @@ impl Usage {
 
     /// Adds a response's `usage`, if it has one.
     pub(crate) fn add(&mut self, response: &Value) {
-        if let Some(usage) = response.get("usage") {
-            let count = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
-            let usd = |name: &str| usage.get(name).and_then(Value::as_f64).unwrap_or(0.0);
-            self.input_tokens += count("input_tokens");
-            self.output_tokens += count("output_tokens");
-            self.cost_usd += usd("cost_usd");
-            self.cached_input_tokens += count("cached_input_tokens");
-            self.prompt_cache_saved_usd += usd("prompt_cache_saved_usd");
-            self.batch_saved_usd += usd("batch_saved_usd");
+        if let Some(usage) = response.get("usage").and_then(messages::read::<ReportedUsage>) {
+            self.input_tokens += usage.input_tokens;
+            self.output_tokens += usage.output_tokens;
+            self.cost_usd += usage.cost_usd;
+            self.cached_input_tokens += usage.cached_input_tokens;
+            self.prompt_cache_saved_usd += usage.prompt_cache_saved_usd;
+            self.batch_saved_usd += usage.batch_saved_usd;
             // As a cached memory entry stores them.
-            for (model, calls) in usage
-                .get("served_models")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                *self.served_models.entry(model.clone()).or_default() += calls.as_u64().unwrap_or(0);
+            for (model, calls) in usage.served_models {
+                *self.served_models.entry(model).or_default() += calls;
             }
         }
         // A model endpoint's reply names the model that served it.

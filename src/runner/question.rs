@@ -12,7 +12,7 @@ use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
 use crate::plan::{MemoryJob, keys};
-use crate::protocol::messages::{self, JudgeRequest, ReaderRequest};
+use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
 use crate::protocol::{Role, Stage};
 use crate::store::ledger::{FailureRow, ResultRow};
 
@@ -138,10 +138,8 @@ pub(super) async fn run_question(
     let Some(response) = outcome.step(shared, job, read, legacy, request).await else {
         return outcome;
     };
-    let answer = response
-        .get("answer")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    let answer = messages::read::<ReaderResponse>(&response)
+        .map_or("", |r| r.answer)
         .to_owned();
     outcome.row.answer = Some(answer.clone());
 
@@ -163,14 +161,13 @@ pub(super) async fn run_question(
         ))
     };
     let legacy = || setup.plan.legacy_judge_key(job, question_job, &answer);
-    if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await {
-        outcome.row.correct = response.get("correct").and_then(Value::as_bool);
-        outcome.row.score = response.get("score").and_then(Value::as_f64);
-        outcome.row.rationale = response
-            .get("rationale")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        outcome.row.judge_meta = response.get("meta").filter(|m| m.is_object()).cloned();
+    if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await
+        && let Some(verdict) = messages::read::<JudgeResponse>(&response)
+    {
+        outcome.row.correct = Some(verdict.correct);
+        outcome.row.score = verdict.score;
+        outcome.row.rationale = verdict.rationale.map(str::to_owned);
+        outcome.row.judge_meta = verdict.meta.map(Value::Object);
     }
     outcome
 }

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{Tokenizer, TokenizerError, TokenizerIdentity};
-use crate::protocol::messages::{self, DecodeRequest, EncodeRequest};
+use crate::protocol::messages::{self, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse};
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode};
+use serde::Deserialize;
 
 /// An external tokenizer, ready to call.
 pub(crate) struct External {
@@ -278,24 +279,15 @@ impl External {
 impl Tokenizer for External {
     fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         let response = self.call(&messages::to_bytes(&EncodeRequest::new(text)))?;
-        response
-            .get("tokens")
-            .and_then(Value::as_array)
-            .and_then(|tokens| {
-                tokens
-                    .iter()
-                    .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-                    .collect::<Option<Vec<u32>>>()
-            })
-            .ok_or_else(|| TokenizerError("the encode response has no `tokens` list of token ids".into()))
+        EncodeResponse::deserialize(&response)
+            .map(|r| r.tokens)
+            .map_err(|_| TokenizerError("the encode response has no `tokens` list of token ids".into()))
     }
 
     fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>, TokenizerError> {
         let response = self.call(&messages::to_bytes(&DecodeRequest::new(tokens)))?;
-        response
-            .get("text")
-            .and_then(Value::as_str)
-            .map(|text| text.as_bytes().to_vec())
+        messages::read::<DecodeResponse>(&response)
+            .map(|r| r.text.as_bytes().to_vec())
             .ok_or_else(|| TokenizerError("the decode response has no `text` string".into()))
     }
 

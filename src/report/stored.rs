@@ -1,0 +1,186 @@
+//! `report.json` read back (SPEC §5): what `gacc diff`, `gacc runs`, the charts and
+//! `gacc run --json` use of a finished run's report, typed. Every field defaults, so a run
+//! folder of an older gacc loads with what it has; the names a cell and a run are compared or
+//! shown by are kept as written (`Value`), so two versions of gacc compare by what they wrote.
+//! (`report.md`'s template and `report.html` get the whole document: a template may read any
+//! field.)
+
+use std::collections::BTreeMap;
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredReport {
+    /// As written; `gacc diff` refuses another schema.
+    pub schema: Value,
+    pub experiment: StoredExperiment,
+    pub tokenizer: StoredTokenizer,
+    pub dataset: StoredDataset,
+    pub cells: Vec<StoredCell>,
+    /// Passed on as written (`gacc run --json`).
+    pub integrity: Value,
+    /// Counted only.
+    pub failures: Vec<IgnoredAny>,
+    /// Per role, what its calls cost.
+    pub usage: BTreeMap<String, StoredUsage>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredExperiment {
+    pub name: Option<String>,
+    pub manifest_sha256: String,
+    pub gacc_version: Value,
+    pub conditions: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredTokenizer {
+    pub name: Value,
+    pub revision: Value,
+    pub identity_verified: Value,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredDataset {
+    pub sha256: Value,
+}
+
+/// One cell: its names as written, its scores and where its budget went.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredCell {
+    pub compressor: Value,
+    pub condition: Value,
+    /// A ratio cell's r; null for a token budget's cell.
+    pub ratio: Value,
+    /// A token budget's cell's L.
+    pub budget_tokens: Option<Value>,
+    pub complete: bool,
+    pub micro: StoredSpread,
+    #[serde(rename = "macro")]
+    pub macro_: StoredSpread,
+    pub ledger: StoredLedger,
+}
+
+/// A score's mean and spread over seeds.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredSpread {
+    #[serde(deserialize_with = "number")]
+    pub mean: f64,
+    #[serde(deserialize_with = "number")]
+    pub std: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredLedger {
+    #[serde(deserialize_with = "number")]
+    pub retained_tokens: f64,
+    #[serde(deserialize_with = "number")]
+    pub unused_budget: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredUsage {
+    #[serde(deserialize_with = "number")]
+    pub cost_usd: f64,
+}
+
+/// A number as written; anything else (a score of no questions is null) reads as 0.
+fn number<'de, D: Deserializer<'de>>(from: D) -> Result<f64, D::Error> {
+    Ok(Value::deserialize(from)?.as_f64().unwrap_or(0.0))
+}
+
+/// A name as a person reads it: a string as it is, anything else as JSON.
+pub(crate) fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| value.to_string())
+}
+
+impl StoredReport {
+    /// The report in a `report.json` value; what is missing or of another shape reads as its
+    /// default.
+    pub(crate) fn of(value: &Value) -> StoredReport {
+        StoredReport::deserialize(value).unwrap_or_else(|_| lenient(value))
+    }
+}
+
+/// A report whose fields do not all have the shape this gacc writes: each part read on its own,
+/// so one odd field costs only itself.
+fn lenient(value: &Value) -> StoredReport {
+    fn part<T: for<'a> Deserialize<'a> + Default>(value: &Value, name: &str) -> T {
+        value
+            .get(name)
+            .and_then(|v| T::deserialize(v).ok())
+            .unwrap_or_default()
+    }
+    let cells: Vec<StoredCell> = value
+        .get("cells")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|cell| StoredCell::deserialize(cell).unwrap_or_default())
+        .collect();
+    StoredReport {
+        schema: value.get("schema").cloned().unwrap_or_default(),
+        experiment: part(value, "experiment"),
+        tokenizer: part(value, "tokenizer"),
+        dataset: part(value, "dataset"),
+        cells,
+        integrity: value.get("integrity").cloned().unwrap_or_default(),
+        failures: part(value, "failures"),
+        usage: part(value, "usage"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_report_reads_back_what_it_has_and_defaults_the_rest() {
+        let value = json!({
+            "schema": "gacc.report/1",
+            "experiment": {"name": "x", "manifest_sha256": "ab", "gacc_version": "0.1.0",
+                           "conditions": ["own-goal"]},
+            "cells": [{"compressor": "c", "condition": "own-goal", "ratio": 0.5, "complete": true,
+                       "micro": {"mean": 0.5, "std": 0.1}, "macro": {"mean": 0.25, "std": 0.0},
+                       "ledger": {"retained_tokens": 10, "unused_budget": 2, "other": 1}}],
+            "failures": [{"job": "a"}, {"job": "b"}],
+            "usage": {"reader": {"cost_usd": 0.5, "input_tokens": 3}}
+        });
+        let report = StoredReport::of(&value);
+        assert_eq!(report.experiment.name.as_deref(), Some("x"));
+        assert_eq!(report.cells[0].micro.mean, 0.5);
+        assert_eq!(report.cells[0].macro_.mean, 0.25);
+        assert_eq!(report.cells[0].ledger.retained_tokens, 10.0);
+        assert_eq!(text(&report.cells[0].ratio), "0.5");
+        assert_eq!(report.failures.len(), 2);
+        assert_eq!(report.usage["reader"].cost_usd, 0.5);
+        assert_eq!(report.tokenizer.name, Value::Null, "missing reads as its default");
+        // An older or odd report: a score that is not a number reads 0; a part of another
+        // shape costs only that part.
+        let odd = json!({"experiment": {"name": "y"}, "dataset": [],
+                         "cells": [{"compressor": "c", "micro": {"mean": null, "std": "n/a"}},
+                                   {"compressor": "d", "micro": {"mean": 1.0, "std": 0.0}}, 3]});
+        let report = StoredReport::of(&odd);
+        assert_eq!(report.experiment.name.as_deref(), Some("y"));
+        assert_eq!(report.cells.len(), 3);
+        assert_eq!(
+            (report.cells[0].compressor.as_str(), report.cells[0].micro.mean),
+            (Some("c"), 0.0)
+        );
+        assert_eq!(report.cells[1].micro.mean, 1.0);
+    }
+}
