@@ -347,6 +347,8 @@ fn main() -> ExitCode {
     }
 }
 
+/// One arm per subcommand, each passing its options to `app`: a table, kept whole so every
+/// command's wiring reads in one place (hence its length).
 fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<Ended, Error> {
     match command {
         Command::Run {

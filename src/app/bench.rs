@@ -172,6 +172,14 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
                 "share_of_unsandboxed_rate": oneshot.as_secs_f64() / confined.as_secs_f64()}),
         });
     }
+    out.extend(worker_costs(&runtime, spawns, concurrency));
+    Ok(out)
+}
+
+/// What workers that stay up cost: persistent round trips, a batching worker at one and at 32
+/// requests in flight, and oneshot callbacks that sleep.
+fn worker_costs(runtime: &tokio::runtime::Runtime, spawns: usize, concurrency: usize) -> Vec<Measurement> {
+    let mut out = Vec::new();
     let persistent = runtime.block_on(call_many(
         builtin_worker("bench-reader", concurrency, 1),
         spawns * 5,
@@ -209,7 +217,7 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
         seconds: sleeping.as_secs_f64(),
         detail: json!({"per_second": sleepers as f64 / sleeping.as_secs_f64(), "ideal_per_second": 80.0}),
     });
-    Ok(out)
+    out
 }
 
 fn measure(name: &str, started: Instant, detail: Value) -> Measurement {

@@ -4,6 +4,7 @@
 
 pub mod bench;
 mod check;
+mod confinement;
 mod init;
 pub(crate) mod prepare;
 mod report;

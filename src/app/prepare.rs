@@ -177,18 +177,47 @@ pub(super) fn callbacks(
     remote: Option<&Arc<Slurm>>,
     models: &Models,
 ) -> Result<(Callbacks, Confinements), Error> {
-    let exe = current_exe()?;
-    let run_concurrency = loaded.manifest.run.concurrency;
-    let mut problems = Vec::new();
-    let mut confinements = Vec::new();
-    let mut build = |name: String, role: Role, spec: &CallbackSpec| -> Callback {
+    let mut builder = Builder {
+        loaded,
+        sandboxing,
+        remote,
+        models,
+        exe: current_exe()?,
+        problems: Vec::new(),
+        confinements: Vec::new(),
+    };
+    let callbacks =
+        Callbacks::of_manifest(&loaded.manifest, |key, role, spec| builder.build(key, role, spec));
+    if builder.problems.is_empty() {
+        Ok((callbacks, builder.confinements))
+    } else {
+        Err(Invalid(builder.problems).into())
+    }
+}
+
+/// What turns the manifest's callback tables into callables: the run's settings, and the
+/// problems and confinements found on the way.
+struct Builder<'a> {
+    loaded: &'a Loaded,
+    sandboxing: &'a Sandboxing,
+    remote: Option<&'a Arc<Slurm>>,
+    models: &'a Models,
+    exe: PathBuf,
+    problems: Vec<Problem>,
+    confinements: Confinements,
+}
+
+impl Builder<'_> {
+    /// One callback: a model built-in on its endpoint, a rule built-in in process, or a program.
+    fn build(&mut self, name: String, role: Role, spec: &CallbackSpec) -> Callback {
+        let loaded = self.loaded;
         if let Some(call) = &spec.model {
-            match model_callback(&name, role, spec, call, models) {
+            match model_callback(&name, role, spec, call, self.models) {
                 Ok((callback, confinement)) => {
-                    confinements.push((role, name, confinement));
+                    self.confinements.push((role, name, confinement));
                     return callback;
                 }
-                Err(message) => problems.push(Problem {
+                Err(message) => self.problems.push(Problem {
                     place: format!("{}: key `{name}`", loaded.path.display()),
                     message,
                 }),
@@ -196,10 +225,16 @@ pub(super) fn callbacks(
         }
         if let Some(launcher) = spec.builtin.as_deref().and_then(InProcess::of) {
             let (callback, confinement) = rule_callback(name.clone(), role, spec, launcher, loaded);
-            confinements.push((role, name, confinement));
+            self.confinements.push((role, name, confinement));
             return callback;
         }
-        let argv = argv(loaded, spec, &exe);
+        self.program(name, role, spec)
+    }
+
+    /// A callback that is a program: in its sandbox, started here or on Slurm.
+    fn program(&mut self, name: String, role: Role, spec: &CallbackSpec) -> Callback {
+        let (loaded, sandboxing) = (self.loaded, self.sandboxing);
+        let argv = argv(loaded, spec, &self.exe);
         let place = || format!("{}: key `{name}.sandbox`", loaded.path.display());
         let settings = spec.sandbox.as_ref();
         let mut grants = sandbox::Grants::default();
@@ -209,7 +244,7 @@ pub(super) fn callbacks(
                 .grants(settings, &argv, spec.builtin.is_some(), &loaded.folder)
             {
                 Ok(found) => grants = found,
-                Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                Err(found) => self.problems.extend(found.into_iter().map(|message| Problem {
                     place: place(),
                     message,
                 })),
@@ -217,11 +252,11 @@ pub(super) fn callbacks(
         }
         let sandbox = match sandboxing.confine(role, settings, &grants, spec.builtin.as_deref()) {
             Ok((policy, confinement)) => {
-                confinements.push((role, name.clone(), confinement));
+                self.confinements.push((role, name.clone(), confinement));
                 policy
             }
             Err(message) => {
-                problems.push(Problem {
+                self.problems.push(Problem {
                     place: place(),
                     message,
                 });
@@ -238,37 +273,18 @@ pub(super) fn callbacks(
             max_inflight: spec.max_inflight.unwrap_or(1).max(1),
         };
         let secrets = program.passed();
-        let launcher: Arc<dyn Launcher> = match remote {
+        let launcher: Arc<dyn Launcher> = match self.remote {
             Some(slurm) => Arc::new(SlurmLauncher {
                 slurm: slurm.clone(),
                 program,
             }),
             None => Arc::new(ProcessLauncher::new(program)),
         };
+        let run_concurrency = loaded.manifest.run.concurrency;
         Callback {
             secrets,
             ..configured(name, role, spec, launcher, run_concurrency)
         }
-    };
-    let manifest = &loaded.manifest;
-    let callbacks = Callbacks {
-        compressors: manifest
-            .compressors
-            .iter()
-            .map(|(name, spec)| {
-                (
-                    name.clone(),
-                    build(format!("compressors.{name}"), Role::Compressor, spec),
-                )
-            })
-            .collect(),
-        reader: build("reader".into(), Role::Reader, &manifest.reader),
-        judge: build("judge".into(), Role::Judge, &manifest.judge),
-    };
-    if problems.is_empty() {
-        Ok((callbacks, confinements))
-    } else {
-        Err(Invalid(problems).into())
     }
 }
 

@@ -9,19 +9,19 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::app::confinement::{denial_hints, enforce_holdout};
 use crate::app::prepare::{
-    Confinements, Prepared, cache_for, cache_root, callbacks, models, open_cache_early, prepare,
-    slurm_executor,
+    Prepared, cache_for, cache_root, callbacks, models, open_cache_early, prepare, slurm_executor,
 };
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
+use crate::error::Invalid;
 use crate::error::{Error, io};
-use crate::error::{Invalid, Problem};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::files::{json_lines, pretty, write_json_lines_hashed};
 use crate::hash::sha256;
 use crate::plan::Plan;
-use crate::protocol::Role;
+use crate::protocol::{BudgetRule, Role};
 use crate::report;
 use crate::report::html::{Packing, Rows};
 use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
@@ -99,7 +99,8 @@ pub(crate) const BATCHES: &str = "batches";
 
 /// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
 // Its phases read in the order a run goes through them, each ended by `phases.end`; each
-// phase's work is a function of its own.
+// phase's work is a function of its own, and what is left is the hand-over between them, kept
+// in one place so a run's order reads top to bottom (hence its length).
 pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();
@@ -191,7 +192,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     folder.point_latest();
     tracing::info!(folder = %folder.path().display(), failures, "run finished");
     crate::trace::close();
-    let mut summary_json = summary_of_report(&report_json);
+    let mut summary_json = summary_of_report(&report);
     summary_json["folder"] = json!(folder.path());
     summary_json["failures"] = json!(failures);
     summary_json["cancelled"] = json!(cancelled);
@@ -329,18 +330,29 @@ fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Optio
 
 /// The `--json` summary's view of the report: each cell's figures, integrity, and whether
 /// the tokenizer was verified.
-fn summary_of_report(report: &Value) -> Value {
+fn summary_of_report(report: &report::Report) -> Value {
+    let cells: Vec<Value> = report
+        .cells
+        .iter()
+        .map(|cell| {
+            let ratio = match cell.id.rule {
+                BudgetRule::Ratio(ratio) => json!(ratio),
+                BudgetRule::Tokens(_) => Value::Null,
+            };
+            json!({
+                "compressor": cell.id.compressor,
+                "condition": cell.id.condition,
+                "ratio": ratio,
+                "complete": cell.complete,
+                "micro": cell.micro,
+                "macro": cell.macro_,
+            })
+        })
+        .collect();
     json!({
-        "cells": report["cells"].as_array().into_iter().flatten().map(|cell| json!({
-            "compressor": cell["compressor"],
-            "condition": cell["condition"],
-            "ratio": cell["ratio"],
-            "complete": cell["complete"],
-            "micro": cell["micro"],
-            "macro": cell["macro"],
-        })).collect::<Vec<_>>(),
-        "integrity": report["integrity"],
-        "identity_verified": report["tokenizer"]["identity_verified"],
+        "cells": cells,
+        "integrity": report.integrity,
+        "identity_verified": report.tokenizer.identity_verified,
     })
 }
 
@@ -375,30 +387,6 @@ fn cache_shown(prepared: &Prepared) -> String {
         Some(path) => path.display().to_string(),
         None => ".gacc/cache".into(),
     }
-}
-
-/// Per failure, what its sandbox denied, when its callback ran sandboxed and its stderr says.
-fn denial_hints(
-    failures: &[crate::store::ledger::FailureRow],
-    confinements: &Confinements,
-    sandboxing: &Sandboxing,
-    prepared: &Prepared,
-) -> Vec<Option<String>> {
-    let sandboxed = |name: &str| confinements.iter().any(|(_, n, c)| n == name && c.sandboxed());
-    failures
-        .iter()
-        .map(|failure| {
-            sandboxed(&failure.callback)
-                .then(|| {
-                    sandbox::denial_hint(
-                        &failure.stderr_tail,
-                        sandboxing.protected(),
-                        &prepared.loaded.folder,
-                    )
-                })
-                .flatten()
-        })
-        .collect()
 }
 
 /// `report.md`'s view: the template of `--templates`, else `templates/report.md.j2` in the
@@ -523,49 +511,6 @@ fn write_rows(
     plan?;
     let texts_digest = ledger?;
     Ok((report, texts, [results?, texts_digest]))
-}
-
-/// Per role, whether the hold-out is enforced. A compressor or reader left unsandboxed for
-/// any reason but its own `sandbox = false` is warned about once, and is an error under
-/// `--require-sandbox` (as is an opt-out).
-fn enforce_holdout(
-    confinements: &Confinements,
-    require_sandbox: bool,
-) -> Result<BTreeMap<Role, sandbox::HoldoutEnforcement>, Error> {
-    let unsandboxed: Vec<(&str, &str)> = confinements
-        .iter()
-        .filter(|(role, _, c)| *role != Role::Judge && !c.sandboxed())
-        .map(|(_, name, c)| (name.as_str(), c.why.as_deref().unwrap_or("")))
-        .collect();
-    if require_sandbox && !unsandboxed.is_empty() {
-        return Err(Invalid(
-            unsandboxed
-                .iter()
-                .map(|(name, why)| Problem {
-                    place: "--require-sandbox".into(),
-                    message: format!("`{name}` would run outside its sandbox: {why}"),
-                })
-                .collect(),
-        )
-        .into());
-    }
-    let unexpected: Vec<String> = unsandboxed
-        .iter()
-        .filter(|(_, why)| *why != "sandbox = false")
-        .map(|(name, why)| format!("{name} ({why})"))
-        .collect();
-    if !unexpected.is_empty() {
-        let message = format!(
-            "the hold-out is NOT enforced: {} run unsandboxed; --require-sandbox makes this an error",
-            unexpected.join(", ")
-        );
-        eprintln!("warning: {message}");
-    }
-    Ok(sandbox::holdout_enforcement(
-        confinements
-            .iter()
-            .map(|(role, name, c)| (*role, name.as_str(), c)),
-    ))
 }
 
 /// Where a run's time went, phase by phase, for `run.json`.

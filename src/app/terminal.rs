@@ -49,6 +49,33 @@ pub(super) fn summary(
         })
         .collect();
     out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    cost_lines(&mut out, report, paid);
+    let i = &report.integrity;
+    out.push_str(&format!(
+        "  integrity: exposure {} · budget {} · padding {} · count errors {} · tokenizer {}\n",
+        i.exposure_violations,
+        i.budget_violations,
+        i.padding_tokens,
+        i.count_errors,
+        if report.tokenizer.identity_verified {
+            "verified"
+        } else {
+            "NOT verified"
+        }
+    ));
+    failure_lines(&mut out, report, hints);
+    if report.cancelled > 0 {
+        out.push_str(&format!(
+            "  {} jobs not run: --fail-fast stopped the run\n",
+            report.cancelled
+        ));
+    }
+    out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
+    out
+}
+
+/// What the results cost and what this run paid, and endpoints served by several models.
+fn cost_lines(out: &mut String, report: &report::Report, paid: &BTreeMap<Role, runner::Usage>) {
     let total: f64 = report.usage.values().map(|u| u.cost_usd).sum();
     if total > 0.0 || !report.endpoints.is_empty() {
         let paid: f64 = paid.values().map(|u| u.cost_usd).sum();
@@ -75,19 +102,10 @@ pub(super) fn summary(
             ));
         }
     }
-    let i = &report.integrity;
-    out.push_str(&format!(
-        "  integrity: exposure {} · budget {} · padding {} · count errors {} · tokenizer {}\n",
-        i.exposure_violations,
-        i.budget_violations,
-        i.padding_tokens,
-        i.count_errors,
-        if report.tokenizer.identity_verified {
-            "verified"
-        } else {
-            "NOT verified"
-        }
-    ));
+}
+
+/// The first failures, each with its stderr's informative lines and its sandbox's hint.
+fn failure_lines(out: &mut String, report: &report::Report, hints: &[Option<String>]) {
     for (number, failure) in report.failures.iter().enumerate().take(LISTED_FAILURES) {
         out.push_str(&format!(
             "  FAILED {} {} ({}{}): {}\n",
@@ -115,14 +133,6 @@ pub(super) fn summary(
             report.failures.len() - LISTED_FAILURES
         ));
     }
-    if report.cancelled > 0 {
-        out.push_str(&format!(
-            "  {} jobs not run: --fail-fast stopped the run\n",
-            report.cancelled
-        ));
-    }
-    out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
-    out
 }
 
 pub(super) fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task::JoinHandle<()> {

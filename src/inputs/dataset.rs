@@ -177,36 +177,7 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
     } in records
     {
         unique("source", &record.id, &place, problems);
-        let text = match (record.text, &record.path) {
-            (Some(text), None) => text,
-            (None, Some(path)) => {
-                let path = folder.join(path);
-                std::fs::read_to_string(&path).unwrap_or_else(|error| {
-                    problems.push(Problem {
-                        place: place.clone(),
-                        message: format!(
-                            "cannot read source file {}: {error}",
-                            crate::inputs::manifest::shown(&path)
-                        ),
-                    });
-                    String::new()
-                })
-            }
-            (Some(_), Some(_)) => {
-                problems.push(Problem {
-                    place: place.clone(),
-                    message: "expected `text` or `path`, not both".into(),
-                });
-                String::new()
-            }
-            (None, None) => {
-                problems.push(Problem {
-                    place: place.clone(),
-                    message: "expected `text` or `path`".into(),
-                });
-                String::new()
-            }
-        };
+        let text = source_text(record.text, record.path.as_deref(), &folder, &place, problems);
         if record.goals.is_empty() {
             problems.push(Problem {
                 place: place.clone(),
@@ -251,6 +222,46 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
         });
     }
     Dataset { sources }
+}
+
+/// A source's text: given inline, or read from the file it names (relative to the dataset).
+fn source_text(
+    text: Option<String>,
+    path: Option<&Path>,
+    folder: &Path,
+    place: &str,
+    problems: &mut Vec<Problem>,
+) -> String {
+    match (text, path) {
+        (Some(text), None) => text,
+        (None, Some(path)) => {
+            let path = folder.join(path);
+            std::fs::read_to_string(&path).unwrap_or_else(|error| {
+                problems.push(Problem {
+                    place: place.to_owned(),
+                    message: format!(
+                        "cannot read source file {}: {error}",
+                        crate::inputs::manifest::shown(&path)
+                    ),
+                });
+                String::new()
+            })
+        }
+        (Some(_), Some(_)) => {
+            problems.push(Problem {
+                place: place.to_owned(),
+                message: "expected `text` or `path`, not both".into(),
+            });
+            String::new()
+        }
+        (None, None) => {
+            problems.push(Problem {
+                place: place.to_owned(),
+                message: "expected `text` or `path`".into(),
+            });
+            String::new()
+        }
+    }
 }
 
 /// The size of a dataset: what `gacc dataset stats` prints.

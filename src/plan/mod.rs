@@ -111,35 +111,7 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         .iter()
         .map(|(name, spec)| (name.clone(), keys::callback_identity(spec)))
         .collect();
-    let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
-        tokenizer.count(&s.text).map_err(|error| {
-            Invalid::one(
-                format!("source `{}`", s.id),
-                format!("cannot count its tokens: {error}"),
-            )
-        })
-    })
-    .into_iter()
-    .collect::<Result<_, _>>()?;
-    let expansion = Expansion {
-        manifest,
-        dataset,
-        tokenizer_identity: keys::tokenizer_identity(tokenizer),
-        tokenizer_identity_json: keys::tokenizer_identity(tokenizer).to_string(),
-        source_tokens,
-        goal_sha256: dataset
-            .sources
-            .iter()
-            .map(|source| source.goals.iter().map(|g| sha256(&g.text)).collect())
-            .collect(),
-        source_sha256: dataset.sources.iter().map(|s| s.sha256()).collect(),
-        goals: dataset
-            .sources
-            .iter()
-            .enumerate()
-            .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
-            .collect(),
-    };
+    let expansion = Expansion::new(manifest, dataset, tokenizer)?;
     let crosses: Vec<(u64, Vec<GoalRef>)> = manifest
         .seeds
         .iter()
@@ -176,18 +148,23 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
-        held_out_texts: dataset
-            .sources
-            .iter()
-            .map(|source| {
-                let texts = source.goals.iter().flat_map(|g| &g.questions);
-                held_out_texts(
-                    &source.text,
-                    texts.flat_map(|q| [q.question.as_str(), q.reference.as_str()]),
-                )
-            })
-            .collect(),
+        held_out_texts: held_out_by_source(dataset),
     })
+}
+
+/// Per source, the held-out texts its questions and references must not reach a compressor in.
+fn held_out_by_source(dataset: &Dataset) -> Vec<Vec<String>> {
+    dataset
+        .sources
+        .iter()
+        .map(|source| {
+            let texts = source.goals.iter().flat_map(|g| &g.questions);
+            held_out_texts(
+                &source.text,
+                texts.flat_map(|q| [q.question.as_str(), q.reference.as_str()]),
+            )
+        })
+        .collect()
 }
 
 /// What every memory job of a plan is made from.
@@ -202,6 +179,41 @@ struct Expansion<'a> {
     goal_sha256: Vec<Vec<String>>,
     /// Every goal, in dataset order.
     goals: Vec<GoalRef>,
+}
+
+impl<'a> Expansion<'a> {
+    /// The plan's sources counted and hashed once, for every memory job.
+    fn new(manifest: &'a Manifest, dataset: &'a Dataset, tokenizer: &dyn Tokenizer) -> Result<Self, Invalid> {
+        let source_tokens: Vec<usize> = map_in_parallel(&dataset.sources, |s| {
+            tokenizer.count(&s.text).map_err(|error| {
+                Invalid::one(
+                    format!("source `{}`", s.id),
+                    format!("cannot count its tokens: {error}"),
+                )
+            })
+        })
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+        Ok(Expansion {
+            manifest,
+            dataset,
+            tokenizer_identity: keys::tokenizer_identity(tokenizer),
+            tokenizer_identity_json: keys::tokenizer_identity(tokenizer).to_string(),
+            source_tokens,
+            goal_sha256: dataset
+                .sources
+                .iter()
+                .map(|source| source.goals.iter().map(|g| sha256(&g.text)).collect())
+                .collect(),
+            source_sha256: dataset.sources.iter().map(|s| s.sha256()).collect(),
+            goals: dataset
+                .sources
+                .iter()
+                .enumerate()
+                .flat_map(|(s, source)| (0..source.goals.len()).map(move |g| (s, g)))
+                .collect(),
+        })
+    }
 }
 
 impl Expansion<'_> {

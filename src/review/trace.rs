@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::hash::sha256;
 use crate::protocol::Stage;
 use crate::report::stats::percentile;
+use crate::report::stored::text as shown;
 use crate::store::run_folder::{MEMORIES, PLAN, RESULTS, RunFolder, TRACE};
 
 /// How many of the slowest calls a review lists.
@@ -156,26 +157,7 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
             hits.hits as f64 / hits.jobs as f64
         };
     }
-    let mut by_callback: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for call in &calls {
-        by_callback
-            .entry(call.callback.clone())
-            .or_default()
-            .push(call.duration_ms);
-    }
-    let latency = by_callback
-        .into_iter()
-        .map(|(name, mut durations)| {
-            durations.sort_by(f64::total_cmp);
-            let latency = Latency {
-                calls: durations.len(),
-                p50: percentile(&durations, 0.5),
-                p95: percentile(&durations, 0.95),
-                max: durations.last().copied().unwrap_or(0.0),
-            };
-            (name, latency)
-        })
-        .collect();
+    let latency = latency_by_callback(&calls);
     calls.sort_by(|a, b| b.duration_ms.total_cmp(&a.duration_ms));
     calls.truncate(SLOWEST);
     let stored = match &filter.job {
@@ -192,6 +174,30 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
         story,
         stored,
     })
+}
+
+/// Each callback's latency over its calls: median, 95th percentile and most.
+fn latency_by_callback(calls: &[Call]) -> BTreeMap<String, Latency> {
+    let mut by_callback: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for call in calls {
+        by_callback
+            .entry(call.callback.clone())
+            .or_default()
+            .push(call.duration_ms);
+    }
+    by_callback
+        .into_iter()
+        .map(|(name, mut durations)| {
+            durations.sort_by(f64::total_cmp);
+            let latency = Latency {
+                calls: durations.len(),
+                p50: percentile(&durations, 0.5),
+                p95: percentile(&durations, 0.95),
+                max: durations.last().copied().unwrap_or(0.0),
+            };
+            (name, latency)
+        })
+        .collect()
 }
 
 /// The job whose key (a compress, read or judge job's, or a compressor call's cache key)
@@ -378,21 +384,40 @@ pub(crate) fn render(review: &Review, filter: &Filter) -> String {
     out
 }
 
+/// The line of a job's memory, from its ledger row.
+fn memory_line(ledger: &Value) -> String {
+    if ledger.is_object() {
+        format!(
+            "  memory: {} of L = {} tokens kept (generated {}{}), sha256 {}{}\n",
+            ledger["retained_tokens"],
+            ledger["budget"],
+            ledger["generated_tokens"],
+            if ledger["truncated"] == true {
+                ", truncated"
+            } else {
+                ""
+            },
+            shown(&ledger["memory_sha256"]),
+            if ledger["cached"] == true {
+                ", served without calling the compressor"
+            } else {
+                ", made in this run"
+            },
+        )
+    } else {
+        "  memory: not made (no ledger row)\n".to_owned()
+    }
+}
+
 /// A job as the run folder records it, for a terminal.
 fn render_stored(stored: &Value, no_events: bool) -> String {
     let plan = &stored["plan"];
-    let field = |value: &Value| {
-        value
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| value.to_string())
-    };
     let stage = stored["stage"].as_str().and_then(Stage::parse);
     let compress = stage == Some(Stage::Compress);
-    let stage = field(&stored["stage"]);
+    let stage = shown(&stored["stage"]);
     let mut out = format!(
         "\n{stage} job {} as the run folder records it\n",
-        field(&stored["job"])
+        shown(&stored["job"])
     );
     if no_events {
         out.push_str("  served without a call in this run (from the cache, or an identical call of this run): such a job has no line in the trace\n");
@@ -404,49 +429,28 @@ fn render_stored(stored: &Value, no_events: bool) -> String {
     };
     out.push_str(&format!(
         "  compressors.{} seed {} {} {budget} source {} goal {} shown goal {}\n",
-        field(&plan["compressor"]),
+        shown(&plan["compressor"]),
         plan["seed"],
-        field(&plan["condition"]),
-        field(&plan["source_id"]),
-        field(&plan["goal_id"]),
-        field(&plan["shown_goal_id"]),
+        shown(&plan["condition"]),
+        shown(&plan["source_id"]),
+        shown(&plan["goal_id"]),
+        shown(&plan["shown_goal_id"]),
     ));
     out.push_str(&format!(
         "  memory job {}  compressor call {}\n",
-        field(&plan["key"]),
-        field(&plan["cache_key"])
+        shown(&plan["key"]),
+        shown(&plan["cache_key"])
     ));
     if !compress {
         out.push_str(&format!(
             "  question {} of goal {}: read job {}, judge job {}\n",
-            field(&stored["question_id"]),
-            field(&stored["goal_id"]),
-            field(&stored["read_job"]),
-            field(&stored["judge_job"])
+            shown(&stored["question_id"]),
+            shown(&stored["goal_id"]),
+            shown(&stored["read_job"]),
+            shown(&stored["judge_job"])
         ));
     }
-    let ledger = &stored["ledger"];
-    if ledger.is_object() {
-        out.push_str(&format!(
-            "  memory: {} of L = {} tokens kept (generated {}{}), sha256 {}{}\n",
-            ledger["retained_tokens"],
-            ledger["budget"],
-            ledger["generated_tokens"],
-            if ledger["truncated"] == true {
-                ", truncated"
-            } else {
-                ""
-            },
-            field(&ledger["memory_sha256"]),
-            if ledger["cached"] == true {
-                ", served without calling the compressor"
-            } else {
-                ", made in this run"
-            },
-        ));
-    } else {
-        out.push_str("  memory: not made (no ledger row)\n");
-    }
+    out.push_str(&memory_line(&stored["ledger"]));
     let results = stored["results"]
         .as_array()
         .map(Vec::as_slice)

@@ -93,20 +93,7 @@ pub(super) async fn obtain(
     request: impl Fn() -> Vec<u8>,
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
-    // The common case at scale: answered by the cache, with no bookkeeping.
-    if let Some(response) = shared.setup.cache.get(role.into(), key) {
-        shared.calls.found(role);
-        return Ok((response, Origin::Cache));
-    }
-    // Filed under the key of an earlier gacc: filed again under today's, and not paid twice.
-    if let Some(response) = legacy().and_then(|old| shared.setup.cache.get(role.into(), &old)) {
-        if let Err(error) = shared
-            .setup
-            .cache
-            .put(role.into(), key, &description(), &response)
-        {
-            tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
-        }
+    if let Some(response) = from_cache(shared, callback, key, legacy, &description) {
         shared.calls.found(role);
         return Ok((response, Origin::Cache));
     }
@@ -145,6 +132,42 @@ pub(super) async fn obtain(
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(role, key.to_owned()));
     }
+    account(shared, role, result, origin)
+}
+
+/// A call's response from the cache: under its key, or under the key an earlier gacc filed the
+/// same request under (then filed again under today's, and not paid twice).
+fn from_cache(
+    shared: &RunState,
+    callback: &Callback,
+    key: &str,
+    legacy: impl FnOnce() -> Option<String>,
+    description: &impl Fn() -> Value,
+) -> Option<Value> {
+    let role = callback.role;
+    // The common case at scale: answered by the cache, with no bookkeeping.
+    if let Some(response) = shared.setup.cache.get(role.into(), key) {
+        return Some(response);
+    }
+    let response = legacy().and_then(|old| shared.setup.cache.get(role.into(), &old))?;
+    if let Err(error) = shared
+        .setup
+        .cache
+        .put(role.into(), key, &description(), &response)
+    {
+        tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
+    }
+    Some(response)
+}
+
+/// Counts a call that went through its slot (made, found by the call that made it, or shared
+/// with it) and what it paid; a failure may stop the run.
+fn account(
+    shared: &RunState,
+    role: Role,
+    result: &Result<(Value, bool), Failure>,
+    mut origin: Origin,
+) -> Result<(Value, Origin), Failure> {
     let result: Result<Value, Failure> = match (result, origin) {
         (Ok((response, from_cache)), Origin::Called) => {
             if *from_cache {

@@ -20,6 +20,7 @@ pub(crate) use progress::{CallCounts, Progress, Usage};
 use crate::exec::callback::{Callback, FailureKind};
 use crate::hash::{DigestMap, key_bytes};
 use crate::inputs::dataset::Dataset;
+use crate::inputs::manifest::{CallbackSpec, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::Plan;
 use crate::protocol::Role;
@@ -35,6 +36,30 @@ pub(crate) struct Callbacks {
     pub compressors: BTreeMap<String, Callback>,
     pub reader: Callback,
     pub judge: Callback,
+}
+
+impl Callbacks {
+    /// One callback per callback table of the manifest, each made by `make` from its key
+    /// (`compressors.NAME`, `reader`, `judge`), its role and its table.
+    pub(crate) fn of_manifest(
+        manifest: &Manifest,
+        mut make: impl FnMut(String, Role, &CallbackSpec) -> Callback,
+    ) -> Callbacks {
+        Callbacks {
+            compressors: manifest
+                .compressors
+                .iter()
+                .map(|(name, spec)| {
+                    (
+                        name.clone(),
+                        make(format!("compressors.{name}"), Role::Compressor, spec),
+                    )
+                })
+                .collect(),
+            reader: make("reader".into(), Role::Reader, &manifest.reader),
+            judge: make("judge".into(), Role::Judge, &manifest.judge),
+        }
+    }
 }
 
 /// Everything a run shares between its tasks.
@@ -176,20 +201,7 @@ pub(super) struct MemoryOutcome {
 pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();
-    for memory in &run.plan.memories {
-        run.progress
-            .stage(Role::Compressor)
-            .total
-            .fetch_add(1, Ordering::Relaxed);
-        run.progress
-            .stage(Role::Reader)
-            .total
-            .fetch_add(memory.questions.len(), Ordering::Relaxed);
-        run.progress
-            .stage(Role::Judge)
-            .total
-            .fetch_add(memory.questions.len(), Ordering::Relaxed);
-    }
+    count_jobs(&run.progress, &run.plan);
     let shared = Arc::new(RunState {
         run_limit: Semaphore::new(run.concurrency.max(1)),
         setup: run,
@@ -215,16 +227,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         results: Vec::with_capacity(shared.setup.plan.question_jobs()),
         ..Outcome::default()
     };
-    let mut distinct = DistinctCalls::default();
-    // Sized once for the plan: a paper-scale run folds most of a million calls.
-    let questions = shared.setup.plan.question_jobs();
-    for (role, calls) in [
-        (Role::Compressor, total),
-        (Role::Reader, questions),
-        (Role::Judge, questions),
-    ] {
-        distinct.calls.entry(role).or_default().keys.reserve(calls);
-    }
+    let mut distinct = DistinctCalls::sized_for(&shared.setup.plan);
     loop {
         while next < total && tasks.len() < window {
             let shared = shared.clone();
@@ -253,6 +256,43 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         }
     }
     trace_stages(&shared.setup.progress);
+    settle(&mut outcome, distinct, &shared);
+    outcome
+}
+
+/// Each stage's total jobs, for the progress line.
+fn count_jobs(progress: &Progress, plan: &Plan) {
+    for memory in &plan.memories {
+        let questions = memory.questions.len();
+        for (role, jobs) in [
+            (Role::Compressor, 1),
+            (Role::Reader, questions),
+            (Role::Judge, questions),
+        ] {
+            progress.stage(role).total.fetch_add(jobs, Ordering::Relaxed);
+        }
+    }
+}
+
+impl DistinctCalls {
+    /// Sized once for the plan: a paper-scale run folds most of a million calls.
+    fn sized_for(plan: &Plan) -> DistinctCalls {
+        let mut distinct = DistinctCalls::default();
+        let questions = plan.question_jobs();
+        for (role, calls) in [
+            (Role::Compressor, plan.memories.len()),
+            (Role::Reader, questions),
+            (Role::Judge, questions),
+        ] {
+            distinct.calls.entry(role).or_default().keys.reserve(calls);
+        }
+        distinct
+    }
+}
+
+/// What the run as a whole comes to, once every memory is folded: this run's calls, what it
+/// paid, why it stopped, and the distinct calls the results rest on.
+fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
     outcome.this_run = shared.calls.totals();
     outcome.stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outcome.paid = shared
@@ -271,7 +311,6 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         .into_iter()
         .map(|(name, calls)| (name, calls.finish()))
         .collect();
-    outcome
 }
 
 /// Each stage's summary in the trace: what its jobs came to, those served without a call
@@ -503,18 +542,7 @@ mod tests {
             ..Callback::new(name, role, launcher.clone())
         };
         let manifest = &loaded.manifest;
-        let callbacks = Callbacks {
-            compressors: manifest
-                .compressors
-                .iter()
-                .map(|(name, spec)| {
-                    let key = format!("compressors.{name}");
-                    (name.clone(), callback(key, Role::Compressor, spec))
-                })
-                .collect(),
-            reader: callback("reader".into(), Role::Reader, &manifest.reader),
-            judge: callback("judge".into(), Role::Judge, &manifest.judge),
-        };
+        let callbacks = Callbacks::of_manifest(manifest, callback);
         Setup {
             plan: Arc::new(plan),
             dataset: Arc::new(dataset),

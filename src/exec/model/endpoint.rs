@@ -203,19 +203,7 @@ impl Endpoint {
                     slot.failed();
                     (wait.unwrap_or_default().max(backoff(failed)), why)
                 }
-                Exchange::Rejected { status, message } => {
-                    let variable = self.spec.api_key_env.as_deref().unwrap_or("(no api_key_env)");
-                    let kind = FailureKind::Rejected {
-                        endpoint: self.name.clone(),
-                        message: format!(
-                            "{status} from {}: {message} (check `models.{}`: its base_url, model, and the key in {variable})",
-                            self.url(),
-                            self.name
-                        ),
-                    };
-                    *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind.clone());
-                    return Err(kind);
-                }
+                Exchange::Rejected { status, message } => return Err(self.reject(status, &message)),
                 Exchange::Refused { status, message } => {
                     return Err(FailureKind::Provider {
                         endpoint: self.name.clone(),
@@ -243,6 +231,22 @@ impl Endpoint {
             );
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// The provider refused the key or the endpoint (401, 403, 404): every later call of this
+    /// endpoint fails the same way, at once.
+    fn reject(&self, status: u16, message: &str) -> FailureKind {
+        let variable = self.spec.api_key_env.as_deref().unwrap_or("(no api_key_env)");
+        let kind = FailureKind::Rejected {
+            endpoint: self.name.clone(),
+            message: format!(
+                "{status} from {}: {message} (check `models.{}`: its base_url, model, and the key in {variable})",
+                self.url(),
+                self.name
+            ),
+        };
+        *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind.clone());
+        kind
     }
 
     async fn exchange(&self, body: &Value) -> Exchange {

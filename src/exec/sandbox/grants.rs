@@ -94,54 +94,67 @@ pub(super) fn grants(
         out.read.push(gacc);
     }
     if !builtin {
-        // The installation of every hop of the program's symlinks (a venv's python links to
-        // pyenv's, uv's or Homebrew's), and the one a venv's pyvenv.cfg names as its home.
-        let shebang = shebang_interpreter(&program);
-        // A program that is a script: what lies beside it is its modules, as for an argument.
-        if shebang.is_some() && protected.exposed_by(&program).is_none() {
-            out.read.extend(siblings(&folder.join(&program), protected));
-            out.list
-                .extend(listable_folder(&folder.join(&program), protected));
-        }
-        let interpreters = [Some(program.clone()), shebang];
-        for installation in interpreters
-            .iter()
-            .flatten()
-            .flat_map(|p| interpreter_installations(p))
-        {
-            if protected.exposed_by(&installation).is_none() {
-                // Packages installed in development mode live where their .pth files point.
-                for source in path_file_entries(&installation) {
-                    if protected.exposed_by(&source).is_none() {
-                        out.read.push(source);
-                    }
-                }
-                out.read.push(installation);
-            }
-        }
-        // Arguments naming files (an interpreter's script): readable, unless the experiment's;
-        // and what lies beside a script (the modules it imports), but for the experiment's files.
-        for argument in &argv[1..] {
-            let path = folder.join(argument);
-            if !path.is_file() {
-                continue;
-            }
-            match protected.exposed_by(&path) {
-                Some(what) => problems.push(format!(
-                    "the argument `{argument}` names {what}, which a sandboxed callback cannot read"
-                )),
-                None => {
-                    out.read.extend(siblings(&path, protected));
-                    out.list.extend(listable_folder(&path, protected));
-                    out.read.push(path);
-                }
-            }
-        }
+        interpreter_grants(protected, argv, &program, folder, &mut out, &mut problems);
     }
     if problems.is_empty() {
         Ok(out)
     } else {
         Err(problems)
+    }
+}
+
+/// What a program a user wrote needs besides itself: the installation of every hop of its
+/// symlinks and of its script's interpreter, the modules beside a script, and the files its
+/// arguments name (unless they are the experiment's, which is a problem).
+fn interpreter_grants(
+    protected: &Protected,
+    argv: &[String],
+    program: &Path,
+    folder: &Path,
+    out: &mut Grants,
+    problems: &mut Vec<String>,
+) {
+    // The installation of every hop of the program's symlinks (a venv's python links to
+    // pyenv's, uv's or Homebrew's), and the one a venv's pyvenv.cfg names as its home.
+    let shebang = shebang_interpreter(program);
+    // A program that is a script: what lies beside it is its modules, as for an argument.
+    if shebang.is_some() && protected.exposed_by(program).is_none() {
+        out.read.extend(siblings(&folder.join(program), protected));
+        out.list.extend(listable_folder(&folder.join(program), protected));
+    }
+    let interpreters = [Some(program.to_path_buf()), shebang];
+    for installation in interpreters
+        .iter()
+        .flatten()
+        .flat_map(|p| interpreter_installations(p))
+    {
+        if protected.exposed_by(&installation).is_none() {
+            // Packages installed in development mode live where their .pth files point.
+            for source in path_file_entries(&installation) {
+                if protected.exposed_by(&source).is_none() {
+                    out.read.push(source);
+                }
+            }
+            out.read.push(installation);
+        }
+    }
+    // Arguments naming files (an interpreter's script): readable, unless the experiment's;
+    // and what lies beside a script (the modules it imports), but for the experiment's files.
+    for argument in &argv[1..] {
+        let path = folder.join(argument);
+        if !path.is_file() {
+            continue;
+        }
+        match protected.exposed_by(&path) {
+            Some(what) => problems.push(format!(
+                "the argument `{argument}` names {what}, which a sandboxed callback cannot read"
+            )),
+            None => {
+                out.read.extend(siblings(&path, protected));
+                out.list.extend(listable_folder(&path, protected));
+                out.read.push(path);
+            }
+        }
     }
 }
 

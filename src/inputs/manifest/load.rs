@@ -127,7 +127,22 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
             })),
         }
     }
-    for (name, model) in models {
+    problems.extend(check_endpoints(loaded));
+    if let Some(cap) = loaded.manifest.run.max_cost_usd
+        && (!cap.is_finite() || cap < 0.0)
+    {
+        problems.push(Problem {
+            place: format!("{}: key `run.max_cost_usd`", loaded.path.display()),
+            message: "must be a non-negative number of US dollars".into(),
+        });
+    }
+    problems
+}
+
+/// Each `[models.*]` table's own values: its URL, limits, batch settings, key and prices.
+fn check_endpoints(loaded: &Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (name, model) in &loaded.manifest.models {
         let place = format!("{}: key `models.{name}`", loaded.path.display());
         let mut problem = |message: String| {
             problems.push(Problem {
@@ -165,14 +180,6 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
         if prices.is_some_and(|p| p.iter().flatten().any(|v| !v.is_finite() || *v < 0.0)) {
             problem("`price` values must be non-negative numbers (USD per million tokens)".into());
         }
-    }
-    if let Some(cap) = loaded.manifest.run.max_cost_usd
-        && (!cap.is_finite() || cap < 0.0)
-    {
-        problems.push(Problem {
-            place: format!("{}: key `run.max_cost_usd`", loaded.path.display()),
-            message: "must be a non-negative number of US dollars".into(),
-        });
     }
     problems
 }
