@@ -185,6 +185,10 @@ enum Command {
         /// One row per memory (its ledger fields and text) instead of one per question.
         #[arg(long)]
         memories: bool,
+        /// A fixed sample of N distinct answers as a CSV to label by hand (`correct` left empty),
+        /// which `[audit] labels` reads back.
+        #[arg(long, value_name = "N", conflicts_with_all = ["memories", "format"])]
+        for_labelling: Option<usize>,
         /// Write to this file instead of stdout.
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         output: Option<PathBuf>,
@@ -444,11 +448,15 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             run_dir,
             format,
             memories,
+            for_labelling,
             output,
-        } => {
-            let csv = matches!(format, ExportFormat::Csv);
-            app::export(runs, &run_dir, csv, memories, output.as_deref())
-        }
+        } => match for_labelling {
+            Some(count) => app::export_for_labelling(runs, &run_dir, count, output.as_deref()),
+            None => {
+                let csv = matches!(format, ExportFormat::Csv);
+                app::export(runs, &run_dir, csv, memories, output.as_deref())
+            }
+        },
         Command::Init { dir } => app::init(&dir),
         Command::Schema { which } => app::schema(match which {
             SchemaKind::Manifest => app::Schema::Manifest,

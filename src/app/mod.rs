@@ -196,6 +196,24 @@ pub fn export(
     Ok(Ended::Success)
 }
 
+/// `gacc export RUN --for-labelling N`: a sample of a run's answers to label by hand.
+pub fn export_for_labelling(
+    runs: &Path,
+    run: &Path,
+    count: usize,
+    out: Option<&Path>,
+) -> Result<Ended, Error> {
+    use crate::review::export::write_for_labelling;
+    let folder = resolve(run, runs)?;
+    let mut text = Vec::new();
+    write_for_labelling(&folder, count, &mut text)?;
+    match out {
+        Some(path) => crate::files::write_with(path, |file| std::io::Write::write_all(file, &text))?,
+        None => terminal::emit(&String::from_utf8_lossy(&text)),
+    }
+    Ok(Ended::Success)
+}
+
 /// `gacc completions SHELL`: the completion script of `command` for bash, zsh or fish.
 pub fn completions(command: &mut clap::Command, shell: clap_complete::Shell) -> Result<Ended, Error> {
     let mut script = Vec::new();

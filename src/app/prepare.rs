@@ -19,6 +19,7 @@ use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
 use crate::exec::slurm::{Slurm, SlurmLauncher};
 use crate::hash::sha256;
 use crate::inputs::dataset::{self, Dataset};
+use crate::inputs::labels::{self, Labels};
 use crate::inputs::manifest::{self, CallbackSpec, Loaded};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{self, Plan};
@@ -37,6 +38,8 @@ pub(crate) struct Prepared {
     pub resolved_sha256: String,
     /// SHA-256 of the resolved manifest without its `[run]` table (report.json's `manifest_sha256`).
     pub experiment_sha256: String,
+    /// `[audit] labels`, read and checked.
+    pub labels: Option<Arc<Labels>>,
 }
 
 /// Loads and checks everything a run needs, reporting every problem at once.
@@ -48,6 +51,18 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
             problems.extend(found);
             None
         }
+    };
+    // A labels file that is missing is the manifest check's problem; one that is wrong, here.
+    let labels_path = loaded.manifest.audit.as_ref().and_then(|a| a.labels.as_ref());
+    let labels = match labels_path.filter(|path| loaded.folder.join(path).is_file()) {
+        Some(path) => match labels::read(&loaded.folder.join(path), &path.display().to_string()) {
+            Ok(labels) => Some(Arc::new(labels)),
+            Err(found) => {
+                problems.extend(found);
+                None
+            }
+        },
+        None => None,
     };
     let tokenizer_env = [("tokenizer".to_owned(), &loaded.manifest.tokenizer.env)];
     let callback_env = loaded
@@ -112,6 +127,7 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
         resolved,
         resolved_sha256,
         experiment_sha256,
+        labels,
     })
 }
 

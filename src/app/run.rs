@@ -141,6 +141,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     phases.end("execute jobs");
 
     let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
+    let answers = outcome
+        .results
+        .iter()
+        .filter_map(|row| Some((row.question_id.as_str(), row.answer.as_deref()?)));
+    let unmatched = (prepared.labels.as_ref()).map_or_else(Vec::new, |labels| labels.unmatched(answers));
     let hints = denial_hints(
         &report.failures,
         &opened.confinements,
@@ -198,6 +203,14 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     summary_json["cancelled"] = json!(cancelled);
     summary_json["seconds"] = json!(started.elapsed().as_secs_f64());
     summary_json["calls"] = json!(this_run);
+    // Labels that match no answer are the labels' error; the run's work is all written.
+    if !unmatched.is_empty() {
+        eprintln!(
+            "{}",
+            summary(&report, &this_run, &paid, &hints, started.elapsed())
+        );
+        return Err(Invalid(unmatched).into());
+    }
     Ok(Finished {
         summary: summary(&report, &this_run, &paid, &hints, started.elapsed()),
         summary_json,
@@ -473,9 +486,11 @@ fn write_rows(
         callbacks: callback_identities(&prepared.plan),
         dataset: &prepared.dataset,
         tokenizer: prepared.tokenizer.as_ref(),
+        // The endpoints' accounts are of the calls the scores rest on: audit judges' are not.
         model_callbacks: manifest
             .callbacks()
             .into_iter()
+            .filter(|(key, ..)| !key.starts_with("judges."))
             .filter_map(|(key, role, spec)| {
                 let call = spec.model.as_ref()?;
                 Some((
@@ -487,6 +502,13 @@ fn write_rows(
                 ))
             })
             .collect(),
+        audits: prepared
+            .plan
+            .audits
+            .iter()
+            .map(|a| (a.name.clone(), a.fraction))
+            .collect(),
+        labels: prepared.labels.as_deref(),
     };
     let stopped = |name: &str| Error::Io {
         path: folder.file(name),
@@ -567,6 +589,10 @@ fn callback_identities(plan: &Plan) -> BTreeMap<String, Value> {
         .collect();
     identities.insert("reader".into(), plan.reader_identity.clone());
     identities.insert("judge".into(), plan.judge_identity.clone());
+    for audit in &plan.audits {
+        let identity = serde_json::from_str(&audit.identity_json).unwrap_or_default();
+        identities.insert(format!("judges.{}", audit.name), identity);
+    }
     identities
 }
 

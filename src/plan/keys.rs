@@ -175,6 +175,19 @@ impl Plan {
         self.judge_key_seeded(job, question, answer, self.judge_seed)
     }
 
+    /// An audit judge's call for a question of `job` answered with `answer`: a judge call's
+    /// key under that judge's identity (the scoring judge's own key when it is the same judge).
+    pub(crate) fn audit_key(
+        &self,
+        audit: &super::AuditJudge,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        answer: &str,
+    ) -> String {
+        let seed = audit.seed.key_term(job.id.seed);
+        self.judge_key_under(&audit.identity_json, job, question, answer, seed)
+    }
+
     /// The keys the same calls had before seeds reached the model (every key with its run
     /// seed), where the request is the same: an entry under one answers the call.
     pub(crate) fn legacy_read_key(
@@ -236,6 +249,19 @@ impl Plan {
         answer: &str,
         rule: SeedRule,
     ) -> String {
+        let seed = rule.key_term(job.id.seed);
+        self.judge_key_under(&self.judge_identity_json, job, question, answer, seed)
+    }
+
+    /// A judge call's key under the judge identity `identity_json`.
+    fn judge_key_under(
+        &self,
+        identity_json: &str,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        answer: &str,
+        seed: KeySeed,
+    ) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         let inputs = JudgeInputs {
             source_sha256: &self.source_sha256[job.source],
@@ -243,7 +269,7 @@ impl Plan {
             reference_sha256: &hashes.reference,
             answer,
         };
-        judge_key_with(&self.judge_identity_json, &inputs, rule.key_term(job.id.seed))
+        judge_key_with(identity_json, &inputs, seed)
     }
 
     /// The key of `job`'s memory as measured.

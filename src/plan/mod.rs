@@ -77,6 +77,32 @@ pub(crate) struct Plan {
     pub held_out_texts: Vec<Vec<String>>,
     /// SHA-256 of each question's text and reference, by [source][goal][question].
     pub question_sha256: Vec<Vec<Vec<QuestionHashes>>>,
+    /// The audit judges (SPEC §10), in `[audit] judges` order.
+    pub audits: Vec<AuditJudge>,
+}
+
+/// A judge that re-judges a sample of the scoring judge's answers (SPEC §10).
+#[derive(Debug, Clone)]
+pub(crate) struct AuditJudge {
+    /// Its name in `[audit] judges` (its table is `[judges.NAME]`).
+    pub name: String,
+    pub identity_json: String,
+    pub seed: crate::inputs::models::SeedRule,
+    /// The share of answers it audits.
+    pub fraction: f64,
+}
+
+/// Whether an answer is in the sample an audit judge at `fraction` looks at: the SHA-256 of
+/// `[seed, question id, answer]` (as JSON), read as a number in [0, 1), is below `fraction`.
+/// The same answers in every run, and a larger share audits a superset.
+pub(crate) fn audited(seed: u64, question_id: &str, answer: &str, fraction: f64) -> bool {
+    if fraction >= 1.0 {
+        return true;
+    }
+    let text = serde_json::json!([seed, question_id, answer]).to_string();
+    let digest = crate::hash::sha256(&text);
+    let head = u64::from_str_radix(&digest[..16], 16).unwrap_or(u64::MAX);
+    (head as f64 / 2f64.powi(64)) < fraction
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +159,16 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
     .into_iter()
     .flatten()
     .collect();
+    let audits = manifest
+        .audit_judges()
+        .into_iter()
+        .map(|(name, spec, fraction)| AuditJudge {
+            name: name.to_owned(),
+            identity_json: keys::callback_identity(spec).to_string(),
+            seed: keys::seed_rule(spec),
+            fraction,
+        })
+        .collect();
     let reader_identity = keys::callback_identity(&manifest.reader);
     let judge_identity = keys::callback_identity(&manifest.judge);
     Ok(Plan {
@@ -149,6 +185,7 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
         held_out_texts: held_out_by_source(dataset),
+        audits,
     })
 }
 

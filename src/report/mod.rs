@@ -1,5 +1,6 @@
 //! `report.json` (schema `gacc.report/1`) and the reports rendered from it (SPEC §5).
 
+pub(crate) mod audit;
 pub(crate) mod charts;
 pub mod html;
 mod markdown;
@@ -56,6 +57,9 @@ pub(crate) struct Report {
     /// and the models that served them (SPEC §8).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) endpoints: BTreeMap<String, EndpointUsage>,
+    /// How far the scores depend on the judge (SPEC §10): present when `[audit]` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) judge_audit: Option<audit::JudgeAudit>,
 }
 
 /// One endpoint's account.
@@ -283,6 +287,9 @@ pub(crate) struct Inputs<'a> {
     pub(crate) dataset: &'a Dataset,
     pub(crate) tokenizer: &'a dyn Tokenizer,
     pub(crate) model_callbacks: ModelCallbacks,
+    /// The audit judges and the share each audits (SPEC §10).
+    pub(crate) audits: Vec<(String, f64)>,
+    pub(crate) labels: Option<&'a crate::inputs::labels::Labels>,
 }
 
 pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
@@ -325,6 +332,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
 
     let cells = cells(&outcome.ledger, &outcome.results);
     let endpoints = endpoints(&inputs.model_callbacks, outcome);
+    let judge_audit = audit::audit(&outcome.results, &cells, &inputs.audits, inputs.labels);
     Report {
         schema: SCHEMA,
         experiment: Experiment {
@@ -369,6 +377,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             })
             .collect(),
         endpoints,
+        judge_audit,
     }
 }
 

@@ -3,14 +3,16 @@
 //! or with `--memories` one row per memory (its ledger fields and text). CSV (RFC 4180) or
 //! JSON Lines, columns in the order of `QUESTION_COLUMNS` / `MEMORY_COLUMNS`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use serde_json::{Map, Value};
 
 use crate::error::Error;
+use crate::hash::sha256;
+use crate::inputs::records::Source;
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
-use crate::store::run_folder::{MEMORIES, MEMORY_TEXTS, RESULTS, RunFolder};
+use crate::store::run_folder::{DATASET, MEMORIES, MEMORY_TEXTS, RESULTS, RunFolder};
 
 /// How rows are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +125,26 @@ pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Wr
     } else {
         let memory_of: HashMap<&str, &LedgerRow> =
             rows.ledger.iter().map(|row| (row.key.as_str(), row)).collect();
+        // Each audit judge's verdict is a column of its own, after the fixed ones (SPEC §10).
+        let audit_columns: Vec<String> = rows
+            .results
+            .iter()
+            .flat_map(|row| row.audits.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|name| format!("audit.{name}"))
+            .collect();
+        let columns: Vec<&str> = QUESTION_COLUMNS
+            .iter()
+            .copied()
+            .chain(audit_columns.iter().map(String::as_str))
+            .collect();
         let lines = rows.results.iter().map(|result| {
             let mut fields = as_object(result);
+            fields.remove("audits");
+            for (name, verdict) in &result.audits {
+                fields.insert(format!("audit.{name}"), Value::from(*verdict));
+            }
             if let Some(memory) = memory_of.get(result.memory_key.as_str()) {
                 for (name, value) in as_object(*memory) {
                     fields.entry(name).or_insert(value);
@@ -132,8 +152,68 @@ pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Wr
             }
             fields
         });
-        write_table(out, table, QUESTION_COLUMNS, lines)
+        write_table(out, table, &columns, lines)
     }
+}
+
+/// The columns of `gacc export --for-labelling` (SPEC §10): what `[audit] labels` reads back
+/// (`question_id`, `answer`, `correct`, left empty to fill in), and what a person labelling needs.
+pub(crate) const LABEL_COLUMNS: &[&str] = &[
+    "question_id",
+    "answer",
+    "correct",
+    "source_id",
+    "goal_id",
+    "question",
+    "reference",
+];
+
+/// A sample of `count` distinct answers (question id and answer text) of a run, to label by
+/// hand: those whose SHA-256 of `[question id, answer]` (as JSON) is lowest, so the same run
+/// gives the same sample and a larger count a superset. CSV, in `LABEL_COLUMNS`.
+pub(crate) fn write_for_labelling(
+    folder: &RunFolder,
+    count: usize,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    let results: Vec<ResultRow> = folder.read_rows(RESULTS)?;
+    let mut asked: HashMap<String, (String, String)> = HashMap::new();
+    for source in folder.read_rows::<Source>(DATASET)? {
+        for goal in source.goals {
+            for question in goal.questions {
+                asked.insert(question.id, (question.question, question.reference));
+            }
+        }
+    }
+    let mut answers: Vec<(String, &ResultRow)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for row in &results {
+        let Some(answer) = row.answer.as_deref() else {
+            continue;
+        };
+        if seen.insert((row.question_id.as_str(), answer)) {
+            let order = sha256(serde_json::json!([row.question_id, answer]).to_string());
+            answers.push((order, row));
+        }
+    }
+    answers.sort_by(|a, b| a.0.cmp(&b.0));
+    let lines = answers.into_iter().take(count).map(|(_, row)| {
+        let (question, reference) = asked.get(&row.question_id).cloned().unwrap_or_default();
+        let mut fields = Map::new();
+        for (name, value) in [
+            ("question_id", row.question_id.clone()),
+            ("answer", row.answer.clone().unwrap_or_default()),
+            ("correct", String::new()),
+            ("source_id", row.source_id.clone()),
+            ("goal_id", row.goal_id.clone()),
+            ("question", question),
+            ("reference", reference),
+        ] {
+            fields.insert(name.to_owned(), Value::String(value));
+        }
+        fields
+    });
+    write_table(out, Table::Csv, LABEL_COLUMNS, lines).map_err(crate::error::io(folder.path()))
 }
 
 /// A row's fields as a JSON object.
@@ -245,7 +325,7 @@ mod tests {
             "{memory:?}"
         );
         // A question row: every result field but the judge's free text, then its memory's.
-        let left_out = ["rationale", "judge_meta"];
+        let left_out = ["rationale", "judge_meta", "audits"];
         assert!(
             result
                 .iter()

@@ -36,6 +36,8 @@ pub(crate) struct Callbacks {
     pub compressors: BTreeMap<String, Callback>,
     pub reader: Callback,
     pub judge: Callback,
+    /// The audit judges, in the plan's order (SPEC §10).
+    pub audits: Vec<Callback>,
 }
 
 impl Callbacks {
@@ -58,6 +60,11 @@ impl Callbacks {
                 .collect(),
             reader: make("reader".into(), Role::Reader, &manifest.reader),
             judge: make("judge".into(), Role::Judge, &manifest.judge),
+            audits: manifest
+                .audit_judges()
+                .into_iter()
+                .map(|(name, spec, _)| make(format!("judges.{name}"), Role::Judge, spec))
+                .collect(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One question of a memory: read from the memory, then judged against the source and the
 //! reference. Each step is answered by the cache or an identical call where it can be.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +12,8 @@ use super::calls::obtain;
 use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
-use crate::plan::{MemoryJob, keys};
+use crate::inputs::records::{Question, Source};
+use crate::plan::{MemoryJob, QuestionJob, audited, keys};
 use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
 use crate::protocol::{Role, Stage};
 use crate::store::ledger::{FailureRow, ResultRow};
@@ -169,5 +171,55 @@ pub(super) async fn run_question(
         outcome.row.rationale = verdict.rationale.map(str::to_owned);
         outcome.row.judge_meta = verdict.meta.map(Value::Object);
     }
+    let asked = Asked {
+        job,
+        question_job,
+        source,
+        question,
+    };
+    outcome.row.audits = audit(shared, &asked, &answer).await;
     outcome
+}
+
+/// A question as the audit judges are asked it.
+struct Asked<'a> {
+    job: &'a MemoryJob,
+    question_job: &'a QuestionJob,
+    source: &'a Source,
+    question: &'a Question,
+}
+
+/// The verdicts of the audit judges whose sample holds this answer (SPEC §10): judge calls of
+/// their own, cached and paced like any, which leave the row's own verdict alone. A call that
+/// gives no verdict is an abstention (null), warned about in the trace.
+async fn audit(shared: &RunState, asked: &Asked<'_>, answer: &str) -> BTreeMap<String, Option<bool>> {
+    let setup = &shared.setup;
+    let (job, question) = (asked.job, asked.question);
+    let mut verdicts = BTreeMap::new();
+    for (judge, callback) in setup.plan.audits.iter().zip(&setup.callbacks.audits) {
+        if !audited(job.id.seed, &question.id, answer, judge.fraction) {
+            continue;
+        }
+        let key = setup.plan.audit_key(judge, job, asked.question_job, answer);
+        let request = || {
+            messages::to_bytes(&JudgeRequest::new(
+                &asked.source.text,
+                &question.question,
+                &question.reference,
+                answer,
+                job.id.seed,
+                &callback.params,
+            ))
+        };
+        let description = || json!({"job": "audit", "judge": judge.name, "cache_key": key});
+        let verdict = match obtain(shared, callback, &key, || None, description, request).await {
+            Ok((response, _)) => messages::read::<JudgeResponse>(&response).map(|v| v.correct),
+            Err(failure) => {
+                tracing::warn!(callback = %callback.name, question = %question.id, reason = %failure.kind, "an audit judge gave no verdict");
+                None
+            }
+        };
+        verdicts.insert(judge.name.clone(), verdict);
+    }
+    verdicts
 }

@@ -37,6 +37,7 @@ pub(super) fn result_row(
         failure,
         rationale: None,
         judge_meta: None,
+        audits: Default::default(),
     }
 }
 

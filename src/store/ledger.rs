@@ -1,6 +1,8 @@
 //! The rows a run writes: one per memory (`memories.jsonl`) and one per question
 //! (`results.jsonl`), in plan order (SPEC §5).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, TruncationMode};
@@ -123,6 +125,9 @@ pub(crate) struct ResultRow {
     /// The judge's `meta` (SPEC §3): for a model judge, its served model and raw reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judge_meta: Option<serde_json::Value>,
+    /// Per audit judge whose sample holds this answer, its verdict (null: it gave none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub audits: BTreeMap<String, Option<bool>>,
 }
 
 impl ResultRow {

@@ -79,6 +79,7 @@ pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
     check_lists(loaded, &mut problem);
     check_tokenizer_and_dataset(loaded, &mut problem);
     check_callbacks(loaded, &mut problem);
+    check_audit(loaded, &mut problem);
     check_run(loaded, &mut problem);
     problems
 }
@@ -181,6 +182,55 @@ fn check_callbacks(loaded: &Loaded, problem: &mut Report) {
                 "is not a valid compressor name: expected [a-z0-9][a-z0-9_-]*".into(),
             );
         }
+    }
+}
+
+/// `[audit]` and `[judges.*]` (SPEC §10): each judge named once, shares in (0, 1], and every
+/// `[judges.*]` table audited.
+fn check_audit(loaded: &Loaded, problem: &mut Report) {
+    let manifest = &loaded.manifest;
+    let named: Vec<&String> = manifest.audit.iter().flat_map(|a| &a.judges).collect();
+    for name in manifest.judges.keys() {
+        if !valid_name(name) {
+            problem(
+                &format!("judges.{name}"),
+                "is not a valid judge name: expected [a-z0-9][a-z0-9_-]*".into(),
+            );
+        }
+        if !named.contains(&name) {
+            problem(
+                &format!("judges.{name}"),
+                format!("is not named by `audit.judges`: add \"{name}\" there to audit with it"),
+            );
+        }
+    }
+    let Some(audit) = &manifest.audit else {
+        return;
+    };
+    if has_duplicates(&audit.judges) {
+        problem("audit.judges", "lists a judge twice".into());
+    }
+    let share = |value: f64| value > 0.0 && value <= 1.0;
+    if !share(audit.fraction) {
+        problem("audit.fraction", "must be more than 0 and at most 1".into());
+    }
+    for (name, fraction) in &audit.fractions {
+        if !audit.judges.contains(name) {
+            problem(
+                &format!("audit.fractions.{name}"),
+                format!("names `{name}`, which `audit.judges` does not list"),
+            );
+        } else if !share(*fraction) {
+            problem(
+                &format!("audit.fractions.{name}"),
+                "must be more than 0 and at most 1".into(),
+            );
+        }
+    }
+    if let Some(labels) = &audit.labels
+        && !loaded.folder.join(labels).is_file()
+    {
+        problem("audit.labels", format!("no file `{}`", labels.display()));
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
-use super::{ENV_PREFIX, Loaded, Manifest, check};
+use super::{CallbackSpec, ENV_PREFIX, Loaded, Manifest, check};
 use crate::error::{Invalid, Problem};
 
 /// The top-level keys a `GACC_` variable may override; other `GACC_` variables are not ours.
@@ -23,6 +23,8 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "compressors",
     "reader",
     "judge",
+    "judges",
+    "audit",
     "models",
     "run",
 ];
@@ -72,9 +74,45 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
         path: path.to_path_buf(),
         folder,
     };
-    let mut problems = check::check(&loaded);
+    let mut problems = name_rule_judges(&mut loaded);
+    problems.extend(check::check(&loaded));
     problems.extend(resolve_models(&mut loaded));
     Ok((loaded, problems))
+}
+
+/// A built-in rule judge that `[audit] judges` names without a `[judges.*]` table of its own
+/// gets one (`builtin = NAME`, nothing else), so every audit judge is a table from here on.
+fn name_rule_judges(loaded: &mut Loaded) -> Vec<Problem> {
+    let manifest = &mut loaded.manifest;
+    let Some(audit) = &manifest.audit else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for name in &audit.judges {
+        if manifest.judges.contains_key(name) {
+            continue;
+        }
+        let rule = crate::builtin::names(crate::protocol::Role::Judge)
+            .into_iter()
+            .find(|b| b == name && crate::builtin::in_process(b).is_some());
+        match rule.and_then(|b| toml::from_str::<CallbackSpec>(&format!("builtin = \"{b}\"")).ok()) {
+            Some(spec) => {
+                manifest.judges.insert(name.clone(), spec);
+            }
+            None => problems.push(Problem {
+                place: format!("{}: key `audit.judges`", loaded.path.display()),
+                message: format!(
+                    "`{name}` is neither a `[judges.{name}]` table nor a built-in rule judge ({})",
+                    crate::builtin::names(crate::protocol::Role::Judge)
+                        .into_iter()
+                        .filter(|b| crate::builtin::in_process(b).is_some())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+    problems
 }
 
 /// Gives each model built-in its endpoint and template texts (SPEC §8).
@@ -89,7 +127,13 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
         .chain([
             ("reader".to_owned(), &mut manifest.reader),
             ("judge".to_owned(), &mut manifest.judge),
-        ]);
+        ])
+        .chain(
+            manifest
+                .judges
+                .iter_mut()
+                .map(|(name, spec)| (format!("judges.{name}"), spec)),
+        );
     for (key, spec) in specs {
         let place = format!("{}: key `{key}`", loaded.path.display());
         let Some(builtin) = spec

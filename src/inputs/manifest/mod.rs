@@ -50,11 +50,47 @@ pub(crate) struct Manifest {
     pub compressors: BTreeMap<String, CallbackSpec>,
     pub reader: CallbackSpec,
     pub judge: CallbackSpec,
+    /// Further judges, by name, that `[audit]` may name (SPEC §10): the same fields as `[judge]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub judges: BTreeMap<String, CallbackSpec>,
+    /// Judges that re-judge the scoring judge's answers, and human labels (SPEC §10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditSpec>,
     /// Model endpoints (SPEC §8), named by model built-ins' `params.model`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ModelSpec>,
     #[serde(default)]
     pub run: RunSpec,
+}
+
+/// `[audit]` (SPEC §10): the judges that re-judge the answers, the share of answers each
+/// looks at, and a file of human verdicts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditSpec {
+    /// Built-in rule judges (`exact`, `normalized`, `contains`, `token-f1`) or `[judges.*]` names.
+    #[serde(default)]
+    pub judges: Vec<String>,
+    /// The share of answers audited, a seeded sample (default 1).
+    #[serde(default = "whole")]
+    pub fraction: f64,
+    /// Per judge, a share overriding `fraction`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fractions: BTreeMap<String, f64>,
+    /// Human verdicts (CSV or JSON Lines): `question_id`, `answer`, `correct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<PathBuf>,
+}
+
+fn whole() -> f64 {
+    1.0
+}
+
+impl AuditSpec {
+    /// The share of answers `judge` audits.
+    pub(crate) fn fraction_of(&self, judge: &str) -> f64 {
+        self.fractions.get(judge).copied().unwrap_or(self.fraction)
+    }
 }
 
 fn default_seeds() -> Vec<u64> {
@@ -453,7 +489,8 @@ impl Manifest {
             .collect()
     }
 
-    /// Every callback: its manifest key (`compressors.NAME`, `reader`, `judge`), role and settings.
+    /// Every callback: its manifest key (`compressors.NAME`, `reader`, `judge`, `judges.NAME`),
+    /// role and settings.
     pub(crate) fn callbacks(&self) -> Vec<(String, Role, &CallbackSpec)> {
         self.compressors
             .iter()
@@ -462,6 +499,23 @@ impl Manifest {
                 ("reader".to_owned(), Role::Reader, &self.reader),
                 ("judge".to_owned(), Role::Judge, &self.judge),
             ])
+            .chain(
+                self.judges
+                    .iter()
+                    .map(|(name, spec)| (format!("judges.{name}"), Role::Judge, spec)),
+            )
+            .collect()
+    }
+
+    /// The audit judges in `[audit] judges` order: name, settings and the share they audit.
+    pub(crate) fn audit_judges(&self) -> Vec<(&str, &CallbackSpec, f64)> {
+        let Some(audit) = &self.audit else {
+            return Vec::new();
+        };
+        audit
+            .judges
+            .iter()
+            .filter_map(|name| Some((name.as_str(), self.judges.get(name)?, audit.fraction_of(name))))
             .collect()
     }
 }

@@ -1,0 +1,218 @@
+//! Human verdicts on answers (SPEC §10): `[audit] labels`, a CSV file with a header row or JSON
+//! Lines, each row a `question_id`, an `answer` and `correct` (true or false); other columns are
+//! ignored. A label applies to every answer of the run with that question id and exactly that
+//! text, so it stays valid across runs and compressors that gave the same answer.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::Problem;
+
+/// The labels of one file.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Labels {
+    /// The file, as the manifest names it.
+    pub file: String,
+    /// (question id, answer) → (correct, the line it is on).
+    verdicts: HashMap<(String, String), (bool, usize)>,
+}
+
+impl Labels {
+    /// The label of an answer, if it has one.
+    pub(crate) fn verdict(&self, question_id: &str, answer: &str) -> Option<bool> {
+        self.verdicts
+            .get(&(question_id.to_owned(), answer.to_owned()))
+            .map(|(correct, _)| *correct)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.verdicts.len()
+    }
+
+    /// The labels no answer among `answers` (question id, answer) matches, as problems naming
+    /// their lines.
+    pub(crate) fn unmatched<'a>(&self, answers: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<Problem> {
+        let mut matched = std::collections::HashSet::new();
+        for (question, answer) in answers {
+            let key = (question.to_owned(), answer.to_owned());
+            if self.verdicts.contains_key(&key) {
+                matched.insert(key);
+            }
+        }
+        let mut lines: Vec<(&usize, &String)> = self
+            .verdicts
+            .iter()
+            .filter(|(key, _)| !matched.contains(*key))
+            .map(|((question, _), (_, line))| (line, question))
+            .collect();
+        lines.sort();
+        lines
+            .into_iter()
+            .map(|(line, question)| Problem {
+                place: format!("{}:{line}", self.file),
+                message: format!("the label of question `{question}` matches no answer of this run (the question id and the answer text must both match)"),
+            })
+            .collect()
+    }
+}
+
+/// Reads a labels file: `.jsonl`/`.json` as JSON Lines, anything else as CSV. Every problem
+/// names the file and line.
+pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        vec![Problem {
+            place: shown.to_owned(),
+            message: format!("cannot read the labels: {error}"),
+        }]
+    })?;
+    let json = path.extension().is_some_and(|e| e == "jsonl" || e == "json");
+    let rows = if json { json_rows(&text) } else { csv_rows(&text) };
+    let mut labels = Labels {
+        file: shown.to_owned(),
+        verdicts: HashMap::new(),
+    };
+    let mut problems = Vec::new();
+    let problem = |line: usize, message: String| Problem {
+        place: format!("{shown}:{line}"),
+        message,
+    };
+    for row in rows {
+        let (line, fields) = match row {
+            Ok(row) => row,
+            Err((line, message)) => {
+                problems.push(problem(line, message));
+                continue;
+            }
+        };
+        let field = |name: &str| fields.get(name).map(String::as_str);
+        let (Some(question), Some(answer)) = (field("question_id"), field("answer")) else {
+            problems.push(problem(line, "expected `question_id` and `answer`".into()));
+            continue;
+        };
+        let correct = match field("correct").map(|c| c.trim().to_ascii_lowercase()) {
+            Some(c) if c == "true" => true,
+            Some(c) if c == "false" => false,
+            other => {
+                let got = other.map_or("nothing".to_owned(), |c| format!("`{c}`"));
+                problems.push(problem(
+                    line,
+                    format!("`correct` must be true or false, got {got}"),
+                ));
+                continue;
+            }
+        };
+        let key = (question.to_owned(), answer.to_owned());
+        if let Some((_, first)) = labels.verdicts.get(&key) {
+            problems.push(problem(
+                line,
+                format!("question `{question}` with this answer is labelled already, on line {first}"),
+            ));
+            continue;
+        }
+        labels.verdicts.insert(key, (correct, line));
+    }
+    if problems.is_empty() {
+        Ok(labels)
+    } else {
+        Err(problems)
+    }
+}
+
+/// One row: its line, and its fields by column name; or the line and what is wrong with it.
+type Row = Result<(usize, HashMap<String, String>), (usize, String)>;
+
+fn csv_rows(text: &str) -> Vec<Row> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header: Vec<String> = match reader.headers() {
+        Ok(header) => header
+            .iter()
+            .map(|h| h.trim_start_matches('\u{feff}').trim().to_owned())
+            .collect(),
+        Err(error) => return vec![Err((1, format!("not CSV: {error}")))],
+    };
+    reader
+        .records()
+        .map(|record| {
+            let record = record.map_err(|error| {
+                let line = error.position().map_or(0, |p| p.line() as usize);
+                (line, format!("not CSV: {error}"))
+            })?;
+            let line = record.position().map_or(0, |p| p.line() as usize);
+            let fields = header
+                .iter()
+                .zip(record.iter())
+                .map(|(name, value)| (name.clone(), value.to_owned()))
+                .collect();
+            Ok((line, fields))
+        })
+        .collect()
+}
+
+fn json_rows(text: &str) -> Vec<Row> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(number, line)| {
+            let line_number = number + 1;
+            let value: Value =
+                serde_json::from_str(line).map_err(|error| (line_number, format!("not JSON: {error}")))?;
+            let object = value
+                .as_object()
+                .ok_or((line_number, "expected a JSON object".to_owned()))?;
+            let fields = object
+                .iter()
+                .filter_map(|(name, value)| {
+                    let text = match value {
+                        Value::String(text) => text.clone(),
+                        Value::Bool(b) => b.to_string(),
+                        Value::Null => return None,
+                        other => other.to_string(),
+                    };
+                    Some((name.clone(), text))
+                })
+                .collect();
+            Ok((line_number, fields))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(name: &str, text: &str) -> Result<Labels, Vec<Problem>> {
+        let folder = std::env::temp_dir().join(format!("gacc-labels-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let path = folder.join(name);
+        std::fs::write(&path, text).unwrap();
+        read(&path, name)
+    }
+
+    #[test]
+    fn labels_read_from_csv_and_json_lines_with_their_lines() {
+        let csv = "question_id,answer,correct,note\nq1,\"a, with comma\",true,x\nq2,\"two\nlines\",FALSE,\n";
+        let read = labels("l.csv", csv).unwrap();
+        assert_eq!(read.verdict("q1", "a, with comma"), Some(true));
+        assert_eq!(read.verdict("q2", "two\nlines"), Some(false));
+        assert_eq!(read.verdict("q1", "other"), None);
+        let unmatched = read.unmatched([("q1", "a, with comma")].into_iter());
+        assert_eq!(unmatched.len(), 1);
+        assert_eq!(unmatched[0].place, "l.csv:3");
+        let jsonl = "{\"question_id\": \"q1\", \"answer\": \"a\", \"correct\": true}\n";
+        assert_eq!(labels("l.jsonl", jsonl).unwrap().verdict("q1", "a"), Some(true));
+    }
+
+    #[test]
+    fn bad_labels_name_their_lines() {
+        let csv = "question_id,answer,correct\nq1,a,true\nq1,a,false\nq2,b,maybe\nq3,c\n";
+        let problems = labels("bad.csv", csv).unwrap_err();
+        let places: Vec<&str> = problems.iter().map(|p| p.place.as_str()).collect();
+        assert_eq!(places, ["bad.csv:3", "bad.csv:4", "bad.csv:5"], "{problems:?}");
+        assert!(problems[0].message.contains("labelled already, on line 2"));
+        assert!(problems[1].message.contains("`maybe`"));
+    }
+}
