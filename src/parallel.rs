@@ -1,6 +1,30 @@
-//! Work spread over every core.
+//! Work spread over every core, the async runtime that runs calls, and locks.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// A mutex's guard whether or not a thread panicked holding it: what gacc keeps behind a lock
+/// is updated in single steps, so a lock a panic poisoned still holds a consistent value, and a
+/// run goes on (its panicking task is reported where it is joined).
+pub(crate) trait Locked<T> {
+    fn locked(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> Locked<T> for Mutex<T> {
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The multi-threaded runtime that runs a command's calls, its worker threads bounded when
+/// `workers` says so.
+pub(crate) fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder.enable_all().build()
+}
 
 /// `f` of every item, on every core, in the items' order. A panic in `f` is passed on.
 pub(crate) fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -> Vec<T> {

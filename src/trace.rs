@@ -7,6 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
+use crate::parallel::Locked;
 use tracing_subscriber::fmt::MakeWriter;
 
 static TRACE_FILE: Mutex<Option<BufWriter<File>>> = Mutex::new(None);
@@ -17,13 +18,13 @@ const TRACE_BUFFER: usize = 256 << 10;
 /// Sends trace events to `path` from now on, creating it.
 pub(crate) fn open(path: &Path) -> std::io::Result<()> {
     let file = BufWriter::with_capacity(TRACE_BUFFER, File::create(path)?);
-    *TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+    *TRACE_FILE.locked() = Some(file);
     Ok(())
 }
 
 /// Stops writing trace events and flushes what was written.
 pub(crate) fn close() {
-    if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).take()
+    if let Some(file) = TRACE_FILE.locked().take()
         && let Ok(file) = file.into_inner()
     {
         let _ = file.sync_all();
@@ -49,7 +50,7 @@ impl Write for EventWriter {
 
 impl Drop for EventWriter {
     fn drop(&mut self) {
-        if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(file) = TRACE_FILE.locked().as_mut() {
             let _ = file.write_all(&self.0);
         }
     }
@@ -110,7 +111,7 @@ pub(crate) fn job_finished(event: &JobFinished) {
         line.extend_from_slice(if value { b"true" } else { b"false" });
     }
     line.extend_from_slice(b"}\n");
-    if let Some(file) = TRACE_FILE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+    if let Some(file) = TRACE_FILE.locked().as_mut() {
         let _ = file.write_all(&line);
     }
 }

@@ -120,10 +120,7 @@ fn experiment(folder: &Path, shape: &Shape) -> Result<Vec<Measurement>, Error> {
 /// and sleeping callbacks.
 fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Measurement>, Error> {
     let mut out = Vec::new();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(io(folder))?;
+    let runtime = crate::parallel::runtime(None).map_err(io(folder))?;
     let bare = runtime.block_on(spawn_true(spawns, concurrency));
     let piped = runtime.block_on(spawn_piped(spawns, concurrency));
     let oneshot = runtime.block_on(call_many(

@@ -426,10 +426,7 @@ fn execute(
     options: &RunOptions,
     folder: &RunFolder,
 ) -> Result<runner::Outcome, Error> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(io(Path::new("tokio runtime")))?;
+    let runtime = crate::parallel::runtime(None).map_err(io(Path::new("tokio runtime")))?;
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
         let outcome = tokio::select! {

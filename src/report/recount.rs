@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::Tokenizer;
+use crate::parallel::Locked;
 use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::LedgerRow;
 
@@ -109,7 +110,7 @@ impl Recount {
                 std::thread::spawn(move || {
                     let mut counted = Vec::new();
                     loop {
-                        let next = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let next = receiver.locked().recv();
                         let Ok(text) = next else { break };
                         counted.push(counter.count(&text));
                     }

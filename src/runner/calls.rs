@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::progress::{CallCounts, StageProgress, Usage};
 use super::{RunState, Stop};
 use crate::exec::callback::{Callback, Failure, FailureKind};
+use crate::parallel::Locked;
 use crate::protocol::Role;
 
 /// Where a call's answer came from.
@@ -42,12 +43,12 @@ pub(super) struct CallBook {
 
 impl CallBook {
     pub(super) fn slot(&self, role: Role, key: &str) -> InFlight {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.locked();
         slots.entry((role, key.to_owned())).or_default().clone()
     }
 
     pub(super) fn count(&self, role: Role, update: impl FnOnce(&mut CallCounts)) {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = self.counts.locked();
         update(counts.entry(role).or_default());
     }
 
@@ -58,7 +59,7 @@ impl CallBook {
 
     /// Every count, those made without a lock included.
     pub(super) fn totals(&self) -> BTreeMap<Role, CallCounts> {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut counts = self.counts.locked().clone();
         for role in [Role::Compressor, Role::Reader, Role::Judge] {
             let found = self.cached[role as usize].load(Ordering::Relaxed);
             if found > 0 {
@@ -125,12 +126,7 @@ pub(super) async fn obtain(
         .await;
     if origin == Origin::Called {
         // Later identical calls find the cache; only calls in flight need the slot.
-        shared
-            .calls
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(role, key.to_owned()));
+        shared.calls.slots.locked().remove(&(role, key.to_owned()));
     }
     account(shared, role, result, origin)
 }
@@ -175,7 +171,7 @@ fn account(
                 shared.calls.count(role, |c| c.cached += 1);
             } else {
                 shared.calls.count(role, |c| c.made += 1);
-                let mut paid = shared.calls.paid.lock().unwrap_or_else(|e| e.into_inner());
+                let mut paid = shared.calls.paid.locked();
                 paid.entry(role).or_default().add(response);
             }
             Ok(response.clone())

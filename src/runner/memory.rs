@@ -17,6 +17,7 @@ use super::{MemoryOutcome, RunState};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
+use crate::parallel::Locked;
 use crate::plan::MemoryJob;
 use crate::protocol::messages::{self, CompressorRequest, CompressorResponse};
 use crate::protocol::{Role, Stage, TruncationMode};
@@ -311,12 +312,7 @@ pub(super) async fn measure(
         .map_or("", |r| r.memory)
         .to_owned();
     let memo_key = (sha256(&generation), budget);
-    if let Some(measured) = shared
-        .measured
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&memo_key)
-    {
+    if let Some(measured) = shared.measured.locked().get(&memo_key) {
         return Ok(measured.clone());
     }
     let tokenizer = setup.tokenizer.clone();
@@ -341,11 +337,7 @@ pub(super) async fn measure(
         Ok(Ok(mut measured)) => {
             measured.memory = shared.intern(&measured.memory_sha256, &measured.memory);
             let measured = Arc::new(measured);
-            shared
-                .measured
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(memo_key, measured.clone());
+            shared.measured.locked().insert(memo_key, measured.clone());
             return Ok(measured);
         }
         Ok(Err(error)) => error.to_string(),

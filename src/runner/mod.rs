@@ -22,6 +22,7 @@ use crate::hash::{DigestMap, key_bytes};
 use crate::inputs::dataset::Dataset;
 use crate::inputs::manifest::{CallbackSpec, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
+use crate::parallel::Locked;
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::protocol::TruncationMode;
@@ -163,22 +164,14 @@ impl std::fmt::Display for Stop {
 impl RunState {
     /// Stops the run: no new call starts, and calls waiting for a slot are cancelled.
     fn stop(&self, why: Stop) {
-        self.stop
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(why);
+        self.stop.locked().get_or_insert(why);
         self.stopped.store(true, Ordering::Relaxed);
         self.run_limit.close();
     }
 
     /// A memory's text by its hash: from this run's copies, else from the cache.
     fn memory_text(&self, sha256: &str) -> Option<Arc<str>> {
-        if let Some(text) = self
-            .memories
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sha256)
-        {
+        if let Some(text) = self.memories.locked().get(sha256) {
             return Some(text.clone());
         }
         let entry = self.setup.cache.get(Kind::Text, sha256)?;
@@ -186,7 +179,7 @@ impl RunState {
     }
 
     fn intern(&self, sha256: &str, text: &str) -> Arc<str> {
-        let mut memories = self.memories.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memories = self.memories.locked();
         memories
             .entry(sha256.to_owned())
             .or_insert_with(|| Arc::from(text))
@@ -301,13 +294,8 @@ impl DistinctCalls {
 /// paid, why it stopped, and the distinct calls the results rest on.
 fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
     outcome.this_run = shared.calls.totals();
-    outcome.stop = shared.stop.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    outcome.paid = shared
-        .calls
-        .paid
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    outcome.stop = shared.stop.locked().clone();
+    outcome.paid = shared.calls.paid.locked().clone();
     outcome.calls = distinct
         .calls
         .into_iter()

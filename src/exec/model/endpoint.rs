@@ -13,6 +13,7 @@ use super::batch;
 use super::limiter::{Exhausted, Limiter, Live, Pacer, Rates};
 use crate::exec::callback::FailureKind;
 use crate::inputs::models::ModelSpec;
+use crate::parallel::Locked;
 use crate::providers::{self, Allowance, Announced, Reply};
 
 /// The most of a reply body gacc reads.
@@ -82,11 +83,11 @@ impl Endpoint {
     }
 
     pub(super) fn latency(&self) -> Duration {
-        Duration::from_secs_f64(*self.latency.lock().unwrap_or_else(|e| e.into_inner()))
+        Duration::from_secs_f64(*self.latency.locked())
     }
 
     pub(super) fn took(&self, elapsed: Duration) {
-        let mut mean = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let mut mean = self.latency.locked();
         *mean = if *mean == 0.0 {
             elapsed.as_secs_f64()
         } else {
@@ -146,7 +147,7 @@ impl Endpoint {
     }
 
     pub(super) fn rejected(&self) -> Option<FailureKind> {
-        self.rejected.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.rejected.locked().clone()
     }
 
     /// Sends one request, retrying 429, 408, 5xx, timeouts, broken connections and unreadable
@@ -245,7 +246,7 @@ impl Endpoint {
                 self.name
             ),
         };
-        *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind.clone());
+        *self.rejected.locked() = Some(kind.clone());
         kind
     }
 

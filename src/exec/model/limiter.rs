@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::parallel::Locked;
 use crate::providers::{Allowance, Announced};
 
 /// How long growth pauses after a 5xx or a timeout.
@@ -96,7 +97,7 @@ impl Limiter {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Waits for a place under the live limit.
@@ -367,7 +368,7 @@ impl Pacer {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, PaceState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// The pace in force, per second.

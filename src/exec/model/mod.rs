@@ -19,6 +19,7 @@ use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launc
 use crate::hash::sha256;
 use crate::inputs::models::{ModelCall, SeedRule, template_variables};
 use crate::inputs::tokenizer::Tokenizer;
+use crate::parallel::Locked;
 use crate::protocol::Role;
 use crate::providers::{self, Prompt, Reply};
 
@@ -58,7 +59,7 @@ impl CostGuard {
 
     /// Reserves a call's most; refused when spent plus reserved would pass the cap.
     fn reserve(&self, most: f64) -> Result<(), FailureKind> {
-        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = self.spent.locked();
         if let Some(cap) = self.cap
             && spent.0 + spent.1 + most > cap
         {
@@ -69,7 +70,7 @@ impl CostGuard {
     }
 
     fn settle(&self, most: f64, cost: f64) {
-        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = self.spent.locked();
         spent.1 = (spent.1 - most).max(0.0);
         spent.0 += cost;
     }

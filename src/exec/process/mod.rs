@@ -15,6 +15,7 @@ use crate::exec::callback::{
 };
 use crate::exec::program::Program;
 use crate::exec::sandbox::Scratch;
+use crate::parallel::Locked;
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode, Role, STDERR_TAIL_BYTES};
 
 mod pipelined;
@@ -96,7 +97,7 @@ impl ProcessLauncher {
     /// flight as `WorkerDied`, which the callback retries.
     async fn pipelined(&self, callback: &Callback, request: &[u8]) -> Attempt {
         let worker = {
-            let mut workers = self.pipelined.lock().unwrap_or_else(|e| e.into_inner());
+            let mut workers = self.pipelined.locked();
             workers.retain(|w| !w.dead.load(Ordering::Relaxed));
             let free = workers
                 .iter()
@@ -124,7 +125,7 @@ impl ProcessLauncher {
 
     /// An idle worker that is still running, if there is one; exited ones are dropped.
     fn idle(&self) -> Option<PersistentProcess> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.locked();
         while let Some(mut worker) = idle.pop() {
             if matches!(worker.group.child.try_wait(), Ok(None)) {
                 return Some(worker);
@@ -167,7 +168,7 @@ impl ProcessLauncher {
             worker.stderr_tail()
         };
         if healthy {
-            self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(worker);
+            self.idle.locked().push(worker);
         }
         Attempt { result, stderr_tail }
     }
@@ -282,9 +283,7 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     let output = if too_large {
         Output::TooLarge
     } else {
-        Output::Complete(std::mem::take(
-            &mut *received.lock().unwrap_or_else(|e| e.into_inner()),
-        ))
+        Output::Complete(std::mem::take(&mut *received.locked()))
     };
     let result = match status {
         None => Err(FailureKind::Timeout(program.timeout)),
@@ -334,7 +333,7 @@ impl PersistentProcess {
             let mut stderr = stderr;
             let mut buffer = vec![0u8; 8 << 10];
             while let Ok(n @ 1..) = stderr.read(&mut buffer).await {
-                let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                let mut tail = sink.locked();
                 tail.extend_from_slice(&buffer[..n]);
                 if tail.len() > 2 * STDERR_TAIL_BYTES {
                     let excess = tail.len() - STDERR_TAIL_BYTES;
@@ -355,7 +354,7 @@ impl PersistentProcess {
     }
 
     fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let tail = self.stderr.locked();
         let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
         String::from_utf8_lossy(&tail[start..]).into_owned()
     }
@@ -403,7 +402,7 @@ async fn read_line_limited(
 static LIVE_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    LIVE_GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+    LIVE_GROUPS.locked()
 }
 
 /// Kills every callback process group still running (on Ctrl-C).
@@ -441,7 +440,7 @@ async fn read_limited(
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => return false,
             Ok(n) => {
-                let mut received = into.lock().unwrap_or_else(|e| e.into_inner());
+                let mut received = into.locked();
                 if received.len() + n > limit {
                     kill_group(group);
                     received.clear();

@@ -13,6 +13,7 @@ use tokio::process::{ChildStdin, ChildStdout};
 use super::{Group, PersistentProcess, read_line_limited};
 use crate::exec::callback::{Attempt, FailureKind, check_response, parse_response, reported_error};
 use crate::exec::program::Program;
+use crate::parallel::Locked;
 use crate::protocol::{MAX_RESPONSE_BYTES, Role, STDERR_TAIL_BYTES};
 
 /// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
@@ -52,7 +53,7 @@ impl Pipelined {
     }
 
     fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let tail = self.stderr.locked();
         let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
         String::from_utf8_lossy(&tail[start..]).into_owned()
     }
@@ -76,7 +77,7 @@ impl Pipelined {
                 break format!("it answered an `id` it was never sent ({id})");
             }
             // A reply to a call that timed out finds nobody waiting: it is dropped.
-            let waiter = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            let waiter = self.waiting.locked().remove(&id);
             if let Some(waiter) = waiter {
                 let result = match reported_error(&response, 0) {
                     Some(error) => Err(error),
@@ -90,26 +91,18 @@ impl Pipelined {
 
     fn die(&self, why: &str) {
         self.dead.store(true, Ordering::Relaxed);
-        let waiting: Vec<_> = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .collect();
+        let waiting: Vec<_> = self.waiting.locked().drain().collect();
         for (_, waiter) in waiting {
             let _ = waiter.send(Err(FailureKind::WorkerDied(why.to_owned())));
         }
         // Its process group goes with it.
-        drop(self.process.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(self.process.locked().take());
     }
 
     pub(super) async fn call(&self, timeout: Duration, request: &[u8]) -> Attempt {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, sender);
+        self.waiting.locked().insert(id, sender);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         // The request with its id first: `{"id":N,` then the rest of the object.
         let mut line = format!("{{\"id\":{id},").into_bytes();
@@ -141,7 +134,7 @@ impl Pipelined {
         let result = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => {
-                self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                self.waiting.locked().remove(&id);
                 Err(FailureKind::Timeout(timeout))
             }
         };

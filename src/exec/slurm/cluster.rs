@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::files::{call_files, tail_of};
-use super::{LIVE_JOBS, Queue, Slurm, Task, lock};
+use super::{LIVE_JOBS, Queue, Slurm, Task};
 use crate::exec::callback::{Attempt, FailureKind};
 use crate::files::write_durably;
+use crate::parallel::Locked;
 use crate::protocol::Role;
 
 /// How many polls a submitted task may be missing from `squeue` before it counts as gone.
@@ -74,7 +75,7 @@ pub(super) fn shell_quote(text: &str) -> String {
 impl Slurm {
     /// The job id of a array whose `job` file was never written, asked of Slurm once.
     pub(super) async fn find_job(&self, array: &str) -> Option<String> {
-        if let Some(found) = lock(&self.state).found.get(array) {
+        if let Some(found) = self.state.locked().found.get(array) {
             return found.clone();
         }
         let args = ["-h", "-t", "all", "-o", "%F", "-n"].map(String::from);
@@ -91,7 +92,7 @@ impl Slurm {
         if let Some(job) = &found {
             let _ = write_durably(&self.array_folder(array).join("job"), job.as_bytes());
         }
-        lock(&self.state).found.insert(array.to_owned(), found.clone());
+        self.state.locked().found.insert(array.to_owned(), found.clone());
         found
     }
 
@@ -168,8 +169,8 @@ impl Slurm {
         };
         tracing::info!(callback = %callback["name"], job, tasks = tasks.len(), calls = calls.len(), "array submitted");
         let _ = write_durably(&folder.join("job"), job.as_bytes());
-        lock(&LIVE_JOBS).insert(job.clone());
-        lock(&self.state).arrays.insert(array.clone());
+        LIVE_JOBS.locked().insert(job.clone());
+        self.state.locked().arrays.insert(array.clone());
         let per_task = self.spec.calls_per_task;
         for (position, (key, reply)) in calls.into_iter().enumerate() {
             let task = Task {
@@ -263,7 +264,9 @@ impl Slurm {
                 return;
             }
         };
-        let keys: Vec<(String, Task)> = lock(&self.state)
+        let keys: Vec<(String, Task)> = self
+            .state
+            .locked()
             .outstanding
             .iter()
             .map(|(key, o)| (key.clone(), o.task.clone()))
@@ -272,7 +275,7 @@ impl Slurm {
         for (key, task) in keys {
             let files = call_files(&calls, &key);
             if let Some(attempt) = self.take_response(&key, &files) {
-                if let Some(outstanding) = lock(&self.state).outstanding.remove(&key) {
+                if let Some(outstanding) = self.state.locked().outstanding.remove(&key) {
                     let _ = outstanding.reply.send(attempt);
                 }
                 continue;
@@ -281,7 +284,7 @@ impl Slurm {
                 Some(state) if ENDED.contains(&state.as_str()) => state.clone(),
                 Some(_) => continue,
                 None => {
-                    let mut state = lock(&self.state);
+                    let mut state = self.state.locked();
                     let Some(outstanding) = state.outstanding.get_mut(&key) else {
                         continue;
                     };
@@ -292,7 +295,7 @@ impl Slurm {
                     "gone from the queue".to_owned()
                 }
             };
-            let Some(outstanding) = lock(&self.state).outstanding.remove(&key) else {
+            let Some(outstanding) = self.state.locked().outstanding.remove(&key) else {
                 continue;
             };
             let _ = std::fs::remove_file(&files.task);

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -37,6 +37,7 @@ mod files;
 pub(crate) mod task;
 
 use crate::inputs::manifest::{SlurmResources, SlurmSpec};
+use crate::parallel::Locked;
 use crate::protocol::Role;
 use files::{CallFiles, call_files, call_key, describe, read_response};
 
@@ -105,7 +106,7 @@ static LIVE_JOBS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// Cancels every array this process submitted (on Ctrl-C). Finished ones are not affected.
 pub(crate) fn cancel_all() {
-    let jobs: Vec<String> = lock(&LIVE_JOBS).iter().cloned().collect();
+    let jobs: Vec<String> = LIVE_JOBS.locked().iter().cloned().collect();
     if jobs.is_empty() {
         return;
     }
@@ -126,10 +127,6 @@ impl std::fmt::Debug for Slurm {
             .field("work", &self.work)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The launcher of a callback whose calls run as tasks of Slurm job arrays, each task
@@ -233,7 +230,9 @@ impl Slurm {
             return attempt;
         }
         let (reply, answer) = oneshot::channel();
-        let description = lock(&self.state)
+        let description = self
+            .state
+            .locked()
             .described
             .entry(callback.name.clone())
             .or_insert_with(|| Arc::new(describe(callback, program)))
@@ -241,7 +240,7 @@ impl Slurm {
         match self.adopt(&files).await {
             Some(task) => {
                 tracing::info!(task = %task.id(), key, "waiting for a task submitted by an earlier run");
-                lock(&self.state).arrays.insert(task.array.clone());
+                self.state.locked().arrays.insert(task.array.clone());
                 self.expect(key, task, reply, true, description, callback.role);
             }
             None => {
@@ -266,7 +265,7 @@ impl Slurm {
 
     fn enqueue(&self, key: String, reply: oneshot::Sender<Attempt>, callback: Arc<Value>, role: Role) {
         let name = callback["name"].as_str().unwrap_or_default().to_owned();
-        let mut state = lock(&self.state);
+        let mut state = self.state.locked();
         let queue = state.queued.entry(name).or_insert_with(|| Queue {
             callback,
             role,
@@ -285,7 +284,7 @@ impl Slurm {
         callback: Arc<Value>,
         role: Role,
     ) {
-        lock(&self.state).outstanding.insert(
+        self.state.locked().outstanding.insert(
             key,
             Outstanding {
                 task,
@@ -304,7 +303,7 @@ impl Slurm {
         let bytes = std::fs::read(&files.response).ok()?;
         let attempt = read_response(&bytes);
         if attempt.result.is_ok() {
-            lock(&self.state).answered.push(key.to_owned());
+            self.state.locked().answered.push(key.to_owned());
         } else {
             let _ = std::fs::remove_file(&files.response);
             let _ = std::fs::remove_file(&files.task);
@@ -337,7 +336,7 @@ impl Slurm {
             let now = Instant::now();
             let capacity = self.capacity();
             let ready: BTreeMap<String, Queue> = {
-                let mut state = lock(&self.state);
+                let mut state = self.state.locked();
                 let (ready, waiting) = std::mem::take(&mut state.queued).into_iter().partition(|(_, q)| {
                     q.calls.len() >= capacity || now.duration_since(q.since) >= self.spec.gather.0
                 });
@@ -347,13 +346,13 @@ impl Slurm {
             for queue in ready.into_values() {
                 self.submit(queue).await;
             }
-            let busy = !lock(&self.state).outstanding.is_empty();
+            let busy = !self.state.locked().outstanding.is_empty();
             if busy && last_poll.elapsed() >= self.spec.poll.0 {
                 self.poll().await;
                 last_poll = Instant::now();
             }
             let wait = {
-                let state = lock(&self.state);
+                let state = self.state.locked();
                 let mut wait = Duration::from_secs(3600);
                 for queue in state.queued.values() {
                     wait = wait
@@ -373,7 +372,7 @@ impl Slurm {
 
     /// Removes the files of answered calls and of this run's arrays once nothing waits on them.
     pub(crate) fn finish(&self) {
-        let state = lock(&self.state);
+        let state = self.state.locked();
         let calls = self.calls();
         for key in &state.answered {
             let files = call_files(&calls, key);

@@ -39,11 +39,8 @@ pub(crate) fn work(array: &Path, task: Option<usize>) -> Result<usize, String> {
     let keys =
         std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
     let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(parallel.min(8))
-        .enable_all()
-        .build()
-        .map_err(|error| format!("cannot start: {error}"))?;
+    let runtime =
+        crate::parallel::runtime(Some(parallel.min(8))).map_err(|error| format!("cannot start: {error}"))?;
     let callback = Arc::new(callback);
     let keys: Vec<String> = keys
         .lines()

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{Tokenizer, TokenizerError, TokenizerIdentity};
+use crate::parallel::Locked;
 use crate::protocol::messages::{self, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse};
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode};
 use serde::Deserialize;
@@ -60,7 +61,7 @@ impl TokenizerProcess {
         {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let stderr = self.stderr.locked();
         let last = String::from_utf8_lossy(&stderr);
         let last = last
             .lines()
@@ -144,7 +145,7 @@ impl External {
             std::thread::spawn(move || {
                 let mut buffer = [0u8; 4096];
                 while let Ok(n @ 1..) = stderr.read(&mut buffer) {
-                    let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut tail = sink.locked();
                     tail.extend_from_slice(&buffer[..n]);
                     let excess = tail.len().saturating_sub(crate::protocol::STDERR_TAIL_BYTES);
                     tail.drain(..excess);
@@ -251,7 +252,7 @@ impl External {
                 self.exchange(&mut process, request)
             }
             Mode::Persistent => {
-                let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+                let mut worker = self.worker.locked();
                 // A worker that died is started again, once, for the same request.
                 for attempt in 0..2 {
                     if worker.is_none() {

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use crate::parallel::Locked;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -242,7 +243,7 @@ impl Cache {
         line.extend_from_slice(payload.as_bytes());
         line.push(b'\n');
         let location = {
-            let mut writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let mut writer = self.inner.writer.locked();
             if writer.is_none() {
                 *writer = Some(self.new_segment()?);
             }
@@ -333,7 +334,7 @@ impl Cache {
 impl Inner {
     fn sync(&self) {
         if self.dirty.swap(false, Ordering::Relaxed) {
-            let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let writer = self.writer.locked();
             if let Some(writer) = writer.as_ref() {
                 let _ = writer.file.sync_data();
             }

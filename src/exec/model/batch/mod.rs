@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use super::Endpoint;
 use crate::exec::callback::FailureKind;
 use crate::inputs::models::{Api, BatchSpec};
+use crate::parallel::Locked;
 use crate::providers::Reply;
 use crate::store::cache::{Cache, Kind};
 
@@ -153,7 +154,7 @@ impl Batcher {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     pub(crate) fn counts(&self) -> BatchCounts {
