@@ -344,3 +344,97 @@ fn a_bad_audit_table_is_an_error_naming_its_key() {
     assert!(stderr.contains("key `audit.fraction`"), "{stderr}");
     assert!(stderr.contains("key `judges.unused`"), "{stderr}");
 }
+
+/// Whether an answer is in the sample of an audit judge at `fraction`, as SPEC §10 says:
+/// the SHA-256 of `[seed, question id, answer]`, read as a number in [0, 1), below `fraction`.
+fn in_sample(seed: u64, question_id: &str, answer: &str, fraction: f64) -> bool {
+    use sha2::{Digest, Sha256};
+    let text = serde_json::json!([seed, question_id, answer]).to_string();
+    let digest = Sha256::digest(text.as_bytes());
+    let head = u64::from_be_bytes(digest[..8].try_into().unwrap());
+    (head as f64 / 2f64.powi(64)) < fraction
+}
+
+#[test]
+fn a_model_audit_judge_judges_its_seeded_sample_once_and_keeps_to_the_spending_cap() {
+    use common::mock_api::{Behaviour, Format, MockApi, PRICE};
+    let key = ("MOCK_API_KEY", "sk-test-audit-0123456789");
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    let audit = format!(
+        "[models.mock]\napi = \"openai-chat\"\nbase_url = \"{}\"\nmodel = \"mock-1\"\napi_key_env = \"MOCK_API_KEY\"\n{PRICE}\n\n\
+         [judges.second]\nbuiltin = \"llm-judge\"\nparams = {{ model = \"mock\", temperature = 0.0 }}\n\n\
+         [audit]\njudges = [\"contains\", \"second\"]\nfractions = {{ second = 0.1 }}\n",
+        api.url
+    );
+    let scratch = Scratch::new();
+    let manifest = baselines(&scratch, "model-audit", &audit);
+    let sets = ["-q", "--set", "seeds=[1]"];
+    // The cost preview counts audit calls: before the answers exist, at most one per question.
+    let plan = |scratch: &Scratch| {
+        scratch.json_with_env(["plan", &manifest, "--set", "seeds=[1]", "--json"], &[key])
+    };
+    let before = plan(&scratch)["endpoints"]["mock"]["calls"].as_u64().unwrap();
+    assert!(before > 0);
+    assert_eq!(api.requests(), 0, "gacc plan made a call");
+    let (status, folder, stderr) = scratch.run_with_env(&manifest, &sets, &[key]);
+    assert_eq!(status, 0, "{stderr}");
+    let after = plan(&scratch);
+    assert!(
+        after["endpoints"]["mock"]["calls"].as_u64().unwrap_or(0) == 0,
+        "{after}"
+    );
+    let results = read_lines(&folder.join("results.jsonl"));
+    // Exactly the seeded sample is audited by `second`, and every answer by `contains`.
+    let mut distinct = std::collections::BTreeSet::new();
+    for row in &results {
+        let answer = row["answer"].as_str().unwrap();
+        let question = row["question_id"].as_str().unwrap();
+        let sampled = in_sample(row["seed"].as_u64().unwrap(), question, answer, 0.1);
+        assert_eq!(row["audits"].get("second").is_some(), sampled, "{row}");
+        assert!(row["audits"].get("contains").is_some());
+        if sampled {
+            distinct.insert((question.to_owned(), answer.to_owned()));
+        }
+    }
+    // About a tenth (answers repeat across cells, and a repeated answer is in or out whole).
+    let sampled = results
+        .iter()
+        .filter(|r| r["audits"].get("second").is_some())
+        .count();
+    let share = sampled as f64 / results.len() as f64;
+    assert!(share > 0.03 && share < 0.25, "{share}");
+    // One request per distinct judged answer, none twice; a second run makes none.
+    assert_eq!(api.requests(), distinct.len() as u64);
+    assert!(
+        before >= distinct.len() as u64,
+        "the bound is below what was called"
+    );
+    assert_eq!(api.repeated(), 0);
+    let report = read_json(&folder.join("report.json"));
+    let second = &report["judge_audit"]["judges"]["second"];
+    assert_eq!(second["fraction"], 0.1);
+    assert_eq!(second["audited"], sampled);
+    let (status, _, stderr) = scratch.run_with_env(&manifest, &sets, &[key]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        api.requests(),
+        distinct.len() as u64,
+        "the second run called again"
+    );
+
+    // Like any call, an audit call keeps to `max_cost_usd`.
+    let capped = MockApi::start(Format::OpenAi, Behaviour::default());
+    let scratch = Scratch::new();
+    let manifest = baselines(&scratch, "model-audit", &audit.replace(&api.url, &capped.url));
+    let mut sets = sets.to_vec();
+    sets.extend(["--set", "run.max_cost_usd=0.02"]);
+    let (status, _, stderr) = scratch.run_with_env(&manifest, &sets, &[key]);
+    assert_eq!(status, 3, "{stderr}");
+    assert!(stderr.contains("max_cost_usd"), "{stderr}");
+    let made = capped.requests();
+    assert!(
+        made > 0 && made < distinct.len() as u64,
+        "{made} of {}",
+        distinct.len()
+    );
+}

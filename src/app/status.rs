@@ -16,7 +16,7 @@ use crate::inputs::budget::truncate_to_budget;
 use crate::inputs::dataset;
 use crate::inputs::manifest::{self, CallbackSpec};
 use crate::inputs::records::Source;
-use crate::plan::{MemoryJob, QuestionJob};
+use crate::plan::{MemoryJob, QuestionJob, audited};
 use crate::protocol::messages::{
     self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse,
 };
@@ -84,6 +84,8 @@ struct Bounder {
     compressors: BTreeMap<String, Arc<ModelLauncher>>,
     reader: Option<Arc<ModelLauncher>>,
     judge: Option<Arc<ModelLauncher>>,
+    /// The audit judges that are model built-ins, in the plan's order (none for the others).
+    audits: Vec<Option<Arc<ModelLauncher>>>,
     /// The most tokens a model reader answers with (an answer not made yet is at most this).
     reader_max_tokens: Option<u64>,
     bounds: BTreeMap<String, CallBounds>,
@@ -121,6 +123,9 @@ impl Bounder {
             reader,
             reader_max_tokens,
             judge: launcher(&manifest.judge),
+            audits: (manifest.audit_judges().into_iter())
+                .map(|(_, spec, _)| launcher(spec))
+                .collect(),
             bounds: BTreeMap::new(),
             bounded: std::collections::HashSet::new(),
         })
@@ -293,6 +298,7 @@ impl Walk<'_> {
                 let pending = Pending::Answered(&judge_key);
                 self.bound_question(source, job, question, pending, Some(&answer));
             }
+            self.bound_audits(source, job, question, Answer::Known(&answer));
         }
     }
 
@@ -356,7 +362,54 @@ impl Walk<'_> {
             ));
             bounder.add(identity, &judge, &request, &manifest.judge.params, unknown);
         }
+        if !matches!(pending, Pending::Answered(_)) {
+            self.bound_audits(source, job, question, Answer::Unknown(&read));
+        }
     }
+
+    /// Bounds the audit judges' calls of a question (SPEC §10): with its answer known, those
+    /// whose sample holds it and that the cache does not answer; with it unknown, every model
+    /// audit judge's, at most (its sample is known only once the answer is).
+    fn bound_audits(&mut self, source: &Source, job: &MemoryJob, question: &QuestionJob, answer: Answer) {
+        let (plan, manifest) = (&self.prepared.plan, &self.prepared.loaded.manifest);
+        let asked = &source.goals[question.goal].questions[question.question];
+        let seed = job.id.seed;
+        let longest = self.bounder.reader_max_tokens.unwrap_or(job.budget as u64);
+        for (audit, launcher) in plan.audits.iter().zip(self.bounder.audits.clone()) {
+            let Some(launcher) = launcher else { continue };
+            let (identity, unknown, text) = match answer {
+                Answer::Known(text) => {
+                    let key = plan.audit_key(audit, job, question, text);
+                    let judged = cached(self.cache, Role::Judge, &key, || None).is_some();
+                    if judged || !audited(seed, &asked.id, text, audit.fraction) {
+                        continue;
+                    }
+                    (key, 0, text)
+                }
+                Answer::Unknown(read) => {
+                    let identity = format!("{read}/audit/{}/{}", audit.name, audit.seed.key_term(seed));
+                    (identity, longest, "")
+                }
+            };
+            let params = &manifest.judges[&audit.name].params;
+            let request = messages::to_value(&JudgeRequest::new(
+                &source.text,
+                &asked.question,
+                &asked.reference,
+                text,
+                seed,
+                params,
+            ));
+            self.bounder.add(identity, &launcher, &request, params, unknown);
+        }
+    }
+}
+
+/// A question's answer as `gacc plan` knows it: its text, or the name of the read that makes it.
+#[derive(Clone, Copy)]
+enum Answer<'a> {
+    Known(&'a str),
+    Unknown(&'a str),
 }
 
 /// The time an endpoint's uncached calls need: from `rpm`/`tpm` where set, else from the
