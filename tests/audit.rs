@@ -118,6 +118,26 @@ fn audit_judges_agree_as_the_results_recount_and_leave_the_scores_alone() {
     let md = std::fs::read_to_string(with.join("report.md")).unwrap();
     assert!(md.contains("## Judge audit"), "{md}");
     assert!(md.contains("| `token-f1` | 1.0 |"), "{md}");
+    // gacc diff sets each audit judge's agreement in A beside B's (none in A).
+    let output = scratch
+        .gacc()
+        .args([
+            "diff",
+            &without.display().to_string(),
+            &with.display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let diff = String::from_utf8(output.stdout).unwrap();
+    assert!(diff.contains("## Judge audit"), "{diff}");
+    let agreement = audit["exact"]["agreement"].as_f64().unwrap();
+    assert!(
+        diff.contains(&format!(
+            "| `exact` | — | {} | — | {agreement:.3} |",
+            audit["exact"]["compared"]
+        )),
+        "{diff}"
+    );
     // The export carries each audit verdict as a column.
     let output = scratch
         .gacc()

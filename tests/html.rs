@@ -459,3 +459,37 @@ fn the_page_works_in_chromium() {
     );
     eprintln!("screenshot: {}", shot.display());
 }
+
+#[test]
+fn the_judge_audit_shows_in_the_page() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let manifest = std::fs::read_to_string(scratch.path("experiments/baselines.toml")).unwrap();
+    scratch.write(
+        "experiments/audited.toml",
+        &format!("{manifest}\n[audit]\njudges = [\"exact\", \"token-f1\"]\n"),
+    );
+    let sets = ["-q", "--set", "seeds=[1]", "--set", "ratios=[0.1]"];
+    let (status, folder, stderr) = scratch.run("experiments/audited.toml", &sets);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let changes = report["judge_audit"]["ranking_changes"].as_array().unwrap().len();
+    let dom = browse(
+        &browser,
+        &["--dump-dom".into()],
+        &url(&folder.join("report.html"), ""),
+    );
+    let section = &dom[dom.find("<section id=\"audit\"").expect("the audit section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(section.contains("<h2>Judge audit</h2>"), "{section}");
+    for judge in ["exact", "token-f1"] {
+        assert!(
+            section.contains(&format!("<td>{judge}</td>")),
+            "{judge}: {section}"
+        );
+    }
+    // One line per change the report lists.
+    assert_eq!(section.matches("<li>").count(), changes, "{section}");
+}

@@ -52,18 +52,10 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
             None
         }
     };
-    // A labels file that is missing is the manifest check's problem; one that is wrong, here.
-    let labels_path = loaded.manifest.audit.as_ref().and_then(|a| a.labels.as_ref());
-    let labels = match labels_path.filter(|path| loaded.folder.join(path).is_file()) {
-        Some(path) => match labels::read(&loaded.folder.join(path), &path.display().to_string()) {
-            Ok(labels) => Some(Arc::new(labels)),
-            Err(found) => {
-                problems.extend(found);
-                None
-            }
-        },
-        None => None,
-    };
+    let labels = read_labels(&loaded).unwrap_or_else(|found| {
+        problems.extend(found);
+        None
+    });
     let tokenizer_env = [("tokenizer".to_owned(), &loaded.manifest.tokenizer.env)];
     let callback_env = loaded
         .manifest
@@ -129,6 +121,18 @@ pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
         experiment_sha256,
         labels,
     })
+}
+
+/// `[audit] labels`, read and checked. A labels file that is missing is the manifest check's
+/// problem; one that is wrong, this one's.
+fn read_labels(loaded: &Loaded) -> Result<Option<Arc<Labels>>, Vec<Problem>> {
+    let path = loaded.manifest.audit.as_ref().and_then(|a| a.labels.as_ref());
+    match path.filter(|path| loaded.folder.join(path).is_file()) {
+        Some(path) => {
+            labels::read(&loaded.folder.join(path), &path.display().to_string()).map(|l| Some(Arc::new(l)))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The command line a callback runs: a built-in through this executable, or its command

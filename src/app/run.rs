@@ -141,11 +141,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     phases.end("execute jobs");
 
     let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
-    let answers = outcome
-        .results
-        .iter()
-        .filter_map(|row| Some((row.question_id.as_str(), row.answer.as_deref()?)));
-    let unmatched = (prepared.labels.as_ref()).map_or_else(Vec::new, |labels| labels.unmatched(answers));
+    let unmatched = unmatched_labels(&prepared, &outcome);
     let hints = denial_hints(
         &report.failures,
         &opened.confinements,
@@ -220,6 +216,13 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         folder: folder.path().to_path_buf(),
         views,
     })
+}
+
+/// The labels (`[audit] labels`) that match no answer of the run.
+fn unmatched_labels(prepared: &Prepared, outcome: &runner::Outcome) -> Vec<crate::error::Problem> {
+    let answers =
+        (outcome.results.iter()).filter_map(|row| Some((row.question_id.as_str(), row.answer.as_deref()?)));
+    (prepared.labels.as_ref()).map_or_else(Vec::new, |labels| labels.unmatched(answers))
 }
 
 /// The plan's file, written while the jobs run.

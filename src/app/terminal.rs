@@ -221,7 +221,17 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
             )
         })
         .collect();
-    let line = format!("{} · {rate:.1} calls/s{eta}{endpoints}", stages.join(" · "));
+    let audited = progress.audited.load(Ordering::Relaxed);
+    let audit = if audited > 0 {
+        let cached = progress.audited_cached.load(Ordering::Relaxed);
+        format!(" · audit {audited} ({cached} cached)")
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "{}{audit} · {rate:.1} calls/s{eta}{endpoints}",
+        stages.join(" · ")
+    );
     let mut stderr = std::io::stderr().lock();
     let _ = if terminal {
         let filled = (BAR_WIDTH * finished).checked_div(total).unwrap_or(BAR_WIDTH);

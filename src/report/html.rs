@@ -482,7 +482,7 @@ fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing
         Packing::Json => false,
         Packing::Gzip => true,
     };
-    let summary = json!({
+    let mut summary = json!({
         "experiment": report["experiment"],
         "tokenizer": report["tokenizer"],
         "dataset": report["dataset"],
@@ -494,6 +494,9 @@ fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing
         "failures": report["failures"],
         "cancelled": report["cancelled"],
     });
+    if let Some(audit) = report.get("judge_audit") {
+        summary["judge_audit"] = audit.clone();
+    }
     let mut out = String::with_capacity(if gzip { size / 3 } else { size + 4096 });
     out.push_str(&format!(
         "{{\"format\":\"{FORMAT}\",\"packing\":\"{}\",\"report\":{summary},\"index\":",

@@ -26,6 +26,23 @@ pub(crate) struct StoredReport {
     pub failures: Vec<IgnoredAny>,
     /// Per role, what its calls cost.
     pub usage: BTreeMap<String, StoredUsage>,
+    /// The judge audit's agreement per audit judge (SPEC §10), when the run had one.
+    pub judge_audit: StoredAudit,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredAudit {
+    pub judges: BTreeMap<String, StoredAgreement>,
+}
+
+/// An audit judge against the scoring judge.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredAgreement {
+    pub compared: u64,
+    pub agreement: Option<f64>,
+    pub kappa: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -140,6 +157,7 @@ fn lenient(value: &Value) -> StoredReport {
         integrity: value.get("integrity").cloned().unwrap_or_default(),
         failures: part(value, "failures"),
         usage: part(value, "usage"),
+        judge_audit: part(value, "judge_audit"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `gacc diff RUN_A RUN_B`: what changed between two runs — settings, per-cell metrics with
 //! paired tests over the shared questions and goals, and the questions that flipped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -38,6 +38,41 @@ pub(crate) struct Diff {
     pub flipped: Vec<Flip>,
     /// Cells where B is significantly worse than A.
     pub regressions: usize,
+    /// Each audit judge of either run: how it agreed with the scoring judge in A and in B.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub judge_audit: Vec<AuditDiff>,
+}
+
+/// An audit judge's agreement with the scoring judge in each run (SPEC §10).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct AuditDiff {
+    pub judge: String,
+    pub compared_a: Option<u64>,
+    pub compared_b: Option<u64>,
+    pub agreement_a: Option<f64>,
+    pub agreement_b: Option<f64>,
+    pub kappa_a: Option<f64>,
+    pub kappa_b: Option<f64>,
+}
+
+fn audit_diff(a: &StoredReport, b: &StoredReport) -> Vec<AuditDiff> {
+    let (a, b) = (&a.judge_audit.judges, &b.judge_audit.judges);
+    let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    names
+        .into_iter()
+        .map(|judge| {
+            let (x, y) = (a.get(judge), b.get(judge));
+            AuditDiff {
+                judge: judge.clone(),
+                compared_a: x.map(|x| x.compared),
+                compared_b: y.map(|y| y.compared),
+                agreement_a: x.and_then(|x| x.agreement),
+                agreement_b: y.and_then(|y| y.agreement),
+                kappa_a: x.and_then(|x| x.kappa),
+                kappa_b: y.and_then(|y| y.kappa),
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -277,6 +312,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
         only_in_a,
         only_in_b,
         flipped,
+        judge_audit: audit_diff(&a.report, &b.report),
     })
 }
 
@@ -365,6 +401,29 @@ fn settings_table(settings: &[SettingChange]) -> String {
     out
 }
 
+/// The audit judges' agreement in both runs, as a Markdown section (nothing without one).
+fn audit_table(audits: &[AuditDiff]) -> String {
+    let mut out = String::new();
+    if !audits.is_empty() {
+        let number = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.3}"));
+        let count = |v: Option<u64>| v.map_or("—".to_owned(), |v| v.to_string());
+        out.push_str("\n## Judge audit\n\nEach audit judge against the scoring judge, in A and in B.\n\n| audit judge | compared A | compared B | agreement A | agreement B | κ A | κ B |\n|---|---:|---:|---:|---:|---:|---:|\n");
+        for j in audits {
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} | {} | {} |\n",
+                j.judge,
+                count(j.compared_a),
+                count(j.compared_b),
+                number(j.agreement_a),
+                number(j.agreement_b),
+                number(j.kappa_a),
+                number(j.kappa_b),
+            ));
+        }
+    }
+    out
+}
+
 /// The diff as Markdown; with `colour`, gains green and losses red (ANSI).
 pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     let paint = |value: f64, text: String| match (colour, value) {
@@ -415,6 +474,7 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
             }
         }
     }
+    out.push_str(&audit_table(&diff.judge_audit));
     let count = |d: &str| diff.flipped.iter().filter(|f| f.direction == d).count();
     out.push_str(&format!(
         "\n## Flipped questions\n\n{} right→wrong, {} wrong→right.\n",

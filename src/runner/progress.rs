@@ -99,6 +99,10 @@ pub(crate) struct Progress {
     pub started: Instant,
     /// The model endpoints, whose live limits the progress line shows.
     pub endpoints: Vec<std::sync::Arc<crate::exec::model::Endpoint>>,
+    /// Audit judgements given (SPEC §10), and how many of them the cache answered: their
+    /// number is known only as the answers come, so they have no total.
+    pub audited: AtomicUsize,
+    pub audited_cached: AtomicUsize,
 }
 
 impl Default for Progress {
@@ -107,6 +111,8 @@ impl Default for Progress {
             stages: Default::default(),
             started: Instant::now(),
             endpoints: Vec::new(),
+            audited: AtomicUsize::new(0),
+            audited_cached: AtomicUsize::new(0),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -213,7 +214,14 @@ async fn audit(shared: &RunState, asked: &Asked<'_>, answer: &str) -> BTreeMap<S
         };
         let description = || json!({"job": "audit", "judge": judge.name, "cache_key": key});
         let verdict = match obtain(shared, callback, &key, || None, description, request).await {
-            Ok((response, _)) => messages::read::<JudgeResponse>(&response).map(|v| v.correct),
+            Ok((response, origin)) => {
+                let progress = &setup.progress;
+                progress.audited.fetch_add(1, Ordering::Relaxed);
+                if origin != super::calls::Origin::Called {
+                    progress.audited_cached.fetch_add(1, Ordering::Relaxed);
+                }
+                messages::read::<JudgeResponse>(&response).map(|v| v.correct)
+            }
             Err(failure) => {
                 tracing::warn!(callback = %callback.name, question = %question.id, reason = %failure.kind, "an audit judge gave no verdict");
                 None
