@@ -329,6 +329,9 @@ enum DatasetCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a dataset in the other shape: nested sources (JSON Lines) as a question table
+    /// (CSV when OUTPUT ends in .csv, else JSON Lines), or a question table as nested sources.
+    Convert { input: PathBuf, output: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -384,6 +387,9 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
         Command::Dataset {
             command: DatasetCommand::Stats { path, json },
         } => app::dataset_stats(&path, format(json)),
+        Command::Dataset {
+            command: DatasetCommand::Convert { input, output },
+        } => app::dataset_convert(&input, &output),
         Command::Batches { command } => match command.unwrap_or(BatchesCommand::List {
             path: PathBuf::from(".gacc/cache"),
             json: false,

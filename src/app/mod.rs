@@ -95,6 +95,21 @@ pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
     Ok(Ended::Success)
 }
 
+/// `gacc dataset convert IN OUT`: the dataset in the other shape.
+pub fn dataset_convert(input: &Path, output: &Path) -> Result<Ended, Error> {
+    use crate::inputs::{dataset, table};
+    let loaded = dataset::load_path(input).map_err(crate::error::Invalid)?;
+    let bytes = if dataset::is_table_path(input) {
+        dataset::nested_jsonl(&loaded)
+    } else {
+        let csv = output.extension().is_some_and(|e| e == "csv");
+        table::write(&loaded.sources, &table::Columns::default(), csv)
+            .map_err(|message| crate::error::Invalid::one(output.display().to_string(), message))?
+    };
+    crate::files::write(output, &bytes)?;
+    Ok(Ended::Success)
+}
+
 /// `gacc cache stats`.
 pub fn cache_stats(path: &Path, format: Format) -> Result<Ended, Error> {
     let stats = crate::store::cache::Cache::stats(path).map_err(io(path))?;

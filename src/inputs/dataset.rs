@@ -9,6 +9,7 @@ use crate::error::Problem;
 use crate::inputs::manifest::Loaded;
 use crate::inputs::records::Goal;
 use crate::inputs::records::{Source, SourceRecord};
+use crate::inputs::table::{self, Columns};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Dataset {
@@ -40,7 +41,10 @@ pub(crate) fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
     let spec = &loaded.manifest.dataset;
     let mut problems = Vec::new();
     let records = match (&spec.path, &spec.sources) {
-        (Some(path), _) => read_files(&loaded.resolve(path), &mut problems),
+        (Some(path), _) => {
+            let columns = spec.columns.clone().unwrap_or_default();
+            read_files(&loaded.resolve(path), &columns, &mut problems)
+        }
         (None, Some(sources)) => sources
             .iter()
             .enumerate()
@@ -60,11 +64,11 @@ pub(crate) fn load(loaded: &Loaded) -> Result<Dataset, Vec<Problem>> {
     }
 }
 
-/// Loads a dataset from a JSON Lines file, a folder of them, or a glob pattern, with no
-/// manifest (for `gacc dataset stats`).
+/// Loads a dataset from a file (nested JSON Lines, or a question table in its default
+/// columns), a folder of them, or a glob pattern, with no manifest (for `gacc dataset`).
 pub(crate) fn load_path(path: &Path) -> Result<Dataset, Vec<Problem>> {
     let mut problems = Vec::new();
-    let records = read_files(path, &mut problems);
+    let records = read_files(path, &Columns::default(), &mut problems);
     let dataset = check(records, &mut problems);
     if problems.is_empty() {
         Ok(dataset)
@@ -73,12 +77,40 @@ pub(crate) fn load_path(path: &Path) -> Result<Dataset, Vec<Problem>> {
     }
 }
 
-/// The JSON Lines files a dataset path names: the file itself, every `*.jsonl` in a folder,
-/// or every match of a glob pattern (`data/*.jsonl`, `data/**/*.jsonl`), in sorted order.
+/// Whether the dataset at `path` is a question table (its first file is one, in the default
+/// columns), or nested sources.
+pub(crate) fn is_table_path(path: &Path) -> bool {
+    let first = dataset_files(path)
+        .ok()
+        .and_then(|files| files.into_iter().next());
+    first.is_some_and(|file| {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        table::is_table(&file, &text, &Columns::default())
+    })
+}
+
+/// A dataset as nested JSON Lines: a source per line, its text inline.
+pub(crate) fn nested_jsonl(dataset: &Dataset) -> Vec<u8> {
+    let mut out = Vec::new();
+    for source in &dataset.sources {
+        let record = SourceRecord {
+            id: source.id.clone(),
+            text: Some(source.text.clone()),
+            path: None,
+            goals: source.goals.clone(),
+        };
+        out.extend(serde_json::to_string(&record).unwrap_or_default().into_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The files a dataset path names: the file itself, every `*.jsonl` and `*.csv` in a folder,
+/// or every match of a glob pattern (`data/*.jsonl`, `data/**/*.csv`), in sorted order.
 fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     let text = path.to_string_lossy();
     let pattern = if path.is_dir() {
-        format!("{}/*.jsonl", glob::Pattern::escape(&text))
+        format!("{}/*", glob::Pattern::escape(&text))
     } else if text.contains(['*', '?', '[']) {
         text.into_owned()
     } else {
@@ -86,7 +118,10 @@ fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     };
     let matches =
         glob::glob(&pattern).map_err(|error| format!("`{pattern}` is not a valid pattern: {error}"))?;
-    let mut files: Vec<PathBuf> = matches.filter_map(Result::ok).filter(|p| p.is_file()).collect();
+    let dataset = |p: &PathBuf| !path.is_dir() || p.extension().is_some_and(|e| e == "jsonl" || e == "csv");
+    let mut files: Vec<PathBuf> = (matches.filter_map(Result::ok))
+        .filter(|p| p.is_file() && dataset(p))
+        .collect();
     files.sort();
     if files.is_empty() {
         return Err(format!(
@@ -97,9 +132,12 @@ fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-fn read_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
+fn read_files(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Located> {
     match dataset_files(path) {
-        Ok(files) => files.iter().flat_map(|file| read_jsonl(file, problems)).collect(),
+        Ok(files) => files
+            .iter()
+            .flat_map(|file| read_file(file, columns, problems))
+            .collect(),
         Err(message) => {
             problems.push(Problem {
                 place: crate::inputs::manifest::shown(path),
@@ -110,7 +148,8 @@ fn read_files(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
     }
 }
 
-fn read_jsonl(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
+/// One dataset file: a question table, or nested JSON Lines (a source per line).
+fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Located> {
     let file = crate::inputs::manifest::shown(path);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -123,6 +162,22 @@ fn read_jsonl(path: &Path, problems: &mut Vec<Problem>) -> Vec<Located> {
         }
     };
     let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    if table::is_table(path, &text, columns) {
+        let sources = table::read(path, &file, &text, columns, problems);
+        if sources.is_empty() && problems.is_empty() {
+            problems.push(Problem {
+                place: file,
+                message: "the dataset has no questions".into(),
+            });
+        }
+        return (sources.into_iter())
+            .map(|(record, place)| Located {
+                record,
+                place,
+                folder: folder.clone(),
+            })
+            .collect();
+    }
     let mut records = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;

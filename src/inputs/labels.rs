@@ -124,14 +124,9 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
 type Row = Result<(usize, HashMap<String, String>), (usize, String)>;
 
 fn csv_rows(text: &str) -> Vec<Row> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_reader(text.as_bytes());
-    let header: Vec<String> = match reader.headers() {
-        Ok(header) => header
-            .iter()
-            .map(|h| h.trim_start_matches('\u{feff}').trim().to_owned())
-            .collect(),
+    let (mut reader, header) = crate::inputs::table::csv_with_header(text);
+    let header = match header {
+        Ok(header) => header,
         Err(error) => return vec![Err((1, format!("not CSV: {error}")))],
     };
     reader

@@ -7,4 +7,5 @@ pub(crate) mod labels;
 pub(crate) mod manifest;
 pub(crate) mod models;
 pub(crate) mod records;
+pub(crate) mod table;
 pub mod tokenizer;

@@ -147,6 +147,9 @@ impl Default for TokenizerSpec {
 pub(crate) struct DatasetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// A question table's columns by role (defaults: the roles' names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<crate::inputs::table::Columns>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<SourceRecord>>,
 }

@@ -1,0 +1,352 @@
+//! A dataset as a flat table, one row per question (SQuAD-style tables, Hugging Face exports):
+//! CSV with a header row, or JSON Lines whose rows have no `goals`. `[dataset] columns` names the
+//! table's columns (by default the names below). Rows are grouped into sources and goals in the
+//! order they first appear; every problem names the file, line and column, all at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Problem;
+use crate::inputs::records::{Goal, Question, Source, SourceRecord};
+
+/// The columns of a question table, by their role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct Columns {
+    pub source_id: String,
+    pub text: String,
+    pub goal_id: String,
+    pub goal: String,
+    pub question_id: String,
+    pub question: String,
+    pub reference: String,
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns {
+            source_id: "source_id".into(),
+            text: "text".into(),
+            goal_id: "goal_id".into(),
+            goal: "goal".into(),
+            question_id: "question_id".into(),
+            question: "question".into(),
+            reference: "reference".into(),
+        }
+    }
+}
+
+impl Columns {
+    /// (role, column) in the order of a table's columns.
+    fn named(&self) -> [(&'static str, &str); 7] {
+        [
+            ("source_id", &self.source_id),
+            ("text", &self.text),
+            ("goal_id", &self.goal_id),
+            ("goal", &self.goal),
+            ("question_id", &self.question_id),
+            ("question", &self.question),
+            ("reference", &self.reference),
+        ]
+    }
+}
+
+/// Whether a dataset file is a question table: CSV, or JSON Lines whose first row holds the
+/// question column and no `goals`.
+pub(crate) fn is_table(path: &Path, text: &str, columns: &Columns) -> bool {
+    if path.extension().is_some_and(|e| e == "csv") {
+        return true;
+    }
+    let first = text.lines().find(|line| !line.trim().is_empty());
+    let row = first.and_then(|line| serde_json::from_str::<Value>(line).ok());
+    row.is_some_and(|row| row.get("goals").is_none() && row.get(&columns.question).is_some())
+}
+
+/// One row: its line, and its cells by column.
+type Row = (usize, HashMap<String, String>);
+
+/// The sources of a question table (`file` as messages name it); problems go to `problems`.
+pub(crate) fn read(
+    path: &Path,
+    file: &str,
+    text: &str,
+    columns: &Columns,
+    problems: &mut Vec<Problem>,
+) -> Vec<(SourceRecord, String)> {
+    let rows = if path.extension().is_some_and(|e| e == "csv") {
+        csv_rows(text, file, columns, problems)
+    } else {
+        json_rows(text, file, problems)
+    };
+    let mut grouped = Grouped::default();
+    for (line, cells) in rows {
+        let mut values = BTreeMap::new();
+        for (role, column) in columns.named() {
+            let message = match cells.get(column) {
+                Some(value) if !value.trim().is_empty() => {
+                    values.insert(role, value.clone());
+                    continue;
+                }
+                Some(_) => "the cell is empty",
+                None => "the row has no such column",
+            };
+            problems.push(at(file, line, column, message.into()));
+        }
+        if values.len() == columns.named().len()
+            && let Err((column, message)) = grouped.add(line, &values, file)
+        {
+            let column = columns
+                .named()
+                .into_iter()
+                .find(|(role, _)| *role == column)
+                .map_or(column, |(_, c)| c);
+            problems.push(at(file, line, column, message));
+        }
+    }
+    grouped.sources
+}
+
+fn at(file: &str, line: usize, column: &str, message: String) -> Problem {
+    Problem {
+        place: format!("{file}:{line}, column `{column}`"),
+        message,
+    }
+}
+
+/// Rows grouped into sources and goals, in the order they first appear, with where each id was
+/// first seen.
+#[derive(Default)]
+struct Grouped {
+    sources: Vec<(SourceRecord, String)>,
+    /// source id → (index, line)
+    source_at: HashMap<String, (usize, usize)>,
+    /// goal id → (its source's id, line, index among the source's goals)
+    goal_at: HashMap<String, (String, usize, usize)>,
+    /// question id → line
+    question_at: HashMap<String, usize>,
+}
+
+impl Grouped {
+    /// One row's values by role; on a conflict, the role of the cell at fault and why.
+    fn add(
+        &mut self,
+        line: usize,
+        values: &BTreeMap<&str, String>,
+        file: &str,
+    ) -> Result<(), (&'static str, String)> {
+        let (source_id, goal_id, question_id) =
+            (&values["source_id"], &values["goal_id"], &values["question_id"]);
+        let source = match self.source_at.get(source_id) {
+            Some(&(index, first))
+                if self.sources[index].0.text.as_deref() != Some(values["text"].as_str()) =>
+            {
+                return Err((
+                    "text",
+                    format!("source `{source_id}` has another text on line {first}"),
+                ));
+            }
+            Some(&(index, _)) => index,
+            None => {
+                self.source_at
+                    .insert(source_id.clone(), (self.sources.len(), line));
+                let record = SourceRecord {
+                    id: source_id.clone(),
+                    text: Some(values["text"].clone()),
+                    path: None,
+                    goals: Vec::new(),
+                };
+                self.sources
+                    .push((record, format!("{file}:{line} (source `{source_id}`)")));
+                self.sources.len() - 1
+            }
+        };
+        let goals = &mut self.sources[source].0.goals;
+        let goal = match self.goal_at.get(goal_id) {
+            Some((owner, first, _)) if owner != source_id => {
+                return Err((
+                    "goal_id",
+                    format!("goal `{goal_id}` belongs to source `{owner}` (line {first})"),
+                ));
+            }
+            Some((_, first, index)) if goals[*index].text != values["goal"] => {
+                return Err((
+                    "goal",
+                    format!("goal `{goal_id}` has another text on line {first}"),
+                ));
+            }
+            Some((_, _, index)) => *index,
+            None => {
+                self.goal_at
+                    .insert(goal_id.clone(), (source_id.clone(), line, goals.len()));
+                goals.push(Goal {
+                    id: goal_id.clone(),
+                    text: values["goal"].clone(),
+                    questions: Vec::new(),
+                });
+                goals.len() - 1
+            }
+        };
+        if let Some(first) = self.question_at.get(question_id) {
+            return Err((
+                "question_id",
+                format!("question id `{question_id}` is used on line {first} already"),
+            ));
+        }
+        self.question_at.insert(question_id.clone(), line);
+        goals[goal].questions.push(Question {
+            id: question_id.clone(),
+            question: values["question"].clone(),
+            reference: values["reference"].clone(),
+        });
+        Ok(())
+    }
+}
+
+/// A CSV reader over `text` and its header's names (a byte-order mark and spaces around a name
+/// dropped), as spreadsheets write them.
+pub(crate) fn csv_with_header(text: &str) -> (csv::Reader<&[u8]>, Result<Vec<String>, csv::Error>) {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header = reader.headers().map(|header| {
+        header
+            .iter()
+            .map(|h| h.trim_start_matches('\u{feff}').trim().to_owned())
+            .collect()
+    });
+    (reader, header)
+}
+
+fn csv_rows(text: &str, file: &str, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Row> {
+    let (mut reader, header) = csv_with_header(text);
+    let header = match header {
+        Ok(header) => header,
+        Err(error) => {
+            problems.push(Problem {
+                place: format!("{file}:1"),
+                message: format!("not CSV: {error}"),
+            });
+            return Vec::new();
+        }
+    };
+    // A column the header lacks is one problem, not one per row.
+    let missing: Vec<&str> = (columns.named().into_iter())
+        .map(|(_, column)| column)
+        .filter(|column| !header.iter().any(|h| h == column))
+        .collect();
+    if !missing.is_empty() {
+        for column in missing {
+            problems.push(Problem {
+                place: format!("{file}:1, column `{column}`"),
+                message: format!("the header has no column `{column}` (name it in `[dataset] columns`)"),
+            });
+        }
+        return Vec::new();
+    }
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        match record {
+            Ok(record) => {
+                let line = record.position().map_or(0, |p| p.line() as usize);
+                let cells = header
+                    .iter()
+                    .cloned()
+                    .zip(record.iter().map(str::to_owned))
+                    .collect();
+                rows.push((line, cells));
+            }
+            Err(error) => {
+                let line = error.position().map_or(0, |p| p.line() as usize);
+                problems.push(Problem {
+                    place: format!("{file}:{line}"),
+                    message: format!("not CSV: {error}"),
+                });
+            }
+        }
+    }
+    rows
+}
+
+fn json_rows(text: &str, file: &str, problems: &mut Vec<Problem>) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let line_number = number + 1;
+        let row = match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(row)) => row,
+            Ok(_) => {
+                problems.push(Problem {
+                    place: format!("{file}:{line_number}"),
+                    message: "expected a JSON object, one question per line".into(),
+                });
+                continue;
+            }
+            Err(error) => {
+                problems.push(Problem {
+                    place: format!("{file}:{line_number}:{}", error.column()),
+                    message: format!("not JSON: {error}"),
+                });
+                continue;
+            }
+        };
+        let cells = row
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let text = match value {
+                    Value::String(text) => text,
+                    Value::Null => return None,
+                    other => other.to_string(),
+                };
+                Some((name, text))
+            })
+            .collect();
+        rows.push((line_number, cells));
+    }
+    rows
+}
+
+/// A dataset as a question table, in `columns`: CSV when `csv`, else JSON Lines.
+pub(crate) fn write(sources: &[Source], columns: &Columns, csv: bool) -> Result<Vec<u8>, String> {
+    let names: Vec<&str> = columns.named().iter().map(|(_, c)| *c).collect();
+    let rows = sources.iter().flat_map(|source| {
+        source.goals.iter().flat_map(move |goal| {
+            goal.questions.iter().map(move |question| {
+                [
+                    source.id.as_str(),
+                    source.text.as_str(),
+                    goal.id.as_str(),
+                    goal.text.as_str(),
+                    question.id.as_str(),
+                    question.question.as_str(),
+                    question.reference.as_str(),
+                ]
+            })
+        })
+    });
+    if csv {
+        let mut writer = csv::Writer::from_writer(Vec::new());
+        writer.write_record(&names).map_err(|e| e.to_string())?;
+        for row in rows {
+            writer.write_record(row).map_err(|e| e.to_string())?;
+        }
+        writer.into_inner().map_err(|e| e.to_string())
+    } else {
+        let mut out = Vec::new();
+        for row in rows {
+            let object: serde_json::Map<String, Value> = names
+                .iter()
+                .zip(row)
+                .map(|(name, value)| ((*name).to_owned(), Value::from(value)))
+                .collect();
+            out.extend(Value::Object(object).to_string().into_bytes());
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+}
