@@ -95,7 +95,10 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
             Some(c) if c == "true" => true,
             Some(c) if c == "false" => false,
             other => {
-                let got = other.map_or("nothing".to_owned(), |c| format!("`{c}`"));
+                let got = match other.as_deref() {
+                    None | Some("") => "nothing (fill it in)".to_owned(),
+                    Some(c) => format!("`{c}`"),
+                };
                 problems.push(problem(
                     line,
                     format!("`correct` must be true or false, got {got}"),
