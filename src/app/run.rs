@@ -20,7 +20,6 @@ use crate::error::{Error, io};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::files::{json_lines, pretty, write_json_lines_hashed};
 use crate::hash::sha256;
-use crate::plan::Plan;
 use crate::protocol::{BudgetRule, Role};
 use crate::report;
 use crate::report::html::{Packing, Rows};
@@ -483,7 +482,7 @@ fn write_rows(
         ratios: &manifest.ratios,
         budgets: &manifest.budgets,
         conditions: &manifest.conditions,
-        callbacks: callback_identities(&prepared.plan),
+        callbacks: prepared.plan.callback_identities(),
         dataset: &prepared.dataset,
         tokenizer: prepared.tokenizer.as_ref(),
         // The endpoints' accounts are of the calls the scores rest on: audit judges' are not.
@@ -579,21 +578,6 @@ fn resume_command(options: &RunOptions) -> String {
         words.push(format!("--out {}", out.display()));
     }
     words.join(" ")
-}
-
-fn callback_identities(plan: &Plan) -> BTreeMap<String, Value> {
-    let mut identities: BTreeMap<String, Value> = plan
-        .compressor_identities
-        .iter()
-        .map(|(name, identity)| (format!("compressors.{name}"), identity.clone()))
-        .collect();
-    identities.insert("reader".into(), plan.reader_identity.clone());
-    identities.insert("judge".into(), plan.judge_identity.clone());
-    for audit in &plan.audits {
-        let identity = serde_json::from_str(&audit.identity_json).unwrap_or_default();
-        identities.insert(format!("judges.{}", audit.name), identity);
-    }
-    identities
 }
 
 fn resolved_manifest(prepared: &Prepared) -> String {

@@ -81,6 +81,25 @@ pub(crate) struct Plan {
     pub audits: Vec<AuditJudge>,
 }
 
+impl Plan {
+    /// Each callback's cache identity by its manifest key (`compressors.NAME`, `reader`,
+    /// `judge`, `judges.NAME`), as report.json lists them.
+    pub(crate) fn callback_identities(&self) -> BTreeMap<String, Value> {
+        let mut identities: BTreeMap<String, Value> = self
+            .compressor_identities
+            .iter()
+            .map(|(name, identity)| (format!("compressors.{name}"), identity.clone()))
+            .collect();
+        identities.insert("reader".into(), self.reader_identity.clone());
+        identities.insert("judge".into(), self.judge_identity.clone());
+        for audit in &self.audits {
+            let identity = serde_json::from_str(&audit.identity_json).unwrap_or_default();
+            identities.insert(format!("judges.{}", audit.name), identity);
+        }
+        identities
+    }
+}
+
 /// A judge that re-judges a sample of the scoring judge's answers (SPEC §10).
 #[derive(Debug, Clone)]
 pub(crate) struct AuditJudge {
