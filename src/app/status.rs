@@ -375,8 +375,10 @@ impl Walk<'_> {
         let asked = &source.goals[question.goal].questions[question.question];
         let seed = job.id.seed;
         let longest = self.bounder.reader_max_tokens.unwrap_or(job.budget as u64);
-        for (audit, launcher) in plan.audits.iter().zip(self.bounder.audits.clone()) {
-            let Some(launcher) = launcher else { continue };
+        for (index, audit) in plan.audits.iter().enumerate() {
+            let Some(launcher) = self.bounder.audits[index].clone() else {
+                continue;
+            };
             let (identity, unknown, text) = match answer {
                 Answer::Known(text) => {
                     let key = plan.audit_key(audit, job, question, text);

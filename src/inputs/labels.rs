@@ -15,37 +15,33 @@ use crate::error::Problem;
 pub(crate) struct Labels {
     /// The file, as the manifest names it.
     pub file: String,
-    /// (question id, answer) → (correct, the line it is on).
-    verdicts: HashMap<(String, String), (bool, usize)>,
+    /// question id → answer → (correct, the line it is on).
+    verdicts: HashMap<String, HashMap<String, (bool, usize)>>,
 }
 
 impl Labels {
+    fn find(&self, question_id: &str, answer: &str) -> Option<&(bool, usize)> {
+        self.verdicts.get(question_id)?.get(answer)
+    }
+
     /// The label of an answer, if it has one.
     pub(crate) fn verdict(&self, question_id: &str, answer: &str) -> Option<bool> {
-        self.verdicts
-            .get(&(question_id.to_owned(), answer.to_owned()))
-            .map(|(correct, _)| *correct)
+        self.find(question_id, answer).map(|(correct, _)| *correct)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.verdicts.len()
+        self.verdicts.values().map(HashMap::len).sum()
     }
 
     /// The labels no answer among `answers` (question id, answer) matches, as problems naming
     /// their lines.
     pub(crate) fn unmatched<'a>(&self, answers: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<Problem> {
-        let mut matched = std::collections::HashSet::new();
-        for (question, answer) in answers {
-            let key = (question.to_owned(), answer.to_owned());
-            if self.verdicts.contains_key(&key) {
-                matched.insert(key);
-            }
-        }
-        let mut lines: Vec<(&usize, &String)> = self
-            .verdicts
-            .iter()
-            .filter(|(key, _)| !matched.contains(*key))
-            .map(|((question, _), (_, line))| (line, question))
+        let matched: std::collections::HashSet<usize> = answers
+            .filter_map(|(question, answer)| Some(self.find(question, answer)?.1))
+            .collect();
+        let mut lines: Vec<(usize, &String)> = (self.verdicts.iter())
+            .flat_map(|(question, answers)| answers.values().map(move |(_, line)| (*line, question)))
+            .filter(|(line, _)| !matched.contains(line))
             .collect();
         lines.sort();
         lines
@@ -106,15 +102,14 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
                 continue;
             }
         };
-        let key = (question.to_owned(), answer.to_owned());
-        if let Some((_, first)) = labels.verdicts.get(&key) {
+        if let Some((_, first)) = labels.find(question, answer) {
             problems.push(problem(
                 line,
                 format!("question `{question}` with this answer is labelled already, on line {first}"),
             ));
             continue;
         }
-        labels.verdicts.insert(key, (correct, line));
+        (labels.verdicts.entry(question.to_owned()).or_default()).insert(answer.to_owned(), (correct, line));
     }
     if problems.is_empty() {
         Ok(labels)

@@ -87,15 +87,20 @@ fn name_rule_judges(loaded: &mut Loaded) -> Vec<Problem> {
     let Some(audit) = &manifest.audit else {
         return Vec::new();
     };
+    let rules: Vec<&str> = crate::builtin::names(crate::protocol::Role::Judge)
+        .into_iter()
+        .filter(|b| crate::builtin::in_process(b).is_some())
+        .collect();
     let mut problems = Vec::new();
     for name in &audit.judges {
         if manifest.judges.contains_key(name) {
             continue;
         }
-        let rule = crate::builtin::names(crate::protocol::Role::Judge)
-            .into_iter()
-            .find(|b| b == name && crate::builtin::in_process(b).is_some());
-        match rule.and_then(|b| toml::from_str::<CallbackSpec>(&format!("builtin = \"{b}\"")).ok()) {
+        // Parsed, so that every other field takes the default a `[judges.*]` table would.
+        let table = rules
+            .contains(&name.as_str())
+            .then(|| format!("builtin = \"{name}\""));
+        match table.and_then(|table| toml::from_str::<CallbackSpec>(&table).ok()) {
             Some(spec) => {
                 manifest.judges.insert(name.clone(), spec);
             }
@@ -103,11 +108,7 @@ fn name_rule_judges(loaded: &mut Loaded) -> Vec<Problem> {
                 place: format!("{}: key `audit.judges`", loaded.path.display()),
                 message: format!(
                     "`{name}` is neither a `[judges.{name}]` table nor a built-in rule judge ({})",
-                    crate::builtin::names(crate::protocol::Role::Judge)
-                        .into_iter()
-                        .filter(|b| crate::builtin::in_process(b).is_some())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    rules.join(", ")
                 ),
             }),
         }
