@@ -75,7 +75,7 @@ fn the_python_example_passes() {
     let scratch = Scratch::new();
     std::fs::create_dir_all(scratch.path("python")).unwrap();
     std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback/__init__.py"),
         scratch.path("python/gacc_callback.py"),
     )
     .unwrap();

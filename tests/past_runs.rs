@@ -245,3 +245,93 @@ fn init_makes_an_experiment_that_runs_at_once_and_never_overwrites() {
         "# mine\n"
     );
 }
+
+/// A venv with the helper installed in its site-packages, as gacc's wheel installs it; the
+/// venv's `bin` first on the returned PATH.
+fn venv_with_installed_helper(scratch: &Scratch) -> String {
+    let venv = scratch.path("venv");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let site = site_packages(&venv);
+    let package = site.join("gacc_callback");
+    std::fs::create_dir_all(&package).unwrap();
+    for file in ["__init__.py", "__main__.py"] {
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("python/gacc_callback")
+            .join(file);
+        std::fs::copy(source, package.join(file)).unwrap();
+    }
+    format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The venv's `lib/python3.X/site-packages`.
+fn site_packages(venv: &std::path::Path) -> std::path::PathBuf {
+    let pattern = venv.join("lib/python3*/site-packages");
+    let found: Vec<_> = glob::glob(pattern.to_str().unwrap()).unwrap().flatten().collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.into_iter().next().unwrap()
+}
+
+#[test]
+fn init_uses_the_installed_helper_and_copies_it_only_when_none_is_importable() {
+    if !common::python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::empty();
+    let path = venv_with_installed_helper(&scratch);
+    let output = scratch
+        .gacc()
+        .args(["init", "installed"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the compressor imports the installed helper"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("site-packages/gacc_callback/__init__.py"),
+        "{stderr}"
+    );
+    assert!(!scratch.path("installed/callbacks/gacc_callback.py").exists());
+    let script = std::fs::read_to_string(scratch.path("installed/callbacks/compress.py")).unwrap();
+    assert!(script.contains("installed with gacc"), "{script}");
+    assert!(!script.contains("{{"), "{script}");
+    // It runs, sandboxed, on the installed helper alone.
+    let (status, folder, stderr) =
+        scratch.run_with_env("installed/experiment.toml", &["-q"], &[("PATH", &path)]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = common::read_json(&folder.join("report.json"));
+    assert_eq!(report["failures"].as_array().unwrap().len(), 0);
+    assert_eq!(report["cells"].as_array().unwrap().len(), 12);
+
+    // A python3 that cannot import it (the venv's, with the package gone): a copy beside the script.
+    let site = site_packages(&scratch.path("venv"));
+    std::fs::remove_dir_all(site.join("gacc_callback")).unwrap();
+    let output = scratch
+        .gacc()
+        .args(["init", "copied"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("the helper copied beside it"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(scratch.path("copied/callbacks/gacc_callback.py")).unwrap(),
+        include_str!("../python/gacc_callback/__init__.py")
+    );
+    let (status, _, stderr) = scratch.run_with_env("copied/experiment.toml", &["-q"], &[("PATH", &path)]);
+    assert_eq!(status, 0, "{stderr}");
+}

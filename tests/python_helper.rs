@@ -1,4 +1,4 @@
-//! The Python helper (`python/gacc_callback.py`) under gacc: one script serves oneshot and
+//! The Python helper (`python/gacc_callback/`) under gacc: one script serves oneshot and
 //! persistent mode with the same results, and output on fd 1 never corrupts the protocol.
 
 mod common;

@@ -8,16 +8,22 @@ import tempfile
 import textwrap
 import unittest
 
-HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gacc_callback.py")
+HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gacc_callback", "__init__.py")
+
+# GACC_HELPER=installed: the scripts import the helper installed in this Python (gacc's wheel),
+# not a copy of the repository's file beside them.
+INSTALLED = os.environ.get("GACC_HELPER") == "installed"
 
 
 class Callback:
-    """A script written into a scratch folder beside a copy of the helper."""
+    """A script written into a scratch folder beside a copy of the helper (or none, when the
+    installed one is under test)."""
 
     def __init__(self, body):
         self.folder = tempfile.mkdtemp(prefix="gacc-helper-")
-        with open(HELPER, encoding="utf-8") as source, open(os.path.join(self.folder, "gacc_callback.py"), "w", encoding="utf-8") as copy:
-            copy.write(source.read())
+        if not INSTALLED:
+            with open(HELPER, encoding="utf-8") as source, open(os.path.join(self.folder, "gacc_callback.py"), "w", encoding="utf-8") as copy:
+                copy.write(source.read())
         self.script = os.path.join(self.folder, "callback.py")
         with open(self.script, "w", encoding="utf-8") as script:
             script.write(textwrap.dedent(body))
@@ -171,6 +177,29 @@ class TryByHand(unittest.TestCase):
         )
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(json.loads(done.stdout)["memory"], "one ferry")
+
+    def test_without_a_command_it_prints_its_usage(self):
+        callback = Callback(COMPRESSOR)
+        done = subprocess.run([sys.executable, "-m", "gacc_callback"], capture_output=True, text=True, cwd=callback.folder, timeout=60)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("usage: python -m gacc_callback try", done.stderr)
+
+
+class WhichHelper(unittest.TestCase):
+    def test_the_scripts_import_the_helper_under_test(self):
+        callback = Callback("""
+            import gacc_callback, sys
+            sys.stdout.write(gacc_callback.__file__)
+        """)
+        done = subprocess.run([sys.executable, callback.script], capture_output=True, text=True, cwd=callback.folder, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        imported = os.path.realpath(done.stdout)
+        if INSTALLED:
+            # The wheel's package, in this Python's site-packages: neither the repository's
+            # source nor a copy beside the script.
+            self.assertTrue(imported.endswith(os.path.join("site-packages", "gacc_callback", "__init__.py")), imported)
+        else:
+            self.assertEqual(imported, os.path.realpath(os.path.join(callback.folder, "gacc_callback.py")))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 //! `gacc init [DIR]`: a new experiment a user can run at once and then edit: a commented
 //! manifest (with its JSON Schema for editors), a small dataset in the right format, a Python
-//! compressor on the helper (a copy of `python/gacc_callback.py` beside it) and a README line.
+//! compressor on the helper and a README line. The helper is the installed `gacc_callback` when
+//! the manifest's `python3` imports it (gacc's wheel installs it beside the binary); otherwise a
+//! copy of `python/gacc_callback/__init__.py` beside the compressor.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Invalid, io};
 
-/// The files `gacc init` writes, by their path in the new folder.
+/// The files `gacc init` always writes, by their path in the new folder.
 const FILES: &[(&str, &str)] = &[
     (
         "experiment.toml",
@@ -20,20 +23,96 @@ const FILES: &[(&str, &str)] = &[
         "callbacks/compress.py",
         include_str!("../../templates/init/compress.py"),
     ),
-    (
-        "callbacks/gacc_callback.py",
-        include_str!("../../python/gacc_callback.py"),
-    ),
     ("README.md", include_str!("../../templates/init/README.md")),
 ];
+
+/// The helper's copy, written when no installed one is importable.
+const HELPER: (&str, &str) = (
+    "callbacks/gacc_callback.py",
+    include_str!("../../python/gacc_callback/__init__.py"),
+);
 
 /// The manifest's JSON Schema, beside it.
 const SCHEMA: &str = "gacc.schema.json";
 
-/// Writes a new experiment into `folder` (made if missing); refuses, writing nothing, when
-/// any of its files exists. The paths written.
-pub(crate) fn init(folder: &Path) -> Result<Vec<PathBuf>, Error> {
-    let existing: Vec<String> = FILES
+/// The interpreter the new manifest's compressor command names.
+const PYTHON: &str = "python3";
+
+/// How long the interpreter may take to say whether it imports the helper.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where a new experiment's compressor finds the helper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Helper {
+    /// Installed: the module's file, as `python3` imports it in a callback's environment.
+    Installed(PathBuf),
+    /// `callbacks/gacc_callback.py`, written beside the compressor.
+    Copied,
+}
+
+impl Helper {
+    /// How the compressor's doc and the experiment's README name it.
+    fn described(&self) -> &'static str {
+        match self {
+            Helper::Installed(_) => "installed with gacc in the Python that runs the script",
+            Helper::Copied => "copied beside the script as `gacc_callback.py`",
+        }
+    }
+}
+
+/// What `gacc init` wrote.
+pub(crate) struct Written {
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) helper: Helper,
+}
+
+/// The `gacc_callback` module `python3` imports in a callback's environment (cleared but for
+/// `PATH`, `HOME` and the locale; run from `/`, so no copy in the current folder counts), or
+/// None: no `python3`, no such module, or no answer within `PROBE_TIMEOUT`.
+pub(crate) fn installed_helper() -> Option<PathBuf> {
+    let line = [
+        PYTHON.into(),
+        "-c".into(),
+        "import gacc_callback, sys; sys.stdout.write(gacc_callback.__file__)".into(),
+    ];
+    let mut command = crate::protocol::callback_command(
+        &line,
+        Path::new("/"),
+        "compressor",
+        crate::protocol::Mode::Oneshot,
+        [],
+    );
+    command.stdin(std::process::Stdio::null());
+    command.stderr(std::process::Stdio::null());
+    let mut child = command.spawn().ok()?;
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < PROBE_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let output = child.wait_with_output().ok()?;
+    let file = String::from_utf8(output.stdout).ok()?;
+    (output.status.success() && !file.is_empty()).then(|| PathBuf::from(file))
+}
+
+/// Writes a new experiment into `folder` (made if missing), its compressor on `helper`;
+/// refuses, writing nothing, when any of its files exists.
+pub(crate) fn init(folder: &Path, helper: Helper) -> Result<Written, Error> {
+    let files: Vec<(&str, &str)> = FILES
+        .iter()
+        .copied()
+        .chain((helper == Helper::Copied).then_some(HELPER))
+        .collect();
+    let existing: Vec<String> = files
         .iter()
         .map(|(name, _)| folder.join(name))
         .chain([folder.join(SCHEMA)])
@@ -51,23 +130,29 @@ pub(crate) fn init(folder: &Path) -> Result<Vec<PathBuf>, Error> {
         .into());
     }
     let name = experiment_name(folder);
-    let mut written = Vec::new();
-    for (relative, text) in FILES {
+    let mut paths = Vec::new();
+    for (relative, text) in files {
         let path = folder.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        crate::files::write(&path, text.replace("{{name}}", &name).as_bytes())?;
-        written.push(path);
+        let text = if relative == HELPER.0 {
+            text.to_owned()
+        } else {
+            text.replace("{{name}}", &name)
+                .replace("{{helper}}", helper.described())
+        };
+        crate::files::write(&path, text.as_bytes())?;
+        paths.push(path);
     }
     // The manifest's first line names this file for editors (Even Better TOML, taplo).
     let schema = folder.join(SCHEMA);
     crate::files::write(&schema, super::schema_text(super::Schema::Manifest).as_bytes())?;
-    written.push(schema);
+    paths.push(schema);
     let script = folder.join("callbacks/compress.py");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).map_err(io(&script))?;
-    Ok(written)
+    Ok(Written { paths, helper })
 }
 
 /// The folder's name as an experiment name (`[a-z0-9][a-z0-9_-]*`), or `my-experiment`.

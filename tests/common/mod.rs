@@ -101,8 +101,11 @@ impl Scratch {
     /// Copies the Python helper beside the experiments' callbacks
     /// (`experiments/callbacks/gacc_callback.py`), where their scripts import it from.
     pub fn copy_helper(&self) {
-        let helper =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/python/gacc_callback.py")).unwrap();
+        let helper = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python/gacc_callback/__init__.py"
+        ))
+        .unwrap();
         self.write("experiments/callbacks/gacc_callback.py", &helper);
     }
 

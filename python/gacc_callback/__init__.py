@@ -28,7 +28,9 @@ the role's one field (the memory, the answer, the verdict) or a whole response o
 - `python -m gacc_callback try script.py --role compressor --context FILE --goal "..."
   --budget 200` calls a script's function by hand and prints the reply.
 
-Standard library only: copy this file beside your script, or `pip install ./python`.
+Standard library only. `pip install ./` from gacc's repository installs it with gacc (the wheel
+holds both); otherwise copy this file beside your script as `gacc_callback.py` (`gacc init`
+does that when the Python it runs cannot import the module).
 """
 
 import argparse
@@ -300,8 +302,15 @@ def _try(argv):
     return 1 if "error" in reply else 0
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["try"]:
-        sys.exit(_try(sys.argv[2:]))
+def main(arguments):
+    """`python -m gacc_callback try ...`: the exit status."""
+    if arguments[:1] == ["try"]:
+        return _try(arguments[1:])
     print("usage: python -m gacc_callback try SCRIPT --role ROLE ... (see the module's doc)", file=sys.stderr)
-    sys.exit(2)
+    return 2
+
+
+# Run as a copied file (`python -m gacc_callback` beside a script); the installed package runs
+# `__main__.py`, which calls `main` too.
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
