@@ -1,6 +1,6 @@
-//! Datasets as flat question tables: CSV or JSON Lines, one row per question, grouped into
-//! sources and goals; `gacc dataset convert` between the two shapes; every table error named by
-//! file, line and column, all at once.
+//! Datasets as flat question tables: CSV, JSON Lines or Parquet, one row per question, grouped
+//! into sources and goals; `gacc dataset convert` between the two shapes; every table error named
+//! by file, line (a Parquet file's row) and column, all at once.
 
 mod common;
 
@@ -30,17 +30,60 @@ fn convert(scratch: &Scratch, input: &str, output: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A file of `tests/data/parquet/` (written by pyarrow and polars: its `make.py`).
+fn parquet(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/parquet")
+        .join(name)
+}
+
+/// Runs the fixture on the dataset at `path` (in `experiments/`), which must fail: its stderr.
+fn fails_on(scratch: &Scratch, path: &str) -> (String, String) {
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace("data/fixture.jsonl", path);
+    scratch.write("experiments/bad.toml", &manifest);
+    let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
+    assert_eq!(status, 2, "{stderr}");
+    (manifest, stderr)
+}
+
+/// A JSON Lines file's rows.
+fn jsonl(scratch: &Scratch, path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(scratch.path(path))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
-fn the_fixture_as_a_csv_or_json_lines_table_gives_the_same_report_and_ledger() {
+fn the_fixture_as_a_csv_json_lines_or_parquet_table_gives_the_same_report_and_ledger() {
     let nested = Scratch::new();
     let expected = fixture_from(&nested, "data/fixture.jsonl", "");
-    for table in ["fixture-table.csv", "fixture-table.jsonl"] {
+    for table in [
+        "fixture-table.csv",
+        "fixture-table.jsonl",
+        "fixture-table.parquet",
+        "fixture-gzip.parquet",
+    ] {
         let scratch = Scratch::new();
-        convert(
-            &scratch,
-            "experiments/data/fixture.jsonl",
-            &format!("experiments/data/{table}"),
-        );
+        match table {
+            // pandas' default (snappy), kept in experiments/data as the example.
+            "fixture-table.parquet" => {}
+            "fixture-gzip.parquet" => {
+                std::fs::copy(
+                    parquet(table),
+                    scratch.path("experiments/data/fixture-gzip.parquet"),
+                )
+                .unwrap();
+            }
+            _ => convert(
+                &scratch,
+                "experiments/data/fixture.jsonl",
+                &format!("experiments/data/{table}"),
+            ),
+        }
         let folder = fixture_from(&scratch, &format!("data/{table}"), "");
         let (a, b) = (
             read_json(&expected.join("report.json")),
@@ -63,14 +106,10 @@ fn dataset_convert_round_trips_and_columns_rename_a_table() {
     convert(&scratch, "experiments/data/fixture.jsonl", "fixture.csv");
     convert(&scratch, "fixture.csv", "back.jsonl");
     // Nested → table → nested: the same sources, goals and questions.
-    let read = |path: &str| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(scratch.path(path))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    assert_eq!(read("experiments/data/fixture.jsonl"), read("back.jsonl"));
+    assert_eq!(
+        jsonl(&scratch, "experiments/data/fixture.jsonl"),
+        jsonl(&scratch, "back.jsonl")
+    );
     // Table → nested → table: the same bytes.
     convert(&scratch, "back.jsonl", "again.csv");
     assert_eq!(
@@ -114,12 +153,7 @@ fn each_table_error_names_its_file_line_and_column_all_at_once() {
          s1,Text one,g1,Goal one,q1,Who again?,Ann\n\
          s1,Text one,g1,Goal one,q5,,Tea\n",
     );
-    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-        .unwrap()
-        .replace("data/fixture.jsonl", "data/bad.csv");
-    scratch.write("experiments/bad.toml", &manifest);
-    let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
-    assert_eq!(status, 2, "{stderr}");
+    let (manifest, stderr) = fails_on(&scratch, "data/bad.csv");
     for (place, what) in [
         (
             "bad.csv:3, column `text`",
@@ -159,4 +193,140 @@ fn each_table_error_names_its_file_line_and_column_all_at_once() {
     let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
     assert_eq!(status, 2, "{stderr}");
     assert!(stderr.contains("bad.jsonl:2, column `reference`"), "{stderr}");
+}
+
+#[test]
+fn a_parquet_table_reads_its_named_columns_and_says_what_it_cannot_read() {
+    let scratch = Scratch::new();
+    // Integer ids, and columns the manifest does not name (a struct, a float): not read.
+    std::fs::copy(
+        parquet("numbered.parquet"),
+        scratch.path("experiments/data/numbered.parquet"),
+    )
+    .unwrap();
+    let columns = "columns = { source_id = \"doc\", text = \"context\", goal_id = \"gid\", goal = \"goal_text\", question_id = \"qid\", question = \"q\", reference = \"answer\" }";
+    let folder = fixture_from(&scratch, "data/numbered.parquet", columns);
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(
+        (
+            report["dataset"]["sources"].as_u64(),
+            report["dataset"]["goals"].as_u64(),
+            report["dataset"]["questions"].as_u64()
+        ),
+        (Some(2), Some(2), Some(3)),
+        "{}",
+        report["dataset"]
+    );
+    // Parquet → nested: the integer ids as text.
+    convert(
+        &scratch,
+        "experiments/data/fixture-table.parquet",
+        "from-parquet.jsonl",
+    );
+    assert_eq!(
+        jsonl(&scratch, "experiments/data/fixture.jsonl"),
+        jsonl(&scratch, "from-parquet.jsonl")
+    );
+
+    let manifest = std::fs::read_to_string(scratch.path("experiments/table.toml")).unwrap();
+    let fails_with = |manifest: &str, expected: &[&str]| {
+        scratch.write("experiments/bad.toml", manifest);
+        let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
+        assert_eq!(status, 2, "{stderr}");
+        for text in expected {
+            assert!(stderr.contains(text), "{text}\n{stderr}");
+        }
+    };
+    // A named column of lists or structs.
+    fails_with(
+        &manifest.replace("reference = \"answer\"", "reference = \"answers\""),
+        &["numbered.parquet, column `answers`: holds lists or structs, not text"],
+    );
+    // A named float column: refused at its first row only.
+    fails_with(
+        &manifest.replace("reference = \"answer\"", "reference = \"score\""),
+        &["numbered.parquet, row 1, column `score`: holds `0.5`: gacc reads text and integer columns"],
+    );
+    // polars' default codec, zstd: refused with how to write a file gacc reads.
+    std::fs::copy(
+        parquet("fixture-zstd.parquet"),
+        scratch.path("experiments/data/zstd.parquet"),
+    )
+    .unwrap();
+    let plain = manifest.replace("data/numbered.parquet", "data/zstd.parquet");
+    let plain = plain
+        .lines()
+        .filter(|l| !l.starts_with("columns = "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    fails_with(
+        &plain,
+        &[
+            "zstd.parquet, row 1",
+            "compressed with zstd",
+            "compression=\"snappy\"",
+        ],
+    );
+    // Not Parquet at all.
+    scratch.write("experiments/data/zstd.parquet", "source_id,text\n");
+    fails_with(&plain, &["zstd.parquet: not Parquet"]);
+    // convert reads Parquet but does not write it.
+    let out = scratch
+        .gacc()
+        .args([
+            "dataset",
+            "convert",
+            "experiments/data/fixture.jsonl",
+            "out.parquet",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("writes CSV or JSON Lines"));
+    assert!(!scratch.path("out.parquet").exists());
+}
+
+#[test]
+fn each_parquet_table_error_names_its_file_row_and_column_all_at_once() {
+    let scratch = Scratch::new();
+    std::fs::copy(
+        parquet("bad.parquet"),
+        scratch.path("experiments/data/bad.parquet"),
+    )
+    .unwrap();
+    let (_, stderr) = fails_on(&scratch, "data/bad.parquet");
+    for (place, what) in [
+        (
+            "bad.parquet, row 2, column `text`",
+            "source `s1` has another text on row 1",
+        ),
+        (
+            "bad.parquet, row 3, column `goal_id`",
+            "goal `g1` belongs to source `s1` (row 1)",
+        ),
+        (
+            "bad.parquet, row 4, column `goal`",
+            "goal `g1` has another text on row 1",
+        ),
+        (
+            "bad.parquet, row 5, column `question_id`",
+            "question id `q1` is used on row 1 already",
+        ),
+        ("bad.parquet, row 6, column `question`", "the cell is empty"),
+        ("bad.parquet, row 7, column `reference`", "the cell is empty"),
+    ] {
+        assert!(
+            stderr.contains(&format!("{place}: {what}")),
+            "{place}: {what}\n{stderr}"
+        );
+    }
+    // `gacc validate` says the same, and nothing ran.
+    let out = scratch
+        .gacc()
+        .args(["validate", "experiments/bad.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.parquet, row 6, column `question`"));
+    assert!(!scratch.path("experiments/runs").exists());
 }

@@ -98,6 +98,13 @@ pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
 /// `gacc dataset convert IN OUT`: the dataset in the other shape.
 pub fn dataset_convert(input: &Path, output: &Path) -> Result<Ended, Error> {
     use crate::inputs::{dataset, table};
+    if table::is_parquet(output) {
+        return Err(crate::error::Invalid::one(
+            output.display().to_string(),
+            "gacc dataset convert writes CSV or JSON Lines (it reads Parquet): name the output .csv or .jsonl",
+        )
+        .into());
+    }
     let loaded = dataset::load_path(input).map_err(crate::error::Invalid)?;
     let bytes = if dataset::is_table_path(input) {
         dataset::nested_jsonl(&loaded)

@@ -84,6 +84,9 @@ pub(crate) fn is_table_path(path: &Path) -> bool {
         .ok()
         .and_then(|files| files.into_iter().next());
     first.is_some_and(|file| {
+        if table::is_parquet(&file) {
+            return true;
+        }
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         table::is_table(&file, &text, &Columns::default())
     })
@@ -105,7 +108,7 @@ pub(crate) fn nested_jsonl(dataset: &Dataset) -> Vec<u8> {
     out
 }
 
-/// The files a dataset path names: the file itself, every `*.jsonl` and `*.csv` in a folder,
+/// The files a dataset path names: the file itself, every `*.jsonl`, `*.csv` and `*.parquet` in a folder,
 /// or every match of a glob pattern (`data/*.jsonl`, `data/**/*.csv`), in sorted order.
 fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     let text = path.to_string_lossy();
@@ -118,7 +121,11 @@ fn dataset_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     };
     let matches =
         glob::glob(&pattern).map_err(|error| format!("`{pattern}` is not a valid pattern: {error}"))?;
-    let dataset = |p: &PathBuf| !path.is_dir() || p.extension().is_some_and(|e| e == "jsonl" || e == "csv");
+    let dataset = |p: &PathBuf| {
+        !path.is_dir()
+            || p.extension()
+                .is_some_and(|e| e == "jsonl" || e == "csv" || e == "parquet")
+    };
     let mut files: Vec<PathBuf> = (matches.filter_map(Result::ok))
         .filter(|p| p.is_file() && dataset(p))
         .collect();
@@ -148,9 +155,37 @@ fn read_files(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Ve
     }
 }
 
+/// A question table's sources, located in `file`; a table without a question is a problem.
+fn table_records(
+    sources: Vec<(SourceRecord, String)>,
+    file: String,
+    folder: PathBuf,
+    problems: &mut Vec<Problem>,
+) -> Vec<Located> {
+    if sources.is_empty() && problems.is_empty() {
+        problems.push(Problem {
+            place: file,
+            message: "the dataset has no questions".into(),
+        });
+    }
+    (sources.into_iter())
+        .map(|(record, place)| Located {
+            record,
+            place,
+            folder: folder.clone(),
+        })
+        .collect()
+}
+
 /// One dataset file: a question table, or nested JSON Lines (a source per line).
 fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Located> {
     let file = crate::inputs::manifest::shown(path);
+    let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    if table::is_parquet(path) {
+        let rows = super::parquet::rows(path, &file, columns, problems);
+        let sources = table::grouped(rows, &file, table::Numbering::Row, columns, problems);
+        return table_records(sources, file, folder, problems);
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -161,22 +196,9 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
             return Vec::new();
         }
     };
-    let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     if table::is_table(path, &text, columns) {
         let sources = table::read(path, &file, &text, columns, problems);
-        if sources.is_empty() && problems.is_empty() {
-            problems.push(Problem {
-                place: file,
-                message: "the dataset has no questions".into(),
-            });
-        }
-        return (sources.into_iter())
-            .map(|(record, place)| Located {
-                record,
-                place,
-                folder: folder.clone(),
-            })
-            .collect();
+        return table_records(sources, file, folder, problems);
     }
     let mut records = Vec::new();
     for (index, line) in text.lines().enumerate() {

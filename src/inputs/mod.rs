@@ -6,6 +6,7 @@ pub(crate) mod dataset;
 pub(crate) mod labels;
 pub(crate) mod manifest;
 pub(crate) mod models;
+pub(crate) mod parquet;
 pub(crate) mod records;
 pub(crate) mod table;
 pub mod tokenizer;

@@ -1,5 +1,6 @@
 //! A dataset as a flat table, one row per question (SQuAD-style tables, Hugging Face exports):
-//! CSV with a header row, or JSON Lines whose rows have no `goals`. `[dataset] columns` names the
+//! CSV with a header row, JSON Lines whose rows have no `goals`, or Parquet (`inputs/parquet.rs`
+//! reads its rows, grouped here). `[dataset] columns` names the
 //! table's columns (by default the names below). Rows are grouped into sources and goals in the
 //! order they first appear; every problem names the file, line and column, all at once.
 
@@ -42,7 +43,7 @@ impl Default for Columns {
 
 impl Columns {
     /// (role, column) in the order of a table's columns.
-    fn named(&self) -> [(&'static str, &str); 7] {
+    pub(super) fn named(&self) -> [(&'static str, &str); 7] {
         [
             ("source_id", &self.source_id),
             ("text", &self.text),
@@ -55,10 +56,15 @@ impl Columns {
     }
 }
 
-/// Whether a dataset file is a question table: CSV, or JSON Lines whose first row holds the
-/// question column and no `goals`.
+/// Whether a dataset file is Parquet (by its extension), which only a question table can be.
+pub(crate) fn is_parquet(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "parquet")
+}
+
+/// Whether a dataset file is a question table: CSV, Parquet, or JSON Lines whose first row
+/// holds the question column and no `goals`.
 pub(crate) fn is_table(path: &Path, text: &str, columns: &Columns) -> bool {
-    if path.extension().is_some_and(|e| e == "csv") {
+    if path.extension().is_some_and(|e| e == "csv") || is_parquet(path) {
         return true;
     }
     let first = text.lines().find(|line| !line.trim().is_empty());
@@ -66,10 +72,36 @@ pub(crate) fn is_table(path: &Path, text: &str, columns: &Columns) -> bool {
     row.is_some_and(|row| row.get("goals").is_none() && row.get(&columns.question).is_some())
 }
 
-/// One row: its line, and its cells by column.
-type Row = (usize, HashMap<String, String>);
+/// One row: its number (a line, or a Parquet row), and its cells by column.
+pub(crate) type Row = (usize, HashMap<String, String>);
 
-/// The sources of a question table (`file` as messages name it); problems go to `problems`.
+/// How messages number a table's rows: by line (CSV, JSON Lines) or by row (Parquet).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum Numbering {
+    #[default]
+    Line,
+    Row,
+}
+
+impl Numbering {
+    /// Row `number` of `file`: `data.csv:4`, `data.parquet, row 4`.
+    pub(super) fn place(self, file: &str, number: usize) -> String {
+        match self {
+            Numbering::Line => format!("{file}:{number}"),
+            Numbering::Row => format!("{file}, row {number}"),
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Numbering::Line => "line",
+            Numbering::Row => "row",
+        }
+    }
+}
+
+/// The sources of a CSV or JSON Lines question table (`file` as messages name it); problems go
+/// to `problems`.
 pub(crate) fn read(
     path: &Path,
     file: &str,
@@ -82,7 +114,25 @@ pub(crate) fn read(
     } else {
         json_rows(text, file, problems)
     };
-    let mut grouped = Grouped::default();
+    grouped(rows, file, Numbering::Line, columns, problems)
+}
+
+/// Rows grouped into sources and goals; each empty or missing cell and each conflict a problem.
+pub(crate) fn grouped(
+    rows: Vec<Row>,
+    file: &str,
+    numbering: Numbering,
+    columns: &Columns,
+    problems: &mut Vec<Problem>,
+) -> Vec<(SourceRecord, String)> {
+    let mut grouped = Grouped {
+        numbering,
+        ..Grouped::default()
+    };
+    let at = |line: usize, column: &str, message: String| Problem {
+        place: format!("{}, column `{column}`", numbering.place(file, line)),
+        message,
+    };
     for (line, cells) in rows {
         let mut values = BTreeMap::new();
         for (role, column) in columns.named() {
@@ -94,7 +144,7 @@ pub(crate) fn read(
                 Some(_) => "the cell is empty",
                 None => "the row has no such column",
             };
-            problems.push(at(file, line, column, message.into()));
+            problems.push(at(line, column, message.into()));
         }
         if values.len() == columns.named().len()
             && let Err((column, message)) = grouped.add(line, &values, file)
@@ -104,23 +154,17 @@ pub(crate) fn read(
                 .into_iter()
                 .find(|(role, _)| *role == column)
                 .map_or(column, |(_, c)| c);
-            problems.push(at(file, line, column, message));
+            problems.push(at(line, column, message));
         }
     }
     grouped.sources
-}
-
-fn at(file: &str, line: usize, column: &str, message: String) -> Problem {
-    Problem {
-        place: format!("{file}:{line}, column `{column}`"),
-        message,
-    }
 }
 
 /// Rows grouped into sources and goals, in the order they first appear, with where each id was
 /// first seen.
 #[derive(Default)]
 struct Grouped {
+    numbering: Numbering,
     sources: Vec<(SourceRecord, String)>,
     /// source id → (index, line)
     source_at: HashMap<String, (usize, usize)>,
@@ -146,7 +190,10 @@ impl Grouped {
             {
                 return Err((
                     "text",
-                    format!("source `{source_id}` has another text on line {first}"),
+                    format!(
+                        "source `{source_id}` has another text on {} {first}",
+                        self.numbering.word()
+                    ),
                 ));
             }
             Some(&(index, _)) => index,
@@ -159,8 +206,10 @@ impl Grouped {
                     path: None,
                     goals: Vec::new(),
                 };
-                self.sources
-                    .push((record, format!("{file}:{line} (source `{source_id}`)")));
+                self.sources.push((
+                    record,
+                    format!("{} (source `{source_id}`)", self.numbering.place(file, line)),
+                ));
                 self.sources.len() - 1
             }
         };
@@ -169,13 +218,19 @@ impl Grouped {
             Some((owner, first, _)) if owner != source_id => {
                 return Err((
                     "goal_id",
-                    format!("goal `{goal_id}` belongs to source `{owner}` (line {first})"),
+                    format!(
+                        "goal `{goal_id}` belongs to source `{owner}` ({} {first})",
+                        self.numbering.word()
+                    ),
                 ));
             }
             Some((_, first, index)) if goals[*index].text != values["goal"] => {
                 return Err((
                     "goal",
-                    format!("goal `{goal_id}` has another text on line {first}"),
+                    format!(
+                        "goal `{goal_id}` has another text on {} {first}",
+                        self.numbering.word()
+                    ),
                 ));
             }
             Some((_, _, index)) => *index,
@@ -193,7 +248,10 @@ impl Grouped {
         if let Some(first) = self.question_at.get(question_id) {
             return Err((
                 "question_id",
-                format!("question id `{question_id}` is used on line {first} already"),
+                format!(
+                    "question id `{question_id}` is used on {} {first} already",
+                    self.numbering.word()
+                ),
             ));
         }
         self.question_at.insert(question_id.clone(), line);
