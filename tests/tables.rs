@@ -284,6 +284,11 @@ fn a_parquet_table_reads_its_named_columns_and_says_what_it_cannot_read() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("writes CSV or JSON Lines"));
     assert!(!scratch.path("out.parquet").exists());
+    // Two roles may name one column: the goal's text as its id.
+    let shared = columns.replace("goal_id = \"gid\"", "goal_id = \"goal_text\"");
+    let folder = fixture_from(&scratch, "data/numbered.parquet", &shared);
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["dataset"]["goals"], 2, "{}", report["dataset"]);
 }
 
 #[test]
