@@ -40,16 +40,52 @@ impl fmt::Display for Problem {
     }
 }
 
+impl Problem {
+    /// Line `line` of `file` that is not the JSON expected (`what`): the place names the line
+    /// and column, the message is serde's without its own position, so that lines failing the
+    /// same way share a message (and are counted together when many do).
+    pub(crate) fn json_line(file: &str, line: usize, what: &str, error: &serde_json::Error) -> Problem {
+        let text = error.to_string();
+        let suffix = format!(" at line {} column {}", error.line(), error.column());
+        Problem {
+            place: format!("{file}:{line}:{}", error.column()),
+            message: format!("{what}: {}", text.strip_suffix(&suffix).unwrap_or(&text)),
+        }
+    }
+}
+
 /// Every problem found in a manifest and its dataset.
 #[derive(Debug, thiserror::Error)]
 pub struct Invalid(pub Vec<Problem>);
+
+/// How many problems with the same message are listed; the rest are counted after them (a
+/// table whose every row lacks a column, or a file that is not a dataset at all, would
+/// otherwise print a line per row).
+const LISTED_PER_MESSAGE: usize = 5;
 
 impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let count = self.0.len();
         writeln!(f, "{count} problem{} found:", if count == 1 { "" } else { "s" })?;
+        // How often each message was found, and the messages in the order first found.
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut order = Vec::new();
         for problem in &self.0 {
-            writeln!(f, "  {problem}")?;
+            let times = seen.entry(&problem.message).or_insert_with(|| {
+                order.push(problem.message.as_str());
+                0
+            });
+            *times += 1;
+            if *times <= LISTED_PER_MESSAGE {
+                writeln!(f, "  {problem}")?;
+            }
+        }
+        for message in order {
+            let times = seen.get(message).copied().unwrap_or_default();
+            if times > LISTED_PER_MESSAGE {
+                let more = times - LISTED_PER_MESSAGE;
+                writeln!(f, "  … and {more} more like this: {message}")?;
+            }
         }
         Ok(())
     }
@@ -61,5 +97,37 @@ impl Invalid {
             place: place.into(),
             message: message.into(),
         }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(place: &str, message: &str) -> Problem {
+        Problem {
+            place: place.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_message_found_many_times_is_listed_five_times_and_counted() {
+        let mut problems: Vec<Problem> = (1..=12)
+            .map(|row| {
+                problem(
+                    &format!("t.jsonl:{row}, column `reference`"),
+                    "the row has no such column",
+                )
+            })
+            .collect();
+        problems.insert(3, problem("t.jsonl:4, column `goal`", "the cell is empty"));
+        let shown = Invalid(problems).to_string();
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines[0], "13 problems found:");
+        assert_eq!(lines.len(), 1 + 5 + 1 + 1, "{shown}");
+        assert_eq!(lines[4], "  t.jsonl:4, column `goal`: the cell is empty");
+        assert!(lines[6].starts_with("  t.jsonl:5, column `reference`"), "{shown}");
+        assert_eq!(lines[7], "  … and 7 more like this: the row has no such column");
     }
 }

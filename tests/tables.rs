@@ -193,6 +193,20 @@ fn each_table_error_names_its_file_line_and_column_all_at_once() {
     let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
     assert_eq!(status, 2, "{stderr}");
     assert!(stderr.contains("bad.jsonl:2, column `reference`"), "{stderr}");
+    // A column every row lacks: all counted, five listed, not a line per row.
+    let rows: String = (1..=40)
+        .map(|i| format!("{{\"source_id\":\"s1\",\"text\":\"T\",\"goal_id\":\"g1\",\"goal\":\"G\",\"question_id\":\"q{i}\",\"question\":\"Q\"}}\n"))
+        .collect();
+    scratch.write("experiments/data/bad.jsonl", &rows);
+    let (status, _, stderr) = scratch.run("experiments/bad.toml", &["-q"]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(stderr.contains("40 problems found"), "{stderr}");
+    assert!(stderr.contains("bad.jsonl:5, column `reference`"), "{stderr}");
+    assert!(!stderr.contains("bad.jsonl:6, column"), "{stderr}");
+    assert!(
+        stderr.contains("… and 35 more like this: the row has no such column"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -212,10 +212,7 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
                 record,
                 folder: folder.clone(),
             }),
-            Err(error) => problems.push(Problem {
-                place: format!("{file}:{number}:{}", error.column()),
-                message: format!("not a source record: {error}"),
-            }),
+            Err(error) => problems.push(Problem::json_line(&file, number, "not a source record", &error)),
         }
     }
     if records.is_empty() && problems.is_empty() {

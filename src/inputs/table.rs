@@ -346,10 +346,7 @@ fn json_rows(text: &str, file: &str, problems: &mut Vec<Problem>) -> Vec<Row> {
                 continue;
             }
             Err(error) => {
-                problems.push(Problem {
-                    place: format!("{file}:{line_number}:{}", error.column()),
-                    message: format!("not JSON: {error}"),
-                });
+                problems.push(Problem::json_line(file, line_number, "not JSON", &error));
                 continue;
             }
         };
