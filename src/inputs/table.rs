@@ -1,8 +1,8 @@
 //! A dataset as a flat table, one row per question (SQuAD-style tables, Hugging Face exports):
-//! CSV with a header row, JSON Lines whose rows have no `goals`, or Parquet (`inputs/parquet.rs`
-//! reads its rows, grouped here). `[dataset] columns` names the
-//! table's columns (by default the names below). Rows are grouped into sources and goals in the
-//! order they first appear; every problem names the file, line and column, all at once.
+//! CSV with a header row, JSON Lines whose rows have no `goals`, or Parquet (whose rows
+//! `inputs/parquet.rs` reads). `[dataset] columns` names the table's columns (by default the
+//! names below). Rows are grouped into sources and goals in the order they first appear; every
+//! problem names the file, line (a Parquet file's row) and column, all at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
