@@ -288,14 +288,19 @@ fn init_uses_the_installed_helper_and_copies_it_only_when_none_is_importable() {
     }
     let scratch = Scratch::empty();
     let path = venv_with_installed_helper(&scratch);
-    let output = scratch
-        .gacc()
-        .args(["init", "installed"])
-        .env("PATH", &path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    // `gacc init FOLDER` with the venv first on PATH: its stderr.
+    let init = |folder: &str| {
+        let output = scratch
+            .gacc()
+            .args(["init", folder])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = init("installed");
     assert!(
         stderr.contains("the compressor imports the installed helper"),
         "{stderr}"
@@ -319,14 +324,7 @@ fn init_uses_the_installed_helper_and_copies_it_only_when_none_is_importable() {
     // A python3 that cannot import it (the venv's, with the package gone): a copy beside the script.
     let site = site_packages(&scratch.path("venv"));
     std::fs::remove_dir_all(site.join("gacc_callback")).unwrap();
-    let output = scratch
-        .gacc()
-        .args(["init", "copied"])
-        .env("PATH", &path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = init("copied");
     assert!(stderr.contains("the helper copied beside it"), "{stderr}");
     assert_eq!(
         std::fs::read_to_string(scratch.path("copied/callbacks/gacc_callback.py")).unwrap(),

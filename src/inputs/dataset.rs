@@ -83,13 +83,21 @@ pub(crate) fn is_table_path(path: &Path) -> bool {
     let first = dataset_files(path)
         .ok()
         .and_then(|files| files.into_iter().next());
-    first.is_some_and(|file| {
-        if table::is_parquet(&file) {
-            return true;
-        }
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        table::is_table(&file, &text, &Columns::default())
-    })
+    first.is_some_and(|file| table::is_table(&file, &first_line(&file), &Columns::default()))
+}
+
+/// The first line of `file` with anything on it (all `is_table` looks at), or "" when it has
+/// none or is not text (a Parquet file, which `is_table` knows by its name).
+fn first_line(file: &Path) -> String {
+    use std::io::BufRead;
+    let Ok(opened) = std::fs::File::open(file) else {
+        return String::new();
+    };
+    std::io::BufReader::new(opened)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or_default()
 }
 
 /// A dataset as nested JSON Lines: a source per line, its text inline.
