@@ -17,7 +17,7 @@
 //! floor 3  plan
 //! floor 2  builtin inputs
 //! floor 1  protocol trace providers
-//! floor 0  error clock rng hash parallel files
+//! floor 0  error clock rng hash parallel files secrets
 //! never    runner -> exec::slurm
 //! never    exec::callback -> exec::slurm
 //! ```
@@ -42,5 +42,6 @@ mod providers;
 mod review;
 mod rng;
 mod runner;
+mod secrets;
 mod store;
 mod trace;

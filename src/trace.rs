@@ -1,6 +1,8 @@
 //! `trace.jsonl`: every tracing event of a run as one JSON object per line. Recording a run
 //! must never fail the run, so write errors are ignored. Events go through a buffer (a
-//! million-job run writes a million events); a crash loses at most the buffer's last events.
+//! million-job run writes a million events) that reaches the file at least every
+//! `FLUSH_EVERY`, so a crash loses at most that last moment. Every line, here and on the
+//! terminal, has the registered secrets taken out (`crate::secrets`).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -15,10 +17,27 @@ static TRACE_FILE: Mutex<Option<BufWriter<File>>> = Mutex::new(None);
 /// How much of the trace may wait in memory before it is written.
 const TRACE_BUFFER: usize = 256 << 10;
 
-/// Sends trace events to `path` from now on, creating it.
+/// How long an event may wait in the buffer before it is written to the file.
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Sends trace events to `path` from now on, creating it; a thread writes the buffer out every
+/// `FLUSH_EVERY` while the file is open.
 pub(crate) fn open(path: &Path) -> std::io::Result<()> {
     let file = BufWriter::with_capacity(TRACE_BUFFER, File::create(path)?);
-    *TRACE_FILE.locked() = Some(file);
+    let first = TRACE_FILE.locked().replace(file).is_none();
+    if first {
+        let _ = std::thread::Builder::new().name("gacc-trace".into()).spawn(|| {
+            loop {
+                std::thread::sleep(FLUSH_EVERY);
+                match TRACE_FILE.locked().as_mut() {
+                    Some(file) => {
+                        let _ = file.flush();
+                    }
+                    None => break,
+                }
+            }
+        });
+    }
     Ok(())
 }
 
@@ -50,9 +69,54 @@ impl Write for EventWriter {
 
 impl Drop for EventWriter {
     fn drop(&mut self) {
+        let line = redacted(&self.0);
         if let Some(file) = TRACE_FILE.locked().as_mut() {
-            let _ = file.write_all(&self.0);
+            let _ = file.write_all(&line);
         }
+    }
+}
+
+/// An event's bytes with every registered secret taken out.
+fn redacted(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
+    match std::str::from_utf8(bytes).map(crate::secrets::redact) {
+        Ok(Cow::Owned(text)) => Cow::Owned(text.into_bytes()),
+        Ok(Cow::Borrowed(_)) => Cow::Borrowed(bytes),
+        Err(_) => Cow::Owned(
+            crate::secrets::redact(&String::from_utf8_lossy(bytes))
+                .into_owned()
+                .into_bytes(),
+        ),
+    }
+}
+
+/// A `MakeWriter` for the terminal: standard error, each event's secrets taken out.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TerminalSink;
+
+/// One terminal event's bytes, written to standard error whole when dropped.
+pub(crate) struct TerminalWriter(Vec<u8>);
+
+impl Write for TerminalWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for TerminalWriter {
+    fn drop(&mut self) {
+        let _ = std::io::stderr().lock().write_all(&redacted(&self.0));
+    }
+}
+
+impl<'a> MakeWriter<'a> for TerminalSink {
+    type Writer = TerminalWriter;
+    fn make_writer(&'a self) -> Self::Writer {
+        TerminalWriter(Vec::with_capacity(256))
     }
 }
 

@@ -5,12 +5,9 @@
 
 mod common;
 
-use common::mock_api::{Behaviour, Format, MockApi, PRICE, llm_manifest};
+use common::mock_api::{Behaviour, Format, KEY, MockApi, PRICE, assert_no_key, llm_manifest};
 use common::{Scratch, read_json};
 use serde_json::Value;
-
-/// The key the tests give the mock; it must appear in no file and no output.
-const KEY: &str = "sk-test-0123456789abcdef-secret";
 
 /// The fixture with every role on a model built-in at the mock, priced.
 fn llm_fixture(scratch: &Scratch, api: &MockApi, format: Format, endpoint: &str, run: &str) -> String {
@@ -29,35 +26,6 @@ fn cells(folder: &std::path::Path) -> Value {
         cell["compressor"] = Value::Null;
     }
     cells
-}
-
-/// No byte of the key in any file of the run folder or the cache, nor in what gacc printed.
-fn assert_no_key(scratch: &Scratch, printed: &str) {
-    assert!(
-        !printed.contains(KEY) && !printed.contains("0123456789abcdef"),
-        "{printed}"
-    );
-    let mut stack = vec![scratch.path("experiments")];
-    stack.extend([scratch.path(".gacc"), scratch.path("runs")]);
-    while let Some(path) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&path) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.is_file() {
-                let bytes = common::read_bytes(&path);
-                let text = String::from_utf8_lossy(&bytes);
-                assert!(
-                    !text.contains("0123456789abcdef"),
-                    "the key is in {}",
-                    path.display()
-                );
-            }
-        }
-    }
 }
 
 #[test]

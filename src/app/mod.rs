@@ -355,7 +355,12 @@ pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
         .enable_all()
         .build()
         .map_err(io(Path::new("tokio runtime")))?;
-    let client = reqwest::Client::new();
+    let client = crate::exec::model::http_client(std::time::Duration::from_secs(120)).map_err(|message| {
+        Error::Io {
+            path: cache.to_path_buf(),
+            message,
+        }
+    })?;
     let mut failed = 0;
     for record in &open {
         let id = record.batch_id.as_deref().unwrap_or("?");

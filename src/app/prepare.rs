@@ -292,7 +292,7 @@ impl Builder<'_> {
             sandbox,
             max_inflight: spec.max_inflight.unwrap_or(1).max(1),
         };
-        let secrets = program.passed();
+        crate::secrets::register_all(&program.passed());
         let launcher: Arc<dyn Launcher> = match self.remote {
             Some(slurm) => Arc::new(SlurmLauncher {
                 slurm: slurm.clone(),
@@ -301,10 +301,7 @@ impl Builder<'_> {
             None => Arc::new(ProcessLauncher::new(program)),
         };
         let run_concurrency = loaded.manifest.run.concurrency;
-        Callback {
-            secrets,
-            ..configured(name, role, spec, launcher, run_concurrency)
-        }
+        configured(name, role, spec, launcher, run_concurrency)
     }
 }
 
@@ -376,8 +373,6 @@ fn model_callback(
     let mut callback = Callback {
         // The endpoint retries what is worth retrying, honouring Retry-After.
         retries: 0,
-        // Its key, so that every text gacc keeps is redacted of it.
-        secrets: endpoint.secret().into_iter().collect(),
         ..configured(
             name.to_owned(),
             role,

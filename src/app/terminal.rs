@@ -497,7 +497,7 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
             crate::trace::JOB_TARGET
         )));
     let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(crate::trace::TerminalSink)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_filter(terminal);

@@ -30,9 +30,6 @@ pub(crate) struct Callback {
     /// What determines its answers: command or built-in name, revision, params.
     pub identity: Value,
     pub limit: Arc<Semaphore>,
-    /// Values no text gacc keeps may hold (passed-through variables, a model endpoint's key),
-    /// by variable name.
-    pub secrets: Vec<(String, String)>,
     /// Where and how each attempt is made: in gacc, a process here, a Slurm task, or a model
     /// endpoint.
     pub launcher: Arc<dyn Launcher>,
@@ -49,7 +46,6 @@ impl Callback {
             params: Value::Null,
             identity: Value::Null,
             limit: Arc::new(Semaphore::new(1)),
-            secrets: Vec::new(),
             launcher,
         }
     }
@@ -195,7 +191,7 @@ impl Callback {
                 let started = Instant::now();
                 let mut outcome = self.launcher.attempt(self, key, &bytes).await;
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
-                self.redact_attempt(&mut outcome);
+                redact_attempt(&mut outcome);
                 tracing::debug!(
                     callback = %self.name,
                     attempt,
@@ -230,22 +226,49 @@ impl Callback {
             }
         }
     }
+}
 
-    /// Replaces the value of every variable passed through `env` with `[redacted:NAME]`,
-    /// including a piece of one cut off at either end of a tail.
-    pub(crate) fn redact(&self, text: &str) -> String {
-        crate::protocol::redact(text, &self.secrets)
-    }
-
-    pub(crate) fn redact_attempt(&self, attempt: &mut Attempt) {
-        if self.secrets.is_empty() {
-            return;
+/// Takes every registered secret (`crate::secrets`) out of what an attempt brought back:
+/// its response (a server or callback that echoes a key), its failure text and stderr.
+pub(crate) fn redact_attempt(attempt: &mut Attempt) {
+    crate::secrets::redact_string(&mut attempt.stderr_tail);
+    match &mut attempt.result {
+        Ok(response) => {
+            crate::secrets::redact_json(response);
         }
-        attempt.stderr_tail = self.redact(&attempt.stderr_tail);
-        if let Err(FailureKind::Reported { message, .. } | FailureKind::InvalidJson(message)) =
-            &mut attempt.result
-        {
-            *message = self.redact(message);
+        Err(kind) => kind.redact(),
+    }
+}
+
+impl FailureKind {
+    /// Its texts with every registered secret taken out.
+    fn redact(&mut self) {
+        let clean = crate::secrets::redact_string;
+        match self {
+            FailureKind::Spawn { program, error } => {
+                clean(program);
+                clean(error);
+            }
+            FailureKind::InvalidJson(text)
+            | FailureKind::MissingField(text)
+            | FailureKind::WorkerDied(text)
+            | FailureKind::Tokenizer(text)
+            | FailureKind::Submit(text)
+            | FailureKind::Reported { message: text, .. }
+            | FailureKind::Rejected { message: text, .. }
+            | FailureKind::Provider { message: text, .. } => clean(text),
+            FailureKind::Cluster { task, state } => {
+                clean(task);
+                clean(state);
+            }
+            FailureKind::Timeout(_)
+            | FailureKind::Exit(_)
+            | FailureKind::Signal(_)
+            | FailureKind::NoOutput
+            | FailureKind::NotUtf8
+            | FailureKind::TooLarge(_)
+            | FailureKind::Cancelled
+            | FailureKind::CostCap { .. } => {}
         }
     }
 }
@@ -364,13 +387,25 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
         let Some(usage) = usage.as_object() else {
             return Err(FailureKind::MissingField("`usage` as an object".into()));
         };
-        for (name, is_valid) in [
-            ("input_tokens", Value::is_u64 as fn(&Value) -> bool),
-            ("output_tokens", Value::is_u64),
-            ("cost_usd", Value::is_number),
+        let count = |v: &Value| v.as_u64().is_some_and(|n| n <= messages::MAX_TOKENS);
+        let cost = |v: &Value| {
+            v.as_f64()
+                .is_some_and(|c| c.is_finite() && (0.0..=messages::MAX_COST_USD).contains(&c))
+        };
+        for (name, is_valid, what) in [
+            ("input_tokens", &count as &dyn Fn(&Value) -> bool, "a token count"),
+            ("output_tokens", &count, "a token count"),
+            ("cached_input_tokens", &count, "a token count"),
+            ("cost_usd", &cost, "a cost in USD"),
         ] {
-            if usage.get(name).is_some_and(|v| !is_valid(v)) {
-                return Err(FailureKind::MissingField(format!("`usage.{name}` as a number")));
+            if let Some(value) = usage.get(name).filter(|v| !is_valid(v)) {
+                let bounds = match what {
+                    "a token count" => format!("a whole number from 0 to {}", messages::MAX_TOKENS),
+                    _ => format!("a number from 0 to {}", messages::MAX_COST_USD),
+                };
+                return Err(FailureKind::MissingField(format!(
+                    "`usage.{name}` as {what}, {bounds} (got {value})"
+                )));
             }
         }
         // What gacc reads of it (the fields above, and those its own model calls add).

@@ -248,6 +248,12 @@ pub(crate) fn read<'a, T: Deserialize<'a>>(response: &'a Value) -> Option<T> {
     T::deserialize(response).ok()
 }
 
+/// The most tokens one call may report in one count: no model reads or writes a trillion
+/// tokens in one call, so a larger count is a broken reply, never summed.
+pub(crate) const MAX_TOKENS: u64 = 1_000_000_000_000;
+/// The most one call may report it cost, in USD.
+pub(crate) const MAX_COST_USD: f64 = 1_000_000.0;
+
 /// What a response's `usage` reported (SPEC §3); a cached memory's entry adds what its call
 /// saved and the models that served it.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -85,10 +85,10 @@ impl Provider for AnthropicMessages {
         }
         let finish_reason = text_of(body.get("stop_reason"));
         let usage = body.get("usage");
-        let field = |name: &str| count(usage.and_then(|u| u.get(name)));
+        let field = |name: &str| count(usage.and_then(|u| u.get(name)), name);
         let (read, write) = (
-            field("cache_read_input_tokens"),
-            field("cache_creation_input_tokens"),
+            field("cache_read_input_tokens")?,
+            field("cache_creation_input_tokens")?,
         );
         Ok(Reply {
             batch: false,
@@ -100,10 +100,10 @@ impl Provider for AnthropicMessages {
             system_fingerprint: None,
             usage: Tokens {
                 // Anthropic's input_tokens leaves out the cached and the newly cached.
-                input: field("input_tokens") + read + write,
+                input: field("input_tokens")?.saturating_add(read).saturating_add(write),
                 cached_input: read,
                 cache_write: write,
-                output: field("output_tokens"),
+                output: field("output_tokens")?,
             },
         })
     }

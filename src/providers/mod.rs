@@ -329,8 +329,17 @@ fn text_of(value: Option<&Value>) -> Option<String> {
 }
 
 /// A whole-number field of a JSON value, 0 when absent.
-fn count(value: Option<&Value>) -> u64 {
-    value.and_then(Value::as_u64).unwrap_or(0)
+/// A token count a reply's usage gives under `name`: absent or null is 0; anything but a whole
+/// number from 0 to `MAX_TOKENS` (a negative, a fraction, text, 2^64 − 1) makes the reply
+/// unreadable, so that no absurd count is summed or priced.
+fn count(value: Option<&Value>, name: &str) -> Result<u64, String> {
+    match value {
+        None | Some(Value::Null) => Ok(0),
+        Some(number) => number
+            .as_u64()
+            .filter(|n| *n <= crate::protocol::messages::MAX_TOKENS)
+            .ok_or_else(|| format!("its usage's `{name}` is not a token count: {number}")),
+    }
 }
 
 /// The time from now until an RFC 3339 instant (`2026-12-01T20:44:34Z`, offsets and fractions

@@ -67,8 +67,18 @@ impl Provider for OpenaiChat {
         let usage = body.get("usage");
         let field = |name: &str| usage.and_then(|u| u.get(name));
         // OpenAI's cached_tokens; DeepSeek's prompt_cache_hit_tokens.
-        let cached = count(field("prompt_tokens_details").and_then(|d| d.get("cached_tokens")))
-            .max(count(field("prompt_cache_hit_tokens")));
+        let cached = count(
+            field("prompt_tokens_details").and_then(|d| d.get("cached_tokens")),
+            "prompt_tokens_details.cached_tokens",
+        )?
+        .max(count(
+            field("prompt_cache_hit_tokens"),
+            "prompt_cache_hit_tokens",
+        )?);
+        let (input, output) = (
+            count(field("prompt_tokens"), "prompt_tokens")?,
+            count(field("completion_tokens"), "completion_tokens")?,
+        );
         Ok(Reply {
             batch: false,
             cut_at_max_tokens: finish_reason.as_deref() == Some("length"),
@@ -78,10 +88,10 @@ impl Provider for OpenaiChat {
             model: text_of(body.get("model")),
             system_fingerprint: text_of(body.get("system_fingerprint")),
             usage: Tokens {
-                input: count(field("prompt_tokens")),
+                input,
                 cached_input: cached,
                 cache_write: 0,
-                output: count(field("completion_tokens")),
+                output,
             },
         })
     }

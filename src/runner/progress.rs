@@ -49,16 +49,22 @@ fn is_nothing(value: &f64) -> bool {
 }
 
 impl Usage {
-    /// Adds another usage.
+    /// Adds another usage; sums saturate, whatever the parts say.
     pub(crate) fn plus(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cost_usd += other.cost_usd;
-        self.cached_input_tokens += other.cached_input_tokens;
-        self.prompt_cache_saved_usd += other.prompt_cache_saved_usd;
-        self.batch_saved_usd += other.batch_saved_usd;
+        let cost = |sum: &mut f64, part: f64| {
+            if part.is_finite() && part > 0.0 {
+                *sum = (*sum + part).min(f64::MAX);
+            }
+        };
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self.cached_input_tokens.saturating_add(other.cached_input_tokens);
+        cost(&mut self.cost_usd, other.cost_usd);
+        cost(&mut self.prompt_cache_saved_usd, other.prompt_cache_saved_usd);
+        cost(&mut self.batch_saved_usd, other.batch_saved_usd);
         for (model, calls) in &other.served_models {
-            *self.served_models.entry(model.clone()).or_default() += calls;
+            let count = self.served_models.entry(model.clone()).or_default();
+            *count = count.saturating_add(*calls);
         }
     }
 
@@ -72,22 +78,23 @@ impl Usage {
     /// Adds a response's `usage`, if it has one.
     pub(crate) fn add(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage").and_then(messages::read::<ReportedUsage>) {
-            self.input_tokens += usage.input_tokens;
-            self.output_tokens += usage.output_tokens;
-            self.cost_usd += usage.cost_usd;
-            self.cached_input_tokens += usage.cached_input_tokens;
-            self.prompt_cache_saved_usd += usage.prompt_cache_saved_usd;
-            self.batch_saved_usd += usage.batch_saved_usd;
             // As a cached memory entry stores them.
-            for (model, calls) in usage.served_models {
-                *self.served_models.entry(model).or_default() += calls;
-            }
+            self.plus(&Usage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cost_usd: usage.cost_usd,
+                cached_input_tokens: usage.cached_input_tokens,
+                prompt_cache_saved_usd: usage.prompt_cache_saved_usd,
+                batch_saved_usd: usage.batch_saved_usd,
+                served_models: usage.served_models,
+            });
         }
         // A model endpoint's reply names the model that served it.
         if let Some(model) = response.pointer("/meta/model").and_then(Value::as_str)
             && response.pointer("/meta/endpoint").is_some()
         {
-            *self.served_models.entry(model.to_owned()).or_default() += 1;
+            let count = self.served_models.entry(model.to_owned()).or_default();
+            *count = count.saturating_add(1);
         }
     }
 }

@@ -63,6 +63,16 @@ pub struct Behaviour {
     pub batch_error_every: Option<usize>,
     /// Uploads (OpenAI) and batch creations (Anthropic) are refused.
     pub refuse_batches: bool,
+    /// The key a request carries comes back: in a 500 (first request), a 429 (second), every
+    /// 401 when `unauthorized`, and in every 200's text and served `model`.
+    pub echo_key: bool,
+    /// The first N model requests answer 429 with `limited_retry_after` (none: no header).
+    pub limited_first: u64,
+    pub limited_retry_after: Option<u64>,
+    /// Every request answers `301 Moved Permanently` to this URL.
+    pub redirect: Option<String>,
+    /// Every 200 reply reports this `usage` instead of what it billed.
+    pub usage: Option<Value>,
 }
 
 #[derive(Debug, Default)]
@@ -246,6 +256,7 @@ fn serve_connection(stream: TcpStream, state: &State) {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        301 => "Moved Permanently",
         401 => "Unauthorized",
         429 => "Too Many Requests",
         503 => "Service Unavailable",
@@ -314,6 +325,44 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         Format::OpenAi => "/v1/chat/completions",
         Format::Anthropic => "/v1/messages",
     };
+    if let Some(location) = &behaviour.redirect {
+        return (301, format!("Location: {location}\r\n"), b"moved".to_vec());
+    }
+    let key = headers
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            (name.eq_ignore_ascii_case("authorization") || name.eq_ignore_ascii_case("x-api-key"))
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_default();
+    if behaviour.echo_key && behaviour.unauthorized {
+        return error(401, &format!("Incorrect API key provided: {key}"));
+    }
+    if behaviour.echo_key && number == 1 {
+        return error(500, &format!("upstream failed for {key}"));
+    }
+    if behaviour.echo_key && number == 2 {
+        counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+        return (
+            429,
+            "Retry-After: 0\r\n".into(),
+            json!({"error": {"message": format!("slow down, {key}")}})
+                .to_string()
+                .into_bytes(),
+        );
+    }
+    if number <= behaviour.limited_first {
+        counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+        let retry = behaviour
+            .limited_retry_after
+            .map_or(String::new(), |seconds| format!("Retry-After: {seconds}\r\n"));
+        return (
+            429,
+            retry,
+            json!({"error": {"message": "busy"}}).to_string().into_bytes(),
+        );
+    }
     if path != expected {
         if behaviour.unauthorized {
             return error(401, "Incorrect API key provided: sk-t****cret.");
@@ -389,12 +438,29 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
             b"{\"choices\": [{\"message\": {\"content\": \"cut".to_vec(),
         );
     }
-    let _ = headers;
-    (
-        200,
-        announced,
-        completion(state, &request, number).to_string().into_bytes(),
-    )
+    let mut reply = completion(state, &request, number);
+    if behaviour.echo_key {
+        // Not into a judge's verdict, which must stay one JSON object.
+        let echoed = |text: &Value| match text.as_str() {
+            Some(verdict) if verdict.starts_with('{') => json!(verdict),
+            other => json!(format!("{} (sent with {key})", other.unwrap_or(""))),
+        };
+        reply["model"] = json!(key);
+        match state.format {
+            Format::OpenAi => {
+                reply["choices"][0]["message"]["content"] = echoed(&reply["choices"][0]["message"]["content"])
+            }
+            Format::Anthropic => {
+                if reply["content"][0]["type"] == "text" {
+                    reply["content"][0]["text"] = echoed(&reply["content"][0]["text"]);
+                }
+            }
+        }
+    }
+    if let Some(usage) = &behaviour.usage {
+        reply["usage"] = usage.clone();
+    }
+    (200, announced, reply.to_string().into_bytes())
 }
 
 /// A 429 for the limit `what`, saying to retry after `wait` seconds (or as told).
@@ -828,4 +894,36 @@ params = {{ model = "mock" }}
 {run}
 "#
     )
+}
+
+/// The key the tests give the mock; it must appear in no file and no output.
+pub const KEY: &str = "sk-test-0123456789abcdef-secret";
+
+/// No byte of the key in any file of the run folder or the cache, nor in what gacc printed.
+pub fn assert_no_key(scratch: &super::Scratch, printed: &str) {
+    assert!(
+        !printed.contains(KEY) && !printed.contains("0123456789abcdef"),
+        "{printed}"
+    );
+    let mut stack = vec![scratch.path("experiments")];
+    stack.extend([scratch.path(".gacc"), scratch.path("runs")]);
+    while let Some(path) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.is_file() {
+                let bytes = super::read_bytes(&path);
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(
+                    !text.contains("0123456789abcdef"),
+                    "the key is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
 }

@@ -56,12 +56,10 @@ impl Endpoint {
                     .ok_or_else(|| format!("`api_key_env` names `{variable}`, which is not set"))?,
             ),
         };
-        let client = reqwest::Client::builder()
-            .timeout(spec.timeout.0)
-            .connect_timeout(spec.timeout.0.min(Duration::from_secs(30)))
-            .user_agent(concat!("gacc/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
+        if let (Some(variable), Some(key)) = (&spec.api_key_env, &key) {
+            crate::secrets::register(variable, key);
+        }
+        let client = http_client(spec.timeout.0)?;
         Ok(Endpoint {
             name: name.to_owned(),
             spec: spec.clone(),
@@ -106,11 +104,6 @@ impl Endpoint {
     /// Its batches' counts, when it sends batches.
     pub(crate) fn batches(&self) -> Option<batch::BatchCounts> {
         self.batcher.get().map(batch::Batcher::counts)
-    }
-
-    /// The key's variable and value, for redaction: the value appears nowhere gacc writes.
-    pub(crate) fn secret(&self) -> Option<(String, String)> {
-        Some((self.spec.api_key_env.clone()?, self.key.clone()?))
     }
 
     pub(super) fn url(&self) -> String {
@@ -267,6 +260,7 @@ impl Endpoint {
         let status = response.status().as_u16();
         let announced = self.announced(response.headers());
         let wait = retry_after(response.headers(), &announced);
+        let headers = response.headers().clone();
         let text = match read_limited(response).await {
             Ok(text) => text,
             Err(why) => return Exchange::Transient { wait, why },
@@ -299,6 +293,11 @@ impl Endpoint {
                 status,
                 message: message(),
             },
+            // Every later call would be sent to the same place.
+            300..=399 => Exchange::Rejected {
+                status,
+                message: refusal(status, &headers, &text),
+            },
             _ => Exchange::Refused {
                 status,
                 message: message(),
@@ -326,6 +325,35 @@ enum Exchange {
         status: u16,
         message: String,
     },
+}
+
+/// The HTTP client of every model and batch call: no redirect is followed (a 3xx is a failed
+/// call naming where it pointed: a POST turned into a GET would go to a server gacc was not
+/// told of, without its key, and its answer would be paid for and cached).
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(30)))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("gacc/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|error| format!("cannot make an HTTP client: {error}"))
+}
+
+/// What a reply that is not a success says: its status and the provider's message, or for a
+/// redirect, where it pointed.
+pub(super) fn refusal(status: u16, headers: &reqwest::header::HeaderMap, text: &str) -> String {
+    if (300..400).contains(&status) {
+        let location = headers
+            .get(reqwest::header::LOCATION)
+            .map_or("nowhere".into(), |l| {
+                String::from_utf8_lossy(l.as_bytes()).into_owned()
+            });
+        return format!(
+            "{status}: a redirect to {location}, which gacc does not follow (set base_url to the server that answers)"
+        );
+    }
+    format!("{status}: {}", providers::error_message(text))
 }
 
 /// A transport error's words without its URL (which holds nothing secret, but is noise).

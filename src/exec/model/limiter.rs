@@ -496,6 +496,15 @@ impl Pacer {
             };
             let (a, b) = (admitted(since), admitted(look_back));
             let (requests, tokens) = (a.0.max(b.0), a.1.max(b.1));
+            // Calls still in flight count as admitted in a measure, but only beside a reply
+            // that was: a 429 among the run's first calls, or after the provider refused
+            // everything for a while, has nothing to measure. No rate is learned from nothing;
+            // the call backs off, and the first episode after an admission measures.
+            let replied = state.last_admitted.is_some_and(|at| at >= look_back);
+            if requests == 0.0 || !replied {
+                tracing::debug!("a 429 before any call was admitted: backing off, no rate learned");
+                return 0;
+            }
             let paced = state.learned != Rates::default();
             let measured = |admitted: f64| Some((BELOW * admitted).max(MIN_RATE));
             if exhausted != Exhausted::Tokens {
@@ -624,6 +633,34 @@ mod tests {
         let _ = pacer.wait(1000, 0).await;
         let _ = pacer.wait(1000, 0).await;
         assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_before_anything_was_admitted_learns_no_rate() {
+        let pacer = Pacer::new(0, 0, true);
+        // The run's first calls: four in flight, and the last three refused while the first
+        // has not answered yet.
+        let mut tickets = Vec::new();
+        for _ in 0..4 {
+            tickets.push(pacer.wait(10, 10).await);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        for ticket in tickets.split_off(1) {
+            let needed = pacer.limited(ticket, Exhausted::Requests, Duration::from_millis(100));
+            assert_eq!(needed, 0);
+        }
+        assert_eq!(pacer.pace(), Rates::default(), "no pace from nothing admitted");
+        // Once calls are admitted, the next episode measures them.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        for _ in 0..10 {
+            let ticket = pacer.wait(10, 10).await;
+            pacer.admitted(ticket, 10, 10);
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        let ticket = pacer.wait(10, 10).await;
+        pacer.limited(ticket, Exhausted::Requests, Duration::from_millis(100));
+        let learned = pacer.pace().requests.unwrap();
+        assert!(learned > 3.0, "learned {learned}/s from ten calls in a second");
     }
 
     #[test]

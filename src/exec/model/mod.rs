@@ -8,8 +8,8 @@ mod endpoint;
 pub(crate) mod limiter;
 pub(crate) mod verdict;
 
-pub(crate) use endpoint::{Endpoint, describe_pace};
-use endpoint::{scrub, without_url};
+pub(crate) use endpoint::{Endpoint, describe_pace, http_client};
+use endpoint::{refusal, scrub, without_url};
 
 use std::sync::{Arc, Mutex};
 

@@ -63,7 +63,7 @@ impl ProcessLauncher {
             Mode::Persistent if program.max_inflight > 1 => self.pipelined(callback, request).await,
             Mode::Persistent => self.persistent(callback, request).await,
         };
-        callback.redact_attempt(&mut outcome);
+        crate::exec::callback::redact_attempt(&mut outcome);
         outcome
     }
 

@@ -110,13 +110,12 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
     if described.program.argv.is_empty() {
         return Err("the array's callback has no command".into());
     }
-    let secrets = described.program.passed();
+    crate::secrets::register_all(&described.program.passed());
     let mut callback = Callback::new(
         described.name,
         described.role,
         Arc::new(ProcessLauncher::new(described.program)),
     );
-    callback.secrets = secrets;
     callback.limit = Arc::new(Semaphore::new(usize::MAX >> 4));
     Ok(callback)
 }

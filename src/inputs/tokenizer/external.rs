@@ -102,6 +102,7 @@ impl External {
         name: &str,
         revision: &str,
     ) -> External {
+        crate::secrets::register_all(&env);
         External {
             argv,
             cwd,
@@ -202,10 +203,7 @@ impl External {
                     String::new()
                 };
                 // What the tokenizer says is shown: never with a passed-through secret in it.
-                TokenizerError(crate::protocol::redact(
-                    &format!("{reason}{post_mortem}"),
-                    &self.env,
-                ))
+                TokenizerError(crate::secrets::redact(&format!("{reason}{post_mortem}")).into_owned())
             })
     }
 

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{Ended, Queued, Record};
-use crate::exec::model::{Endpoint, scrub, without_url};
-use crate::providers::{self, Http, Lost, NewBatch, Refusal};
+use crate::exec::model::{Endpoint, refusal, scrub, without_url};
+use crate::providers::{Http, Lost, NewBatch, Refusal};
 
 fn base(endpoint: &Endpoint) -> String {
     endpoint.spec.base_url.trim_end_matches('/').to_owned()
@@ -19,12 +19,13 @@ async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Res
         .await
         .map_err(|error| (without_url(&error), true))?;
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let text = response
         .text()
         .await
         .map_err(|error| (without_url(&error), true))?;
     if !(200..300).contains(&status) {
-        let message = format!("{status}: {}", providers::error_message(&text));
+        let message = refusal(status, &headers, &text);
         let retryable = status == 429 || status >= 500;
         return Err((scrub(&message, endpoint.key.as_deref()), retryable));
     }
@@ -109,11 +110,12 @@ async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
         .await
         .map_err(|error| without_url(&error))?;
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let text = response.text().await.map_err(|error| without_url(&error))?;
     if (200..300).contains(&status) {
         Ok(text)
     } else {
-        Err(format!("{status}: {}", providers::error_message(&text)))
+        Err(scrub(&refusal(status, &headers, &text), endpoint.key.as_deref()))
     }
 }
 
@@ -154,13 +156,11 @@ pub(crate) async fn cancel(record: &Record, client: &reqwest::Client) -> Result<
     }
     let response = request.send().await.map_err(|error| without_url(&error))?;
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let text = response.text().await.unwrap_or_default();
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(scrub(
-            &format!("{status}: {}", providers::error_message(&text)),
-            key.as_deref(),
-        ))
+        Err(scrub(&refusal(status, &headers, &text), key.as_deref()))
     }
 }

@@ -67,7 +67,9 @@ impl Record {
     }
 
     fn save(&self, folder: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_vec_pretty(self).unwrap_or_default();
+        let mut record = serde_json::to_value(self).unwrap_or_default();
+        crate::secrets::redact_json(&mut record);
+        let text = serde_json::to_vec_pretty(&record).unwrap_or_default();
         crate::files::write_durably(&Record::path(folder, &self.local), &text)
     }
 }
@@ -437,7 +439,9 @@ async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
         };
         *outcome.entry(kind.to_owned()).or_default() += 1;
         match result {
-            Some(Ok(body)) => {
+            Some(Ok(mut body)) => {
+                // A provider that echoes the key in a result line: cached without it.
+                crate::secrets::redact_json(&mut body);
                 if let Err(error) = batcher.cache.put(
                     Kind::Batch,
                     key,
