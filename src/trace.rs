@@ -50,16 +50,29 @@ pub(crate) fn close() {
     }
 }
 
-/// A `MakeWriter` for the JSON layer: the open trace file, or nowhere.
+/// Where an event goes: the open trace file (or nowhere), or standard error. Both are
+/// `MakeWriter`s whose events are written whole, their secrets taken out.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct TraceSink;
+pub(crate) enum Sink {
+    #[default]
+    Trace,
+    Terminal,
+}
 
-/// One event's bytes, written to the file whole when dropped.
-pub(crate) struct EventWriter(Vec<u8>);
+/// The trace file's sink, for the JSON layer.
+pub(crate) const TRACE_SINK: Sink = Sink::Trace;
+/// The terminal's sink.
+pub(crate) const TERMINAL_SINK: Sink = Sink::Terminal;
+
+/// One event's bytes, written whole to its sink when dropped.
+pub(crate) struct EventWriter {
+    bytes: Vec<u8>,
+    sink: Sink,
+}
 
 impl Write for EventWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
+        self.bytes.extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -69,9 +82,26 @@ impl Write for EventWriter {
 
 impl Drop for EventWriter {
     fn drop(&mut self) {
-        let line = redacted(&self.0);
-        if let Some(file) = TRACE_FILE.locked().as_mut() {
-            let _ = file.write_all(&line);
+        let line = redacted(&self.bytes);
+        match self.sink {
+            Sink::Trace => {
+                if let Some(file) = TRACE_FILE.locked().as_mut() {
+                    let _ = file.write_all(&line);
+                }
+            }
+            Sink::Terminal => {
+                let _ = std::io::stderr().lock().write_all(&line);
+            }
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = EventWriter;
+    fn make_writer(&'a self) -> Self::Writer {
+        EventWriter {
+            bytes: Vec::with_capacity(256),
+            sink: *self,
         }
     }
 }
@@ -87,43 +117,6 @@ fn redacted(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
                 .into_owned()
                 .into_bytes(),
         ),
-    }
-}
-
-/// A `MakeWriter` for the terminal: standard error, each event's secrets taken out.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct TerminalSink;
-
-/// One terminal event's bytes, written to standard error whole when dropped.
-pub(crate) struct TerminalWriter(Vec<u8>);
-
-impl Write for TerminalWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for TerminalWriter {
-    fn drop(&mut self) {
-        let _ = std::io::stderr().lock().write_all(&redacted(&self.0));
-    }
-}
-
-impl<'a> MakeWriter<'a> for TerminalSink {
-    type Writer = TerminalWriter;
-    fn make_writer(&'a self) -> Self::Writer {
-        TerminalWriter(Vec::with_capacity(256))
-    }
-}
-
-impl<'a> MakeWriter<'a> for TraceSink {
-    type Writer = EventWriter;
-    fn make_writer(&'a self) -> Self::Writer {
-        EventWriter(Vec::with_capacity(256))
     }
 }
 

@@ -136,3 +136,59 @@ fn sigkill_at_several_points_repeats_no_finished_call() {
     let reference_total: usize = roles.iter().map(|r| log(&reference, r).len()).sum();
     assert!(total >= reference_total, "every call was made at least once");
 }
+
+#[test]
+fn sigkill_mid_run_leaves_the_trace_of_what_happened_up_to_its_last_second() {
+    let scratch = Scratch::new();
+    let manifest = logging_fixture(&scratch);
+    // Calls of half a second, so that the kill comes mid-run.
+    for role in ["compressor", "reader", "judge"] {
+        let path = scratch.path(&format!("experiments/{role}.sh"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("sleep 0.03", "sleep 0.5");
+        std::fs::write(&path, text).unwrap();
+    }
+    let mut child = std::process::Command::new(common::gacc_binary())
+        .args(["run", manifest, "-q"])
+        .current_dir(scratch.dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until eight compressor calls have started, then a second more: those eight have
+    // answered by the kill.
+    let started = std::time::Instant::now();
+    while log(&scratch, "compressor").len() < 8 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let finished_before = log(&scratch, "compressor").len();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let runs = std::fs::read_dir(scratch.path("runs/fixture")).unwrap();
+    let folder = runs
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("trace.jsonl").exists())
+        .expect("the run folder");
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    let events: Vec<serde_json::Value> = trace
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line of the trace is whole"))
+        .collect();
+    let compressed = events
+        .iter()
+        .filter(|e| e["message"] == "job finished" && e["stage"] == "compress")
+        .count();
+    assert!(compressed > 0, "the trace holds no finished job: {trace}");
+    // Every compressor call that had answered a second before the kill is in it.
+    assert!(
+        compressed >= finished_before,
+        "{compressed} compress jobs in the trace, {finished_before} calls made"
+    );
+}

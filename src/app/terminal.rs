@@ -490,14 +490,14 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         .with_current_span(true)
         .with_span_list(false)
         .with_target(false)
-        .with_writer(crate::trace::TraceSink)
+        .with_writer(crate::trace::TRACE_SINK)
         // Finished jobs reach the trace file directly (trace::job_finished).
         .with_filter(EnvFilter::new(format!(
             "gacc=debug,{}=off",
             crate::trace::JOB_TARGET
         )));
     let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(crate::trace::TerminalSink)
+        .with_writer(crate::trace::TERMINAL_SINK)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_filter(terminal);
