@@ -349,3 +349,129 @@ fn each_parquet_table_error_names_its_file_row_and_column_all_at_once() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.parquet, row 6, column `question`"));
     assert!(!scratch.path("experiments/runs").exists());
 }
+
+/// What `validate`, `run` and `dataset convert` each say of the dataset at `path`.
+fn refused_everywhere(scratch: &Scratch, path: &str) -> String {
+    let (_, stderr) = fails_on(scratch, path);
+    for args in [
+        vec!["validate".to_owned(), "experiments/bad.toml".to_owned()],
+        vec![
+            "dataset".to_owned(),
+            "convert".to_owned(),
+            format!("experiments/{path}"),
+            "experiments/out.jsonl".to_owned(),
+        ],
+    ] {
+        let output = scratch.gacc().args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8_lossy(&output.stderr);
+        let first = stderr.lines().nth(1).unwrap_or("").trim();
+        assert!(
+            said.contains(first),
+            "{args:?} says what run says ({first}): {said}"
+        );
+    }
+    stderr
+}
+
+#[test]
+fn a_table_is_read_as_written_or_refused_naming_file_line_and_column() {
+    let scratch = Scratch::new();
+    let header = "source_id,text,goal_id,goal,question_id,question,reference";
+    let row = |id: &str, reference: &str| format!("s1,Text one,g1,Goal one,{id},Who?,{reference}");
+    for (name, text, place, what) in [
+        (
+            "extra.csv",
+            format!("{header}\n{}\n{}\n", row("q1", "Ann"), row("q2", "1,000")),
+            "extra.csv:3, column 8",
+            "the row has 8 cells, the header 7",
+        ),
+        (
+            "short.csv",
+            format!(
+                "{header}\n{}\ns1,Text one,g1,Goal one,q2,Who?\n",
+                row("q1", "Ann")
+            ),
+            "short.csv:3, column `reference`",
+            "the row has 6 cells, the header 7",
+        ),
+        (
+            "twice.csv",
+            format!("{header},question\n{},Why?\n", row("q1", "Ann")),
+            "twice.csv:1, column `question`",
+            "names `question` twice (columns 6 and 8)",
+        ),
+        (
+            // What spreadsheets write: CRLF, and the empty cell on the fourth line.
+            "crlf.csv",
+            format!(
+                "{header}\r\n{}\r\n{}\r\n{}\r\n",
+                row("q1", "Ann"),
+                row("q2", "Bo"),
+                row("", "Cy")
+            ),
+            "crlf.csv:4, column `question_id`",
+            "the cell is empty",
+        ),
+        (
+            "latin1.csv",
+            format!("{header}\n{}\n{}\n", row("q1", "Ann"), row("q2", "Zo\u{1}"))
+                .replace('\u{1}', "\u{fffd}"),
+            "",
+            "",
+        ),
+    ] {
+        if name == "latin1.csv" {
+            // A byte that is not UTF-8 (Latin-1's é) on line 3, after 34 characters.
+            let mut bytes = text.into_bytes();
+            let at = bytes.windows(3).position(|w| w == "\u{fffd}".as_bytes()).unwrap();
+            bytes.splice(at..at + 3, [0xe9]);
+            std::fs::write(scratch.path(&format!("experiments/data/{name}")), bytes).unwrap();
+            let stderr = refused_everywhere(&scratch, &format!("data/{name}"));
+            assert!(
+                stderr.contains("latin1.csv:3:35: byte 0xe9 is not UTF-8"),
+                "{stderr}"
+            );
+            continue;
+        }
+        scratch.write(&format!("experiments/data/{name}"), &text);
+        let stderr = refused_everywhere(&scratch, &format!("data/{name}"));
+        assert!(
+            stderr.contains(place) && stderr.contains(what),
+            "{place}: {what}\n{stderr}"
+        );
+    }
+    // JSON Lines with a byte-order mark are read as written, nested records and tables alike.
+    for (name, from) in [
+        ("bom.jsonl", "data/fixture.jsonl"),
+        ("bom-table.jsonl", "data/fixture-table.csv"),
+    ] {
+        let text = match name {
+            "bom.jsonl" => std::fs::read_to_string(scratch.path(&format!("experiments/{from}"))).unwrap(),
+            _ => {
+                convert(
+                    &scratch,
+                    &format!("experiments/{from}"),
+                    "experiments/data/plain.jsonl",
+                );
+                std::fs::read_to_string(scratch.path("experiments/data/plain.jsonl")).unwrap()
+            }
+        };
+        scratch.write(&format!("experiments/data/{name}"), &format!("\u{feff}{text}"));
+        let output = scratch
+            .gacc()
+            .args([
+                "dataset",
+                "convert",
+                &format!("experiments/data/{name}"),
+                "experiments/back.csv",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

@@ -194,13 +194,10 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
         let sources = table::grouped(rows, &file, table::Numbering::Row, columns, problems);
         return table_records(sources, file, folder, problems);
     }
-    let text = match std::fs::read_to_string(path) {
+    let text = match super::read_text(path, &file, "dataset") {
         Ok(text) => text,
-        Err(error) => {
-            problems.push(Problem {
-                place: file,
-                message: format!("cannot read the dataset: {error}"),
-            });
+        Err(problem) => {
+            problems.push(problem);
             return Vec::new();
         }
     };
@@ -209,6 +206,8 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
         return table_records(sources, file, folder, problems);
     }
     let mut records = Vec::new();
+    // A byte-order mark, as some editors write one, is not part of the first record.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
         if line.trim().is_empty() {
@@ -318,13 +317,16 @@ fn source_text(
         (Some(text), None) => text,
         (None, Some(path)) => {
             let path = folder.join(path);
-            std::fs::read_to_string(&path).unwrap_or_else(|error| {
+            let file = crate::inputs::manifest::shown(&path);
+            super::read_text(&path, &file, "source file").unwrap_or_else(|problem| {
+                // `cannot read source file sources/s1.txt: …`, or where a byte is not UTF-8.
+                let message = match problem.message.strip_prefix("cannot read the source file: ") {
+                    Some(error) => format!("cannot read source file {file}: {error}"),
+                    None => format!("{}: {}", problem.place, problem.message),
+                };
                 problems.push(Problem {
                     place: place.to_owned(),
-                    message: format!(
-                        "cannot read source file {}: {error}",
-                        crate::inputs::manifest::shown(&path)
-                    ),
+                    message,
                 });
                 String::new()
             })

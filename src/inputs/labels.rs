@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::error::Problem;
 
 /// The labels of one file.
@@ -57,14 +55,9 @@ impl Labels {
 /// Reads a labels file: `.jsonl`/`.json` as JSON Lines, anything else as CSV. Every problem
 /// names the file and line.
 pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        vec![Problem {
-            place: shown.to_owned(),
-            message: format!("cannot read the labels: {error}"),
-        }]
-    })?;
+    let text = super::read_text(path, shown, "labels").map_err(|problem| vec![problem])?;
     let json = path.extension().is_some_and(|e| e == "jsonl" || e == "json");
-    let rows = if json { json_rows(&text) } else { csv_rows(&text) };
+    let rows = super::table::rows(&text, shown, !json, &["question_id", "answer", "correct"]);
     let mut labels = Labels {
         file: shown.to_owned(),
         verdicts: HashMap::new(),
@@ -77,8 +70,8 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
     for row in rows {
         let (line, fields) = match row {
             Ok(row) => row,
-            Err((line, message)) => {
-                problems.push(problem(line, message));
+            Err(refused) => {
+                problems.push(refused);
                 continue;
             }
         };
@@ -118,61 +111,6 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<Labels, Vec<Problem>> {
     }
 }
 
-/// One row: its line, and its fields by column name; or the line and what is wrong with it.
-type Row = Result<(usize, HashMap<String, String>), (usize, String)>;
-
-fn csv_rows(text: &str) -> Vec<Row> {
-    let (mut reader, header) = crate::inputs::table::csv_with_header(text);
-    let header = match header {
-        Ok(header) => header,
-        Err(error) => return vec![Err((1, format!("not CSV: {error}")))],
-    };
-    reader
-        .records()
-        .map(|record| {
-            let record = record.map_err(|error| {
-                let line = error.position().map_or(0, |p| p.line() as usize);
-                (line, format!("not CSV: {error}"))
-            })?;
-            let line = record.position().map_or(0, |p| p.line() as usize);
-            let fields = header
-                .iter()
-                .zip(record.iter())
-                .map(|(name, value)| (name.clone(), value.to_owned()))
-                .collect();
-            Ok((line, fields))
-        })
-        .collect()
-}
-
-fn json_rows(text: &str) -> Vec<Row> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(number, line)| {
-            let line_number = number + 1;
-            let value: Value =
-                serde_json::from_str(line).map_err(|error| (line_number, format!("not JSON: {error}")))?;
-            let object = value
-                .as_object()
-                .ok_or((line_number, "expected a JSON object".to_owned()))?;
-            let fields = object
-                .iter()
-                .filter_map(|(name, value)| {
-                    let text = match value {
-                        Value::String(text) => text.clone(),
-                        Value::Bool(b) => b.to_string(),
-                        Value::Null => return None,
-                        other => other.to_string(),
-                    };
-                    Some((name.clone(), text))
-                })
-                .collect();
-            Ok((line_number, fields))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,8 +142,34 @@ mod tests {
         let csv = "question_id,answer,correct\nq1,a,true\nq1,a,false\nq2,b,maybe\nq3,c\n";
         let problems = labels("bad.csv", csv).unwrap_err();
         let places: Vec<&str> = problems.iter().map(|p| p.place.as_str()).collect();
-        assert_eq!(places, ["bad.csv:3", "bad.csv:4", "bad.csv:5"], "{problems:?}");
+        assert_eq!(
+            places,
+            ["bad.csv:3", "bad.csv:4", "bad.csv:5, column `correct`"],
+            "{problems:?}"
+        );
         assert!(problems[0].message.contains("labelled already, on line 2"));
         assert!(problems[1].message.contains("`maybe`"));
+    }
+
+    #[test]
+    fn labels_are_read_as_written_or_refused_with_their_lines() {
+        // What a spreadsheet writes: CRLF, and the bad row on line 3.
+        let crlf = "question_id,answer,correct\r\nq1,a,true\r\nq2,b,maybe\r\n";
+        let problems = labels("crlf.csv", crlf).unwrap_err();
+        assert_eq!(problems[0].place, "crlf.csv:3", "{problems:?}");
+        // A cell too many (an unquoted comma) is refused, not cut.
+        let extra = "question_id,answer,correct\nq1,1,000,true\n";
+        let problems = labels("extra.csv", extra).unwrap_err();
+        assert_eq!(problems[0].place, "extra.csv:2, column 4", "{problems:?}");
+        // A header without the columns labels need: said once, not zero labels.
+        let bare = "question,answer\nq1,a\n";
+        let problems = labels("bare.csv", bare).unwrap_err();
+        assert_eq!(
+            problems[0].place, "bare.csv:1, column `question_id`",
+            "{problems:?}"
+        );
+        // A byte-order mark before JSON Lines is not part of the first row.
+        let bom = "\u{feff}{\"question_id\": \"q1\", \"answer\": \"a\", \"correct\": false}\n";
+        assert_eq!(labels("bom.jsonl", bom).unwrap().verdict("q1", "a"), Some(false));
     }
 }

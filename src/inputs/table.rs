@@ -67,6 +67,7 @@ pub(crate) fn is_table(path: &Path, text: &str, columns: &Columns) -> bool {
     if path.extension().is_some_and(|e| e == "csv") || is_parquet(path) {
         return true;
     }
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.lines().find(|line| !line.trim().is_empty());
     let row = first.and_then(|line| serde_json::from_str::<Value>(line).ok());
     row.is_some_and(|row| row.get("goals").is_none() && row.get(&columns.question).is_some())
@@ -109,12 +110,16 @@ pub(crate) fn read(
     columns: &Columns,
     problems: &mut Vec<Problem>,
 ) -> Vec<(SourceRecord, String)> {
-    let rows = if path.extension().is_some_and(|e| e == "csv") {
-        csv_rows(text, file, columns, problems)
-    } else {
-        json_rows(text, file, problems)
-    };
-    grouped(rows, file, Numbering::Line, columns, problems)
+    let csv = path.extension().is_some_and(|e| e == "csv");
+    let required: Vec<&str> = columns.named().iter().map(|(_, column)| *column).collect();
+    let mut read = Vec::new();
+    for row in rows(text, file, csv, &required) {
+        match row {
+            Ok(row) => read.push(row),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    grouped(read, file, Numbering::Line, columns, problems)
 }
 
 /// Rows grouped into sources and goals; each empty or missing cell and each conflict a problem.
@@ -279,57 +284,90 @@ pub(crate) fn csv_with_header(text: &str) -> (csv::Reader<&[u8]>, Result<Vec<Str
     (reader, header)
 }
 
-fn csv_rows(text: &str, file: &str, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Row> {
+/// A row of a CSV or JSON Lines table as read: its line and cells by column, or what is wrong
+/// with it.
+pub(crate) type ReadRow = Result<Row, Problem>;
+
+/// The rows of a CSV table (`csv`) or of JSON Lines, read as written or refused: a header that
+/// lacks a `required` column or names one twice, a row with more or fewer cells than the
+/// header, a line that is not a JSON object, each a problem naming `file`, line and column.
+pub(crate) fn rows(text: &str, file: &str, csv: bool, required: &[&str]) -> Vec<ReadRow> {
+    if csv {
+        csv_rows(text, file, required)
+    } else {
+        json_rows(text, file)
+    }
+}
+
+fn csv_rows(text: &str, file: &str, required: &[&str]) -> Vec<ReadRow> {
+    let problem = |line: usize, column: Option<&str>, message: String| Problem {
+        place: match column {
+            Some(column) => format!("{file}:{line}, column `{column}`"),
+            None => format!("{file}:{line}"),
+        },
+        message,
+    };
     let (mut reader, header) = csv_with_header(text);
     let header = match header {
         Ok(header) => header,
-        Err(error) => {
-            problems.push(Problem {
-                place: format!("{file}:1"),
-                message: format!("not CSV: {error}"),
-            });
-            return Vec::new();
-        }
+        Err(error) => return vec![Err(problem(1, None, format!("not CSV: {error}")))],
     };
+    let mut refused = Vec::new();
+    for (at, name) in header.iter().enumerate() {
+        if let Some(first) = header[..at].iter().position(|h| h == name) {
+            let message = format!(
+                "the header names `{name}` twice (columns {} and {}): which one is meant?",
+                first + 1,
+                at + 1
+            );
+            refused.push(Err(problem(1, Some(name), message)));
+        }
+    }
     // A column the header lacks is one problem, not one per row.
-    let missing: Vec<&str> = (columns.named().into_iter())
-        .map(|(_, column)| column)
-        .filter(|column| !header.iter().any(|h| h == column))
-        .collect();
-    if !missing.is_empty() {
-        for column in missing {
-            problems.push(Problem {
-                place: format!("{file}:1, column `{column}`"),
-                message: format!("the header has no column `{column}` (name it in `[dataset] columns`)"),
-            });
-        }
-        return Vec::new();
+    for column in required.iter().filter(|c| !header.iter().any(|h| h == *c)) {
+        let message = format!("the header has no column `{column}`");
+        refused.push(Err(problem(1, Some(column), message)));
     }
-    let mut rows = Vec::new();
-    for record in reader.records() {
-        match record {
-            Ok(record) => {
-                let line = record.position().map_or(0, |p| p.line() as usize);
-                let cells = header
-                    .iter()
-                    .cloned()
-                    .zip(record.iter().map(str::to_owned))
-                    .collect();
-                rows.push((line, cells));
-            }
-            Err(error) => {
-                let line = error.position().map_or(0, |p| p.line() as usize);
-                problems.push(Problem {
-                    place: format!("{file}:{line}"),
-                    message: format!("not CSV: {error}"),
-                });
-            }
-        }
+    if !refused.is_empty() {
+        return refused;
     }
-    rows
+    let mut lines = super::Lines::new(text);
+    reader
+        .records()
+        .map(|record| {
+            let mut at = |position: Option<&csv::Position>| lines.of(position.map_or(0, |p| p.byte() as usize));
+            let record = match record {
+                Ok(record) => record,
+                Err(error) => return Err(problem(at(error.position()), None, format!("not CSV: {error}"))),
+            };
+            let line = at(record.position());
+            match record.len().cmp(&header.len()) {
+                std::cmp::Ordering::Greater => {
+                    let column = format!("{}", header.len() + 1);
+                    return Err(Problem {
+                        place: format!("{file}:{line}, column {column}"),
+                        message: format!(
+                            "the row has {} cells, the header {}: quote a cell that holds a comma (\"1,000\")",
+                            record.len(),
+                            header.len()
+                        ),
+                    });
+                }
+                std::cmp::Ordering::Less => {
+                    let missing = &header[record.len()];
+                    let message = format!("the row has {} cells, the header {}", record.len(), header.len());
+                    return Err(problem(line, Some(missing), message));
+                }
+                std::cmp::Ordering::Equal => {}
+            }
+            let cells = header.iter().cloned().zip(record.iter().map(str::to_owned)).collect();
+            Ok((line, cells))
+        })
+        .collect()
 }
 
-fn json_rows(text: &str, file: &str, problems: &mut Vec<Problem>) -> Vec<Row> {
+fn json_rows(text: &str, file: &str) -> Vec<ReadRow> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut rows = Vec::new();
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -339,14 +377,14 @@ fn json_rows(text: &str, file: &str, problems: &mut Vec<Problem>) -> Vec<Row> {
         let row = match serde_json::from_str::<Value>(line) {
             Ok(Value::Object(row)) => row,
             Ok(_) => {
-                problems.push(Problem {
+                rows.push(Err(Problem {
                     place: format!("{file}:{line_number}"),
-                    message: "expected a JSON object, one question per line".into(),
-                });
+                    message: "expected a JSON object, one row per line".into(),
+                }));
                 continue;
             }
             Err(error) => {
-                problems.push(Problem::json_line(file, line_number, "not JSON", &error));
+                rows.push(Err(Problem::json_line(file, line_number, "not JSON", &error)));
                 continue;
             }
         };
@@ -361,7 +399,7 @@ fn json_rows(text: &str, file: &str, problems: &mut Vec<Problem>) -> Vec<Row> {
                 Some((name, text))
             })
             .collect();
-        rows.push((line_number, cells));
+        rows.push(Ok((line_number, cells)));
     }
     rows
 }
