@@ -35,6 +35,10 @@ const LOOK_BACK: Duration = Duration::from_secs(3);
 const HISTORY: Duration = Duration::from_secs(30);
 /// A learned rate never falls below one request (or token) a minute.
 const MIN_RATE: f64 = 1.0 / 60.0;
+/// A measure needs at least this many replies admitted within its window: a 429 among the
+/// first calls of a run, or after the provider refused everything for a while, has too little
+/// to measure, and the call only backs off.
+const MIN_REPLIES: usize = 3;
 /// Growth needs calls that waited on the pace this recently.
 const PRESSURE: Duration = Duration::from_secs(1);
 
@@ -313,6 +317,24 @@ pub(crate) struct Pacer {
     state: Mutex<PaceState>,
 }
 
+/// A call the pacer let go, as the measures of a 429 see it.
+#[derive(Debug)]
+struct Sent {
+    seq: u64,
+    at: Instant,
+    tokens: f64,
+    heard: Heard,
+}
+
+/// What became of a sent call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// In flight: the provider took it, as far as anyone knows.
+    Nothing,
+    Admitted,
+    Limited,
+}
+
 #[derive(Debug)]
 struct PaceState {
     next: Option<Instant>,
@@ -327,8 +349,8 @@ struct PaceState {
     pressed_at: Option<Instant>,
     /// When the last 429 episode was seen: the 429s of calls started before it belong to it.
     episode: Option<Instant>,
-    /// Calls started in the last `HISTORY`: (seq, start, tokens, drew a 429).
-    history: VecDeque<(u64, Instant, f64, bool)>,
+    /// Calls started in the last `HISTORY`.
+    history: VecDeque<Sent>,
     seq: u64,
     /// Provider input tokens per cl100k token, from the usage replies report.
     correction: f64,
@@ -336,6 +358,14 @@ struct PaceState {
     last_admitted: Option<Instant>,
     admitted: u64,
     admitted_tokens: f64,
+}
+
+impl PaceState {
+    fn heard(&mut self, ticket: Ticket, heard: Heard) {
+        if let Some(sent) = self.history.iter_mut().rev().find(|sent| sent.seq == ticket.seq) {
+            sent.heard = heard;
+        }
+    }
 }
 
 impl Pacer {
@@ -412,12 +442,13 @@ impl Pacer {
                         state.next = (!interval.is_zero()).then_some(now + interval);
                         state.seq += 1;
                         let seq = state.seq;
-                        state.history.push_back((seq, now, tokens, false));
-                        while state
-                            .history
-                            .front()
-                            .is_some_and(|(_, at, ..)| now - *at > HISTORY)
-                        {
+                        state.history.push_back(Sent {
+                            seq,
+                            at: now,
+                            tokens,
+                            heard: Heard::Nothing,
+                        });
+                        while state.history.front().is_some_and(|sent| now - sent.at > HISTORY) {
                             state.history.pop_front();
                         }
                         state.first_start.get_or_insert(now);
@@ -456,6 +487,7 @@ impl Pacer {
         state.admitted_tokens += ticket.tokens;
         let now = Instant::now();
         state.last_admitted = Some(now);
+        state.heard(ticket, Heard::Admitted);
         if reported > 0 && estimated > 0 {
             let ratio = (reported as f64 / estimated as f64).clamp(0.25, 4.0);
             state.correction = 0.8 * state.correction + 0.2 * ratio;
@@ -467,9 +499,7 @@ impl Pacer {
     /// paces just below it. The call number of the calls in flight the new pace wants.
     pub(crate) fn limited(&self, ticket: Ticket, exhausted: Exhausted, latency: Duration) -> usize {
         let mut state = self.state();
-        if let Some(entry) = state.history.iter_mut().rev().find(|entry| entry.0 == ticket.seq) {
-            entry.3 = true;
-        }
+        state.heard(ticket, Heard::Limited);
         if !self.adaptive {
             return 0;
         }
@@ -485,27 +515,45 @@ impl Pacer {
                 Some(e) if ticket.at - e >= MIN_SPAN && !state.fast => e,
                 _ => look_back,
             };
+            // Calls and tokens a second admitted from `from` until the refused call, and how
+            // many of those calls have replied.
             let admitted = |from: Instant| {
                 let span = (ticket.at - from).max(MIN_SPAN).as_secs_f64();
-                let (count, tokens) = state
+                let (count, tokens, replied) = state
                     .history
                     .iter()
-                    .filter(|(_, at, _, limited)| *at >= from && *at < ticket.at && !limited)
-                    .fold((0.0, 0.0), |(n, t), (_, _, tokens, _)| (n + 1.0, t + tokens));
-                (count / span, tokens / span)
+                    .filter(|sent| sent.at >= from && sent.at < ticket.at)
+                    .filter(|sent| sent.heard != Heard::Limited)
+                    .fold((0.0, 0.0, 0), |(n, t, r), sent| {
+                        (
+                            n + 1.0,
+                            t + sent.tokens,
+                            r + usize::from(sent.heard == Heard::Admitted),
+                        )
+                    });
+                (count / span, tokens / span, replied)
             };
             let (a, b) = (admitted(since), admitted(look_back));
             let (requests, tokens) = (a.0.max(b.0), a.1.max(b.1));
-            // Calls still in flight count as admitted in a measure, but only beside a reply
-            // that was: a 429 among the run's first calls, or after the provider refused
-            // everything for a while, has nothing to measure. No rate is learned from nothing;
-            // the call backs off, and the first episode after an admission measures.
-            let replied = state.last_admitted.is_some_and(|at| at >= look_back);
-            if requests == 0.0 || !replied {
-                tracing::debug!("a 429 before any call was admitted: backing off, no rate learned");
+            // No rate is learned from nothing. Calls still in flight count as admitted in a
+            // measure (the provider took them), but a run's first measure needs MIN_REPLIES
+            // calls in its window that replied: a 429 among the run's first calls says the
+            // provider refused, not how fast it refills, however many replies came in before
+            // it was read. Later measures need one reply in the last seconds. Otherwise the
+            // call backs off, and a later episode measures.
+            let paced = state.learned != Rates::default();
+            let too_few = if paced {
+                state.last_admitted.is_none_or(|at| at < look_back)
+            } else {
+                a.2.max(b.2) < MIN_REPLIES
+            };
+            if requests == 0.0 || too_few {
+                tracing::debug!(
+                    replied = a.2.max(b.2),
+                    "a 429 with too few calls admitted to measure: backing off, no rate learned"
+                );
                 return 0;
             }
-            let paced = state.learned != Rates::default();
             let measured = |admitted: f64| Some((BELOW * admitted).max(MIN_RATE));
             if exhausted != Exhausted::Tokens {
                 state.learned.requests = measured(requests);
@@ -650,6 +698,33 @@ mod tests {
             assert_eq!(needed, 0);
         }
         assert_eq!(pacer.pace(), Rates::default(), "no pace from nothing admitted");
+        // One reply beside a 429 is no rate either (what a run's first second can show).
+        let first = pacer.wait(10, 10).await;
+        let refused = pacer.wait(10, 10).await;
+        pacer.admitted(first, 10, 10);
+        pacer.limited(refused, Exhausted::Requests, Duration::from_millis(100));
+        assert_eq!(pacer.pace(), Rates::default(), "no pace from one reply");
+        // Nor are the run's first calls refused, however many replies came in before their
+        // refusals were read: the calls started before them have not replied.
+        let pacer = Pacer::new(0, 0, true);
+        let mut tickets = Vec::new();
+        for _ in 0..8 {
+            tickets.push(pacer.wait(10, 10).await);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let refused = tickets.drain(1..4).collect::<Vec<_>>();
+        for ticket in tickets {
+            pacer.admitted(ticket, 10, 10);
+        }
+        for ticket in refused.into_iter().rev() {
+            pacer.limited(ticket, Exhausted::Requests, Duration::from_millis(300));
+        }
+        assert_eq!(
+            pacer.pace(),
+            Rates::default(),
+            "no pace from the first calls' refusals"
+        );
         // Once calls are admitted, the next episode measures them.
         tokio::time::advance(Duration::from_secs(2)).await;
         for _ in 0..10 {
