@@ -187,6 +187,28 @@ fn absurd_usage_from_a_model_fails_its_call_and_the_reports_stay_sane() {
     }
 }
 
+/// The fixture with its reader replaced by the shell `script` (`@GACC@` is gacc's path), and
+/// with `description` when one is given: the manifest's path.
+fn scripted_reader(scratch: &Scratch, script: &str, description: &str) -> String {
+    scratch.script("experiments/reader.sh", script);
+    let mut manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\nretries = 0",
+        );
+    if !description.is_empty() {
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with("description = "))
+            .unwrap()
+            .to_owned();
+        manifest = manifest.replace(&line, &format!("description = {description:?}"));
+    }
+    scratch.write("experiments/scripted.toml", &manifest);
+    "experiments/scripted.toml".to_owned()
+}
+
 #[test]
 fn absurd_usage_from_a_callback_fails_its_call_and_the_reports_stay_sane() {
     let absurd = [
@@ -199,18 +221,10 @@ fn absurd_usage_from_a_callback_fails_its_call_and_the_reports_stay_sane() {
     for usage in absurd {
         let scratch = Scratch::new();
         // The reader answers as field-lookup does, with this usage on every answer.
-        scratch.script(
-            "experiments/reader.sh",
-            &format!("#!/bin/sh\n@GACC@ callback field-lookup | sed 's/}}$/,\"usage\": {usage}}}/'\n"),
-        );
-        let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
-            .unwrap()
-            .replace(
-                "[reader]\nbuiltin = \"field-lookup\"",
-                "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\nretries = 0",
-            );
-        scratch.write("experiments/usage.toml", &manifest);
-        let (status, folder, stderr) = scratch.run("experiments/usage.toml", &[]);
+        let script =
+            format!("#!/bin/sh\n@GACC@ callback field-lookup | sed 's/}}$/,\"usage\": {usage}}}/'\n");
+        let manifest = scripted_reader(&scratch, &script, "");
+        let (status, folder, stderr) = scratch.run(&manifest, &[]);
         assert_eq!(status, 1, "{usage}: {stderr}");
         assert!(stderr.contains("usage."), "{usage}: {stderr}");
         let report = read_json(&folder.join("report.json"));
@@ -241,3 +255,33 @@ fn absurd_usage_from_a_callback_fails_its_call_and_the_reports_stay_sane() {
         );
     }
 }
+
+#[test]
+fn report_md_escapes_what_gacc_did_not_write() {
+    let scratch = Scratch::new();
+    let manifest = scripted_reader(
+        &scratch,
+        "#!/bin/sh\ncat > /dev/null\necho '{\"error\": \"<img src=x onerror=alert(1)> a|b\", \"retryable\": false}'\n",
+        "<script>alert(1)</script> | not a column",
+    );
+    let (status, folder, stderr) = scratch.run(&manifest, &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(
+        !markdown.contains("<script>") && !markdown.contains("<img"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("&lt;script&gt;alert(1)&lt;/script&gt; \\| not a column"),
+        "{markdown}"
+    );
+    // Every failure row has the table's six cells: the reason's `|` is escaped.
+    let rows: Vec<&str> = markdown.lines().filter(|l| l.starts_with("| read |")).collect();
+    assert!(!rows.is_empty(), "{markdown}");
+    for row in rows {
+        let cells = row.replace("\\|", "").matches('|').count() - 1;
+        assert_eq!(cells, 6, "{row}");
+        assert!(row.contains("&lt;img src=x onerror=alert(1)&gt; a\\|b"), "{row}");
+    }
+}
+

@@ -35,6 +35,18 @@ pub(crate) fn render(
         None => "—".to_owned(),
     });
     env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
+    // Text gacc did not write (ids, descriptions, failure reasons, served model names) is
+    // escaped for Markdown: no HTML reaches a viewer, no `|` adds a table column. A template
+    // opts out with `| safe`.
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::Custom(MARKDOWN.into()));
+    env.set_formatter(|out, state, value| {
+        let escaping = matches!(state.auto_escape(), minijinja::AutoEscape::Custom(mode) if mode == MARKDOWN);
+        match value.as_str() {
+            Some(text) if escaping && !value.is_safe() => out.write_str(&escape_markdown(text))?,
+            _ => write!(out, "{value}")?,
+        }
+        Ok(())
+    });
     env.add_template(template_name, template)
         .map_err(describe_template_error)?;
     let template = env.get_template(template_name).map_err(describe_template_error)?;
@@ -49,6 +61,26 @@ pub(crate) fn render(
         text.push('\n');
     }
     Ok(text)
+}
+
+/// The auto-escape mode of report templates.
+const MARKDOWN: &str = "markdown";
+
+/// `text` safe in Markdown, in a paragraph or a table cell: HTML's special characters as
+/// entities, `|` and `\` escaped.
+pub(crate) fn escape_markdown(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '|' => escaped.push_str("\\|"),
+            '\\' => escaped.push_str("\\\\"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 fn describe_template_error(error: minijinja::Error) -> String {
