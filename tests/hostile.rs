@@ -285,3 +285,91 @@ fn report_md_escapes_what_gacc_did_not_write() {
     }
 }
 
+/// `gacc run MANIFEST` started in the background, in the scratch folder.
+fn started(scratch: &Scratch, manifest: &str) -> std::process::Child {
+    scratch
+        .gacc_process()
+        .args(["run", manifest, "-q"])
+        .env("MOCK_API_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finished(child: std::process::Child, scratch: &Scratch) -> (i32, std::path::PathBuf) {
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let folder = stdout
+        .lines()
+        .last()
+        .map(|l| scratch.path(l.trim()))
+        .unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.code().is_some(), "{stderr}");
+    (output.status.code().unwrap_or(-1), folder)
+}
+
+#[test]
+fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
+    let scratch = Scratch::new();
+    // Slow replies, so that the two runs meet every call in flight.
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            delay: Duration::from_millis(150),
+            ..Behaviour::default()
+        },
+    );
+    let manifest = manifest(&scratch, &api, Format::OpenAi, "", "");
+    let (first, second) = (started(&scratch, &manifest), started(&scratch, &manifest));
+    let ((a, folder_a), (b, folder_b)) = (finished(first, &scratch), finished(second, &scratch));
+    assert_eq!((a, b), (0, 0));
+    assert_eq!(
+        api.repeated(),
+        0,
+        "a request was sent twice: {:?}",
+        api.bodies().values().filter(|n| **n > 1).count()
+    );
+    assert_eq!(
+        std::fs::read(folder_a.join("report.json")).unwrap(),
+        std::fs::read(folder_b.join("report.json")).unwrap()
+    );
+    let calls = |folder: &std::path::Path| read_json(&folder.join("run.json"))["calls"].clone();
+    let made: u64 = ["compressor", "reader", "judge"]
+        .iter()
+        .map(|role| {
+            calls(&folder_a)[role]["made"].as_u64().unwrap_or(0)
+                + calls(&folder_b)[role]["made"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(
+        made,
+        api.requests(),
+        "the two runs made each call once between them"
+    );
+
+    // One of two runs killed mid-way: the other finishes, and a rerun repeats nothing finished.
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            delay: Duration::from_millis(150),
+            ..Behaviour::default()
+        },
+    );
+    let manifest = self::manifest(&scratch, &api, Format::OpenAi, "", "");
+    let (mut killed, other) = (started(&scratch, &manifest), started(&scratch, &manifest));
+    std::thread::sleep(Duration::from_millis(1500));
+    killed.kill().unwrap();
+    let _ = killed.wait();
+    let (status, folder) = finished(other, &scratch);
+    assert_eq!(status, 0);
+    let (status, again, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(api.repeated(), 0, "a finished call was made again");
+    assert_eq!(
+        std::fs::read(folder.join("report.json")).unwrap(),
+        std::fs::read(again.join("report.json")).unwrap()
+    );
+}

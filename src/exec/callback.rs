@@ -147,6 +147,12 @@ pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn uses_local_cores(&self) -> bool {
         true
     }
+
+    /// Whether an identical call another gacc process is making is worth waiting for rather
+    /// than making again: every call but a rule built-in's, which costs less than the wait.
+    fn waits_for_others(&self) -> bool {
+        true
+    }
 }
 
 /// An attempt under way.

@@ -27,6 +27,10 @@ impl InProcess {
 }
 
 impl Launcher for InProcess {
+    fn waits_for_others(&self) -> bool {
+        false
+    }
+
     fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {
         let (name, respond, role) = (self.name, self.respond, callback.role);
         let request = request.to_vec();

@@ -111,8 +111,21 @@ pub(super) async fn obtain(
         .get_or_init(|| {
             origin = Origin::Called;
             async {
-                if let Some(response) = shared.setup.cache.get(role.into(), key) {
+                let cache = &shared.setup.cache;
+                if let Some(response) = cache.get(role.into(), key) {
                     return Ok((response, true));
+                }
+                // Another gacc process on this cache may be making the same call: wait for it
+                // and take its answer rather than pay again. Held until the answer is cached.
+                let lease = match callback.launcher.waits_for_others() {
+                    true => cache.lease(role.into(), key).await,
+                    false => None,
+                };
+                if lease.is_some() {
+                    cache.refresh();
+                    if let Some(response) = cache.get(role.into(), key) {
+                        return Ok((response, true));
+                    }
                 }
                 // Each attempt's trace event carries the call's cache key through this span.
                 let span = tracing::info_span!("call", key = %key);
@@ -120,6 +133,7 @@ pub(super) async fn obtain(
                 if let Err(error) = shared.setup.cache.put(role.into(), key, &description(), &answer) {
                     tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
                 }
+                drop(lease);
                 Ok((answer, false))
             }
         })

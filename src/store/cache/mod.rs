@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 mod kind;
+mod lease;
 pub(crate) use kind::Kind;
 
 /// The prefix of every cache key's canonical description; bump it to invalidate all keys.
@@ -70,6 +71,9 @@ struct Inner {
     writer: Mutex<Option<Writer>>,
     dirty: AtomicBool,
     stop: AtomicBool,
+    /// Each segment's path and how far it is indexed, by segment number (this process's own
+    /// segment at `u64::MAX`: it is never read back).
+    covered: Mutex<Vec<(PathBuf, u64)>>,
 }
 
 /// A persistent, content-addressed store of successful callback responses (and of other
@@ -124,10 +128,11 @@ impl Cache {
             .map(|m| m.len())
             .sum();
         let mut resident = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0).min(RESIDENT_TOTAL));
+        let mut covered = Vec::new();
         for path in names {
             let file = File::open(&path)?;
             let segment = segments.len();
-            match load_index(&path, &file, segment, &mut index, &mut resident) {
+            let end = match load_index(&path, &file, segment, &mut index, &mut resident) {
                 // Indexed: only what was appended since is read.
                 Some(covered) => {
                     let sinks = Sinks {
@@ -136,7 +141,7 @@ impl Cache {
                         resident: Some(&mut resident),
                         records: None,
                     };
-                    scan(&file, segment, covered, sinks)?;
+                    scan(&file, segment, covered, sinks)?
                 }
                 None => {
                     let mut records = Vec::new();
@@ -151,9 +156,11 @@ impl Cache {
                     if let Err(error) = write_index(&path, covered, &records) {
                         tracing::debug!(%error, "could not write a cache segment's index");
                     }
+                    covered
                 }
-            }
+            };
             segments.push(file);
+            covered.push((path, end));
         }
         let inner = Arc::new(Inner {
             root: root.to_path_buf(),
@@ -163,6 +170,7 @@ impl Cache {
             writer: Mutex::new(None),
             dirty: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            covered: Mutex::new(covered),
         });
         let syncer = Arc::downgrade(&inner);
         std::thread::spawn(move || {
@@ -289,8 +297,10 @@ impl Cache {
         // The new name is durable once the folder is synced.
         File::open(&folder)?.sync_all()?;
         let reader = File::open(&path)?;
+        let mut covered = self.inner.covered.locked();
         let mut segments = self.inner.segments.write().unwrap_or_else(|e| e.into_inner());
         segments.push(reader);
+        covered.push((path, u64::MAX));
         Ok(Writer {
             file,
             length: 0,
