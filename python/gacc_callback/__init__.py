@@ -177,6 +177,29 @@ def _respond_batch(role, requests):
         return [dict(reply) for _ in requests]
 
 
+def _encoded(reply):
+    """One reply line, and whether it is an error: strict JSON (no NaN or Infinity, which gacc
+    cannot read), or an error reply saying why the function's reply could not be sent."""
+    try:
+        return json.dumps(reply, ensure_ascii=False, allow_nan=False), "error" in reply
+    except (TypeError, ValueError) as error:
+        refused = {"error": f"the reply is not JSON: {error}", "retryable": False}
+        if isinstance(reply, dict) and "id" in reply:
+            refused["id"] = reply["id"]
+        return json.dumps(refused, ensure_ascii=False, allow_nan=False, default=str), True
+
+
+def _parsed(text):
+    """A request line as a dict, or the error reply it gets."""
+    try:
+        request = json.loads(text)
+    except ValueError as error:
+        return None, {"error": f"the request is not JSON: {error}", "retryable": False}
+    if not isinstance(request, dict):
+        return None, {"error": f"the request is not a JSON object: {text.strip()[:80]}", "retryable": False}
+    return request, None
+
+
 def _reply_channel():
     """Moves fd 1 to stderr and keeps a private copy of it for replies."""
     sys.stdout.flush()
@@ -191,20 +214,19 @@ def serve():
     role = _role()
     status = 0
 
-    def answer(text):
+    def send(reply):
         nonlocal status
-        try:
-            request = json.loads(text)
-        except ValueError as error:
-            reply = {"error": f"the request is not JSON: {error}", "retryable": False}
-        else:
-            reply = _respond(role, request)
-            # With max_inflight > 1 each request carries an id its reply echoes.
-            if isinstance(request, dict) and "id" in request:
-                reply["id"] = request["id"]
-        if "error" in reply:
-            status = 1
-        replies.write(json.dumps(reply, ensure_ascii=False) + "\n")
+        line, failed = _encoded(reply)
+        status = 1 if failed else status
+        replies.write(line + "\n")
+
+    def answer(text):
+        request, refused = _parsed(text)
+        reply = refused or _respond(role, request)
+        # With max_inflight > 1 each request carries an id its reply echoes.
+        if request is not None and "id" in request:
+            reply["id"] = request["id"]
+        send(reply)
         replies.flush()
 
     if os.environ.get("GACC_MODE") != "persistent":
@@ -240,22 +262,69 @@ def serve():
         if None in batch:
             ended = True
             batch = [line for line in batch if line is not None]
-        requests, replies_of = [], []
-        for line in batch:
-            try:
-                requests.append(json.loads(line))
-            except ValueError as error:
-                replies_of.append({"error": f"the request is not JSON: {error}", "retryable": False})
-        if requests:
-            replies_of = _respond_batch(role, requests) + replies_of
-        for request, reply in zip(requests, replies_of):
-            if "id" in request:
+        # Every line read gets a reply, in the order read: a malformed one its error.
+        parsed = [_parsed(line) for line in batch]
+        requests = [request for request, _ in parsed if request is not None]
+        answers = iter(_respond_batch(role, requests) if requests else [])
+        for request, refused in parsed:
+            reply = refused or next(answers)
+            if request is not None and "id" in request:
                 reply["id"] = request["id"]
-            if "error" in reply:
-                status = 1
-            replies.write(json.dumps(reply, ensure_ascii=False) + "\n")
+            send(reply)
         replies.flush()
     return status
+
+
+USAGE = """usage: python -m gacc_callback COMMAND ...
+
+Commands:
+  try SCRIPT [--role ROLE] [FIELDS ...]
+      Calls the function SCRIPT decorates for ROLE (compressor, reader, judge; compressor by
+      default) with one request built from the options, as gacc would, and prints its reply.
+      Exit status 0 for a reply, 1 for an error reply, 2 for a call that could not be made.
+      `try --help` lists the fields.
+  --help
+      This text.
+
+A callback script itself is run by gacc (`command = ["python3", "compress.py"]`), which calls
+`serve()` at its end; see the module's documentation: python3 -c 'import gacc_callback; help(gacc_callback)'
+"""
+
+
+class _TryError(Exception):
+    """A `try` that cannot be made: said on one line."""
+
+
+def _text_of(path):
+    """The text of a file an option names ("" when none)."""
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _TryError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _try_request(options):
+    """The request `try` sends, from its options."""
+    try:
+        params = json.loads(options.params)
+    except ValueError as error:
+        raise _TryError(f"--params is not JSON: {error}") from None
+    request = {"protocol": PROTOCOL, "role": options.role, "seed": options.seed, "params": params}
+    if options.role == "compressor":
+        request.update(context=_text_of(options.context), goal=options.goal, token_budget=options.budget)
+    elif options.role == "reader":
+        request.update(memory=_text_of(options.memory), question=options.question or "")
+    elif options.role == "judge":
+        request.update(
+            source=_text_of(options.source),
+            question=options.question or "",
+            reference=options.reference or "",
+            answer=options.answer or "",
+        )
+    return request
 
 
 def _try(argv):
@@ -274,39 +343,42 @@ def _try(argv):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--params", default="{}", help="params as JSON")
     options = parser.parse_args(argv)
+    try:
+        request = _try_request(options)
+        if not os.path.isfile(options.script):
+            raise _TryError(f"no script at {options.script}")
+    except _TryError as error:
+        print(f"python -m gacc_callback try: {error}", file=sys.stderr)
+        return 2
     replies = _reply_channel()  # what the script prints goes to stderr, as under gacc
-    read = lambda path: open(path, encoding="utf-8").read() if path else ""
-    request = {"protocol": PROTOCOL, "role": options.role, "seed": options.seed, "params": json.loads(options.params)}
-    if options.role == "compressor":
-        request.update(context=read(options.context), goal=options.goal, token_budget=options.budget)
-    elif options.role == "reader":
-        request.update(memory=read(options.memory), question=options.question or "")
-    elif options.role == "judge":
-        request.update(
-            source=read(options.source),
-            question=options.question or "",
-            reference=options.reference or "",
-            answer=options.answer or "",
-        )
     # The script's `import gacc_callback` is this module, so its decorators register here; its
     # folder is importable, as when gacc runs it.
     sys.modules["gacc_callback"] = sys.modules[__name__]
     sys.path.insert(0, os.path.dirname(os.path.abspath(options.script)))
-    runpy.run_path(options.script, run_name="gacc_callback_try")
-    if options.role not in _handlers:
-        print(f"{options.script} decorates no {options.role} function", file=sys.stderr)
+    try:
+        runpy.run_path(options.script, run_name="gacc_callback_try")
+    except Exception as error:  # the script's own failure: where it is, in one line
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        where = f"{frame.filename}:{frame.lineno}"
+        print(f"python -m gacc_callback try: {options.script} failed to load at {where}: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
-    reply = _respond(options.role, request)
-    replies.write(json.dumps(reply, ensure_ascii=False, indent=2) + "\n")
+    if options.role not in _handlers:
+        print(f"python -m gacc_callback try: {options.script} decorates no {options.role} function", file=sys.stderr)
+        return 2
+    line, failed = _encoded(_respond(options.role, request))
+    replies.write(json.dumps(json.loads(line), ensure_ascii=False, indent=2) + "\n")
     replies.flush()
-    return 1 if "error" in reply else 0
+    return 1 if failed else 0
 
 
 def main(arguments):
-    """`python -m gacc_callback try ...`: the exit status."""
+    """`python -m gacc_callback COMMAND ...`: the exit status."""
     if arguments[:1] == ["try"]:
         return _try(arguments[1:])
-    print("usage: python -m gacc_callback try SCRIPT --role ROLE ... (see the module's doc)", file=sys.stderr)
+    if arguments[:1] in (["--help"], ["-h"], ["help"]):
+        print(USAGE, end="")
+        return 0
+    print(USAGE, end="", file=sys.stderr)
     return 2
 
 

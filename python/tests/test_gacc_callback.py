@@ -165,6 +165,51 @@ class Failures(unittest.TestCase):
         self.assertIn("not JSON", reply["error"])
 
 
+class Unsendable(unittest.TestCase):
+    SCRIPT = """
+        from gacc_callback import judge, serve
+
+        @judge
+        def judge_(question, **_):
+            if question == "nan":
+                return {"correct": True, "score": float("nan")}
+            if question == "set":
+                return {"correct": True, "meta": {"seen": {1, 2}}}
+            return {"correct": True}
+
+        if __name__ == "__main__":
+            raise SystemExit(serve())
+    """
+
+    def item(self, question, **extra):
+        return dict({"protocol": "gacc/1", "role": "judge", "source": "s", "question": question, "reference": "r", "answer": "a", "seed": 0, "params": {}}, **extra)
+
+    def test_nan_and_unserialisable_replies_are_error_replies_and_the_worker_serves_on(self):
+        replies, stderr, status = Callback(self.SCRIPT).run([self.item("nan")], role="judge")
+        self.assertEqual(status, 1, stderr)
+        self.assertIn("not JSON", replies[0]["error"])
+        replies, stderr, _ = Callback(self.SCRIPT).run([self.item("set"), self.item("nan"), self.item("ok")], mode="persistent", role="judge")
+        self.assertEqual(len(replies), 3, stderr)
+        self.assertIn("not JSON", replies[0]["error"])
+        self.assertIn("not JSON", replies[1]["error"])
+        self.assertEqual(replies[2], {"correct": True})
+
+    def test_every_malformed_line_gets_an_error_reply_in_every_mode(self):
+        batched = Batches.SCRIPT
+        for script, role in [(self.SCRIPT, "judge"), (batched, "compressor")]:
+            callback = Callback(script)
+            good = self.item("ok", id=1) if role == "judge" else dict(request("g"), id=1)
+            lines = json.dumps(good) + "\nnot json\n[1, 2]\n"
+            env = {"PATH": os.environ.get("PATH", ""), "GACC_ROLE": role, "GACC_MODE": "persistent"}
+            done = subprocess.run([sys.executable, callback.script], input=lines, capture_output=True, text=True, env=env, cwd=callback.folder, timeout=60)
+            replies = [json.loads(line) for line in done.stdout.splitlines()]
+            self.assertEqual(len(replies), 3, (role, done.stdout, done.stderr))
+            self.assertNotIn("error", replies[0])
+            self.assertIn("not JSON", replies[1]["error"])
+            self.assertIn("not a JSON object", replies[2]["error"])
+            self.assertEqual(done.returncode, 1, role)
+
+
 class TryByHand(unittest.TestCase):
     def test_try_calls_a_scripts_function_and_prints_its_reply(self):
         callback = Callback(COMPRESSOR)
@@ -182,7 +227,28 @@ class TryByHand(unittest.TestCase):
         callback = Callback(COMPRESSOR)
         done = subprocess.run([sys.executable, "-m", "gacc_callback"], capture_output=True, text=True, cwd=callback.folder, timeout=60)
         self.assertEqual(done.returncode, 2)
-        self.assertIn("usage: python -m gacc_callback try", done.stderr)
+        self.assertIn("usage: python -m gacc_callback COMMAND", done.stderr)
+
+    def test_help_documents_the_commands(self):
+        callback = Callback(COMPRESSOR)
+        done = subprocess.run([sys.executable, "-m", "gacc_callback", "--help"], capture_output=True, text=True, cwd=callback.folder, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("try SCRIPT", done.stdout)
+
+    def test_a_try_that_cannot_be_made_says_why_in_one_line(self):
+        callback = Callback(COMPRESSOR)
+        broken = os.path.join(callback.folder, "broken.py")
+        with open(broken, "w", encoding="utf-8") as file:
+            file.write("import gacc_callback\nraise ImportError('no module named torch')\n")
+        for argv, said in [
+            (["try", callback.script, "--context", "missing.txt"], "cannot read missing.txt"),
+            (["try", "nowhere.py"], "no script at nowhere.py"),
+            (["try", broken], "broken.py:2: ImportError: no module named torch"),
+        ]:
+            done = subprocess.run([sys.executable, "-m", "gacc_callback", *argv], capture_output=True, text=True, cwd=callback.folder, timeout=60)
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+            self.assertIn(said, done.stderr)
 
 
 class WhichHelper(unittest.TestCase):
