@@ -17,7 +17,7 @@
 //! floor 3  plan
 //! floor 2  builtin inputs
 //! floor 1  protocol trace providers
-//! floor 0  error clock rng hash parallel files secrets
+//! floor 0  error clock rng hash parallel files secrets mangle
 //! never    runner -> exec::slurm
 //! never    exec::callback -> exec::slurm
 //! ```
@@ -36,6 +36,8 @@ mod clock;
 mod exec;
 mod files;
 mod hash;
+#[cfg(test)]
+mod mangle;
 mod parallel;
 mod plan;
 mod providers;

@@ -5,6 +5,8 @@
 pub mod bench;
 mod check;
 mod confinement;
+#[cfg(test)]
+mod hostile;
 mod init;
 pub(crate) mod prepare;
 mod report;

@@ -206,11 +206,12 @@ impl Batches for AnthropicMessages {
         let Some(counts) = listed.get("request_counts") else {
             return false;
         };
-        let total: u64 = ["processing", "succeeded", "errored", "canceled", "expired"]
+        // Summed without overflow: a listing is the server's word, and any count may be absurd.
+        let total = ["processing", "succeeded", "errored", "canceled", "expired"]
             .iter()
             .filter_map(|k| counts.get(*k).and_then(Value::as_u64))
-            .sum();
-        total == lost.requests as u64
+            .try_fold(0u64, u64::checked_add);
+        total == Some(lost.requests as u64)
             && listed
                 .get("created_at")
                 .and_then(Value::as_str)

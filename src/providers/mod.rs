@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 mod anthropic;
+#[cfg(test)]
+mod hostile;
 mod openai;
 
 /// Every provider, by the `api` name a manifest gives it.
@@ -356,7 +358,11 @@ pub(crate) fn until_rfc3339(text: &str) -> Option<Duration> {
         Some('Z' | 'z') => 0,
         Some(sign) => {
             let (hours, minutes) = offset[1..].split_once(':')?;
-            let magnitude = hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60;
+            let (hours, minutes) = (hours.parse::<i64>().ok()?, minutes.parse::<i64>().ok()?);
+            if !(0..24).contains(&hours) || !(0..60).contains(&minutes) {
+                return None;
+            }
+            let magnitude = hours * 3600 + minutes * 60;
             if sign == '-' { -magnitude } else { magnitude }
         }
         None => return None,
@@ -366,8 +372,17 @@ pub(crate) fn until_rfc3339(text: &str) -> Option<Duration> {
         fields.next()?.parse::<i64>().ok()?,
         fields.next()?.parse::<i64>().ok()?,
     );
-    let seconds = fields.next()?.parse::<f64>().ok().filter(|s| s.is_finite())?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    let seconds = fields.next()?.parse::<f64>().ok()?;
+    // Fields out of their ranges are not a time (and would overflow the arithmetic below).
+    let offset_in_range = offset_seconds.abs() < 24 * 3600;
+    if !(0..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hours)
+        || !(0..=59).contains(&minutes)
+        || !(0.0..61.0).contains(&seconds)
+        || !offset_in_range
+    {
         return None;
     }
     // Days from the civil date (Howard Hinnant's algorithm).
