@@ -349,7 +349,9 @@ fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
         "the two runs made each call once between them"
     );
 
-    // One of two runs killed mid-way: the other finishes, and a rerun repeats nothing finished.
+    // One of two runs killed mid-way: the other finishes. Only what the killed run had in
+    // flight is paid twice (it paid and died before the answers were written: at most its
+    // endpoint's four calls), and a rerun pays for nothing.
     let scratch = Scratch::new();
     let api = MockApi::start(
         Format::OpenAi,
@@ -358,16 +360,18 @@ fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
             ..Behaviour::default()
         },
     );
-    let manifest = self::manifest(&scratch, &api, Format::OpenAi, "", "");
+    let manifest = self::manifest(&scratch, &api, Format::OpenAi, "max_concurrency = 4", "");
     let (mut killed, other) = (started(&scratch, &manifest), started(&scratch, &manifest));
     std::thread::sleep(Duration::from_millis(1500));
     killed.kill().unwrap();
     let _ = killed.wait();
     let (status, folder) = finished(other, &scratch);
     assert_eq!(status, 0);
+    assert!(api.repeated() <= 4, "{} calls paid twice", api.repeated());
+    let paid = api.requests();
     let (status, again, stderr) = run(&scratch, &manifest, &[]);
     assert_eq!(status, 0, "{stderr}");
-    assert_eq!(api.repeated(), 0, "a finished call was made again");
+    assert_eq!(api.requests(), paid, "the rerun paid for a call");
     assert_eq!(
         std::fs::read(folder.join("report.json")).unwrap(),
         std::fs::read(again.join("report.json")).unwrap()
