@@ -287,3 +287,51 @@ fn a_missing_manifest() {
             .contains("nowhere.toml: cannot read the manifest")
     );
 }
+
+#[test]
+fn a_value_listed_twice_is_named_by_its_key() {
+    for (line, key) in [
+        ("seeds = [3, 1, 2, 1]", "seeds"),
+        ("ratios = [0.5, 0.25, 0.5]", "ratios"),
+        ("budgets = [64, 32, 64]", "budgets"),
+        (
+            "conditions = [\"no-goal\", \"own-goal\", \"no-goal\"]",
+            "conditions",
+        ),
+    ] {
+        let manifest = MANIFEST.replacen("seeds = [1]", &format!("seeds = [1]\n{line}"), 1);
+        let manifest = match key {
+            "seeds" => manifest.replacen("seeds = [1]\n", "", 1),
+            "ratios" => manifest.replacen("ratios = [0.5]\n", "", 1),
+            _ => manifest,
+        };
+        let scratch = scratch_with(&manifest, GOOD_LINE);
+        refused(&scratch, &[&format!("`{key}`"), "lists a value twice"]);
+    }
+    // Distinct values, however many, are not a duplicate.
+    let seeds: Vec<String> = (0..20_000).rev().map(|s| s.to_string()).collect();
+    let manifest = MANIFEST.replacen("seeds = [1]", &format!("seeds = [{}]", seeds.join(", ")), 1);
+    let scratch = scratch_with(&manifest, GOOD_LINE);
+    let output = scratch.gacc().args(["validate", "bad.toml"]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn a_cache_that_cannot_be_opened_is_named_by_its_key() {
+    let scratch = scratch_with(
+        &format!("{MANIFEST}\n[run]\ncache = \"data.jsonl/cache\"\n"),
+        GOOD_LINE,
+    );
+    let output = scratch.gacc().args(["run", "bad.toml"]).output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("data.jsonl/cache: cannot open the cache, `[run] cache` in bad.toml"),
+        "{stderr}"
+    );
+    assert!(!scratch.path("runs").exists(), "no run folder was made");
+}

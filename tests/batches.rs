@@ -374,6 +374,18 @@ fn ctrl_c_leaves_batches_running_and_gacc_batches_cancel_cancels_them() {
             .iter()
             .any(|r| r["state"] == "open")
     );
+    let listed = scratch
+        .gacc()
+        .args(["batches", "list", &manifest])
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&listed.stdout).into_owned() + &String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        said.contains("1 in flight: `gacc run` collects them")
+            && said.contains("cancels the 1 the provider accepted"),
+        "{said}"
+    );
 
     let cancelled = scratch
         .gacc()

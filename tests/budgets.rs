@@ -78,6 +78,26 @@ fn budget_cells_stand_beside_ratio_cells_and_never_exceed_the_source() {
     let csv = String::from_utf8(csv.stdout).unwrap();
     assert!(csv.lines().next().unwrap().contains(",ratio,budget_tokens,"));
     assert!(csv.lines().any(|l| l.contains(",own-goal,,64,")), "{csv}");
+    // `run --json` names each cell as report.json does: a budget cell by its tokens.
+    let summary = scratch.json(["run", &manifest, "-q", "--json"]);
+    let named: Vec<String> = summary["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| match (c.get("ratio"), c.get("budget_tokens")) {
+            (Some(ratio), None) => format!("r={ratio}"),
+            (None, Some(tokens)) => format!("L={tokens}"),
+            _ => panic!("a cell named by both or neither: {c}"),
+        })
+        .collect();
+    assert_eq!(named, ["r=0.5", "L=64", "L=256"]);
+    assert!(
+        summary["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["micro"]["mean"].is_number())
+    );
 }
 
 #[test]

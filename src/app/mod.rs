@@ -348,7 +348,7 @@ pub fn batches_list(cache: &Path, format: Format) -> Result<Ended, Error> {
 pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
     let cache = &batches_cache(cache)?;
     let records = crate::exec::model::batch::records(&cache.join(run::BATCHES));
-    let open: Vec<_> = records.into_iter().filter(|r| r.state == "open").collect();
+    let open: Vec<_> = records.into_iter().filter(|r| r.cancellable()).collect();
     if open.is_empty() {
         terminal::emit(&format!("{}: no batch is open\n", cache.display()));
         return Ok(Ended::Success);

@@ -479,5 +479,25 @@ pub(super) fn open_cache_early(manifest: &Path, sets: &[String]) -> EarlyCache {
 
 pub(super) fn cache_for(loaded: &Loaded) -> Result<Cache, Error> {
     let root = cache_root(loaded);
-    Cache::open(&root).map_err(io(&root))
+    Cache::open(&root).map_err(cache_error(loaded, &root))
+}
+
+/// An error opening the cache at `root`, naming the key that put it there.
+pub(super) fn cache_error<'a>(
+    loaded: &'a Loaded,
+    root: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |error| {
+        let key = match loaded.manifest.run.cache {
+            Some(_) => format!(
+                "`[run] cache` in {}",
+                crate::inputs::manifest::shown(&loaded.path)
+            ),
+            None => "the default cache (`[run] cache` moves it)".to_owned(),
+        };
+        Error::Io {
+            path: root.to_path_buf(),
+            message: format!("cannot open the cache, {key}: {error}"),
+        }
+    }
 }

@@ -20,7 +20,7 @@ use crate::error::{Error, io};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::files::{json_lines, pretty, write_json_lines_hashed};
 use crate::hash::sha256;
-use crate::protocol::{BudgetRule, Role};
+use crate::protocol::Role;
 use crate::report;
 use crate::report::html::{Packing, Rows};
 use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
@@ -273,7 +273,7 @@ fn take_cache(opening: super::prepare::EarlyCache, root: &Path, prepared: &Prepa
         Some((early, reading)) if early == root => reading
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the cache reader stopped unexpectedly")))
-            .map_err(io(root)),
+            .map_err(super::prepare::cache_error(&prepared.loaded, root)),
         _ => cache_for(&prepared.loaded),
     }
 }
@@ -350,18 +350,12 @@ fn summary_of_report(report: &report::Report) -> Value {
         .cells
         .iter()
         .map(|cell| {
-            let ratio = match cell.id.rule {
-                BudgetRule::Ratio(ratio) => json!(ratio),
-                BudgetRule::Tokens(_) => Value::Null,
-            };
-            json!({
-                "compressor": cell.id.compressor,
-                "condition": cell.id.condition,
-                "ratio": ratio,
-                "complete": cell.complete,
-                "micro": cell.micro,
-                "macro": cell.macro_,
-            })
+            // Its id as report.json names it: `ratio`, or `budget_tokens` for a token budget.
+            let mut summary = serde_json::to_value(&cell.id).unwrap_or_else(|_| json!({}));
+            summary["complete"] = json!(cell.complete);
+            summary["micro"] = json!(cell.micro);
+            summary["macro"] = json!(cell.macro_);
+            summary
         })
         .collect();
     json!({

@@ -389,15 +389,23 @@ pub(super) fn print_batches(cache: &Path, records: &[crate::exec::model::batch::
             outcome.join(", ")
         ));
     }
-    let open = records
-        .iter()
-        .filter(|r| r.state == "open" || r.state == "submitting")
-        .count();
-    if open > 0 {
-        text.push_str(&format!(
-            "{open} in flight: `gacc run` collects them; `gacc batches cancel {}` cancels them\n",
-            cache.display()
-        ));
+    let in_flight = records.iter().filter(|r| r.in_flight()).count();
+    let cancellable = records.iter().filter(|r| r.cancellable()).count();
+    if in_flight > 0 {
+        text.push_str(&format!("{in_flight} in flight: `gacc run` collects them"));
+        if cancellable > 0 {
+            text.push_str(&format!(
+                "; `gacc batches cancel {}` cancels the {cancellable} the provider accepted",
+                cache.display()
+            ));
+        }
+        if cancellable < in_flight {
+            text.push_str(&format!(
+                "; {} not yet known to the provider cannot be cancelled until a run re-attaches to them",
+                in_flight - cancellable
+            ));
+        }
+        text.push('\n');
     }
     emit(&text);
 }

@@ -258,8 +258,14 @@ fn check_run(loaded: &Loaded, problem: &mut Report) {
     }
 }
 
-fn has_duplicates<T: PartialEq>(values: &[T]) -> bool {
-    values.iter().enumerate().any(|(i, v)| values[..i].contains(v))
+/// Whether a value stands twice, in O(n log n): a manifest may list a million seeds.
+fn has_duplicates<T: PartialOrd>(values: &[T]) -> bool {
+    // Values unequal to themselves (a NaN ratio, refused elsewhere) are no one's duplicate;
+    // without them the order is total.
+    #[allow(clippy::eq_op)]
+    let mut sorted: Vec<&T> = values.iter().filter(|v| v == v).collect();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    sorted.windows(2).any(|pair| pair[0] == pair[1])
 }
 
 fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String> {

@@ -62,6 +62,17 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// Whether it may still answer calls: accepted and running, or recorded and perhaps
+    /// accepted (a later run re-attaches to both).
+    pub(crate) fn in_flight(&self) -> bool {
+        matches!(self.state.as_str(), "open" | "submitting")
+    }
+
+    /// Whether `gacc batches cancel` can cancel it: running, with the provider's id known.
+    pub(crate) fn cancellable(&self) -> bool {
+        self.state == "open" && self.batch_id.is_some()
+    }
+
     fn path(folder: &Path, local: &str) -> PathBuf {
         folder.join(format!("{local}.json"))
     }
@@ -190,7 +201,7 @@ impl Batcher {
                 let ours = record.endpoint == endpoint.name
                     && record.base_url == endpoint.spec.base_url
                     && record.api == endpoint.spec.api;
-                if !ours || !matches!(record.state.as_str(), "open" | "submitting") {
+                if !ours || !record.in_flight() {
                     continue;
                 }
                 batcher.opened(&record);
