@@ -29,7 +29,9 @@ fn fails_then_recovers(misbehaviour: &str, reason: &str) {
     let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
     assert_eq!(status, 1, "{stderr}");
     assert!(
-        stderr.contains("FAILED read reader (plant, plant-reactor-status)"),
+        stderr.contains(
+            "FAILED read reader, 3 calls (plant, plant-reactor-status; goal-line own-goal r=0.15 seed 42, …)"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains(reason), "expected {reason:?} in {stderr}");
@@ -140,7 +142,9 @@ fn a_failed_compressor_leaves_its_questions_unscored() {
     let (status, folder, stderr) = scratch.run("experiments/scripted.toml", &[]);
     assert_eq!(status, 1, "{stderr}");
     assert!(
-        stderr.contains("FAILED compress compressors.goal-line (plant)"),
+        stderr.contains(
+            "FAILED compress compressors.goal-line, 3 calls (plant; goal-line own-goal r=0.15 seed "
+        ),
         "{stderr}"
     );
     let report = read_json(&folder.join("report.json"));
@@ -277,10 +281,7 @@ fn fail_fast_stops_starting_calls_and_keeps_what_finished() {
         // Calls waiting for a slot were cancelled rather than started (their downstream
         // jobs were never planned to run, and are not counted).
         assert!(cancelled > 0, "{report}");
-        assert!(
-            stderr.contains("jobs not run: --fail-fast stopped the run"),
-            "{stderr}"
-        );
+        assert!(stderr.contains("jobs not run: the run stopped early"), "{stderr}");
     }
 
     std::fs::remove_file(scratch.path("experiments/broken")).unwrap();

@@ -66,7 +66,7 @@ pub(super) fn summary(
     failure_lines(&mut out, report, hints);
     if report.cancelled > 0 {
         out.push_str(&format!(
-            "  {} jobs not run: --fail-fast stopped the run\n",
+            "  {} jobs not run: the run stopped early (below)\n",
             report.cancelled
         ));
     }
@@ -76,11 +76,13 @@ pub(super) fn summary(
 
 /// What the results cost and what this run paid, and endpoints served by several models.
 fn cost_lines(out: &mut String, report: &report::Report, paid: &BTreeMap<Role, runner::Usage>) {
-    let total: f64 = report.usage.values().map(|u| u.cost_usd).sum();
+    // Summed from 0.0: an empty f64 sum is -0.0, which prints as "-0.0000".
+    let sum = |values: &mut dyn Iterator<Item = f64>| values.fold(0.0, |a, b| a + b);
+    let total = sum(&mut report.usage.values().map(|u| u.cost_usd));
     if total > 0.0 || !report.endpoints.is_empty() {
-        let paid: f64 = paid.values().map(|u| u.cost_usd).sum();
-        let saved: f64 = report.usage.values().map(|u| u.prompt_cache_saved_usd).sum();
-        let batched: f64 = report.usage.values().map(|u| u.batch_saved_usd).sum();
+        let paid = sum(&mut paid.values().map(|u| u.cost_usd));
+        let saved = sum(&mut report.usage.values().map(|u| u.prompt_cache_saved_usd));
+        let batched = sum(&mut report.usage.values().map(|u| u.batch_saved_usd));
         out.push_str(&format!(
             "  cost: {total:.4} USD for the calls these results rest on; this run paid {paid:.4} USD{}\n",
             [
@@ -104,33 +106,62 @@ fn cost_lines(out: &mut String, report: &report::Report, paid: &BTreeMap<Role, r
     }
 }
 
-/// The first failures, each with its stderr's informative lines and its sandbox's hint.
+/// The first failures, each with its cell, its stderr's informative lines and its sandbox's
+/// hint. Failures that share their stage, callback, reason and stderr (an endpoint that
+/// refused every call) are one line that counts them.
 fn failure_lines(out: &mut String, report: &report::Report, hints: &[Option<String>]) {
-    for (number, failure) in report.failures.iter().enumerate().take(LISTED_FAILURES) {
-        out.push_str(&format!(
-            "  FAILED {} {} ({}{}): {}\n",
-            failure.stage,
-            failure.callback,
+    let failures = &report.failures;
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (at, failure) in failures.iter().enumerate() {
+        let same = |other: &usize| {
+            let other = &failures[*other];
+            (&other.stage, &other.callback, &other.reason, &other.stderr_tail)
+                == (
+                    &failure.stage,
+                    &failure.callback,
+                    &failure.reason,
+                    &failure.stderr_tail,
+                )
+        };
+        match groups.iter_mut().find(|group| same(&group[0])) {
+            Some(group) => group.push(at),
+            None => groups.push(vec![at]),
+        }
+    }
+    for group in groups.iter().take(LISTED_FAILURES) {
+        let failure = &failures[group[0]];
+        let question = (failure.question_id.as_deref())
+            .map(|q| format!(", {q}"))
+            .unwrap_or_default();
+        let place = format!(
+            "{}{question}; {} {} {} seed {}",
             failure.source_id,
-            failure
-                .question_id
-                .as_deref()
-                .map(|q| format!(", {q}"))
-                .unwrap_or_default(),
-            failure.reason
+            failure.cell.compressor,
+            failure.cell.condition,
+            failure.cell.rule,
+            failure.seed
+        );
+        let count = match group.len() {
+            1 => String::new(),
+            n => format!(", {n} calls"),
+        };
+        let more = if group.len() > 1 { ", …" } else { "" };
+        out.push_str(&format!(
+            "  FAILED {} {}{count} ({place}{more}): {}\n",
+            failure.stage, failure.callback, failure.reason
         ));
         for (line_number, line) in informative_lines(&failure.stderr_tail).iter().enumerate() {
             let label = if line_number == 0 { "stderr:" } else { "       " };
             out.push_str(&format!("         {label} {line}\n"));
         }
-        if let Some(Some(hint)) = hints.get(number) {
+        if let Some(Some(hint)) = hints.get(group[0]) {
             out.push_str(&format!("         sandbox: {hint}\n"));
         }
     }
-    if report.failures.len() > LISTED_FAILURES {
+    let unlisted: usize = groups.iter().skip(LISTED_FAILURES).map(Vec::len).sum();
+    if unlisted > 0 {
         out.push_str(&format!(
-            "  … and {} more failures (all are listed in report.md and report.json)\n",
-            report.failures.len() - LISTED_FAILURES
+            "  … and {unlisted} more failures (all are listed in report.md and report.json)\n"
         ));
     }
 }

@@ -1,10 +1,10 @@
 //! One model endpoint (SPEC §8): its HTTP client and key, the live concurrency limit and the
 //! learned pace every call to it shares, and how one request is sent: retried on 429, 408, 5xx,
 //! timeouts and broken connections with backoff that honours `Retry-After`, stopped for good
-//! by 401, 403 and 404.
+//! by 401, 403 and 404, and by a server that was never reached within seconds.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -22,6 +22,12 @@ const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// How long one call keeps waiting on a provider's rate limits before it fails.
 const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(15 * 60);
 const MAX_RATE_LIMITED: u32 = 1000;
+/// How long an endpoint that has never answered keeps trying to connect before it stops: a
+/// closed port, a name that does not resolve or a failed TLS handshake is the commonest first
+/// mistake, and every later call would meet it too.
+const UNREACHABLE_PATIENCE: Duration = Duration::from_secs(4);
+/// The longest wait between connection attempts while the endpoint has never answered.
+const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// One `[models.*]` endpoint: its client and key, its live limit and pace, and what it did.
@@ -38,6 +44,11 @@ pub(crate) struct Endpoint {
     pub(super) latency: Mutex<f64>,
     /// Set by a 401, 403 or 404: every later call would fail the same way.
     pub(super) rejected: Mutex<Option<FailureKind>>,
+    /// Whether the server has ever answered (any status): until it has, a failure to connect
+    /// is a wrong address or a server that is down, and stops the endpoint within seconds.
+    answered: AtomicBool,
+    /// When a call first failed to connect while nothing had answered.
+    unreachable_since: Mutex<Option<tokio::time::Instant>>,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
     /// Its batches, when it has `batch` on and a cache to record them in.
@@ -69,6 +80,8 @@ impl Endpoint {
             pacer: Pacer::new(spec.rpm, spec.tpm, spec.adaptive),
             latency: Mutex::new(0.0),
             rejected: Mutex::new(None),
+            answered: AtomicBool::new(false),
+            unreachable_since: Mutex::new(None),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             batcher: std::sync::OnceLock::new(),
@@ -192,6 +205,23 @@ impl Endpoint {
                     let told = wait.unwrap_or_else(|| backoff(limited));
                     (told.max(backoff(limited)), format!("429 rate limited: {message}"))
                 }
+                Exchange::Unreachable(why) if !self.answered.load(Ordering::Relaxed) => {
+                    failed += 1;
+                    slot.failed();
+                    let since = *self
+                        .unreachable_since
+                        .locked()
+                        .get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= UNREACHABLE_PATIENCE || failed > self.spec.retries {
+                        return Err(self.unreachable(&why));
+                    }
+                    (backoff(failed).min(UNREACHABLE_BACKOFF), why)
+                }
+                Exchange::Unreachable(why) => {
+                    failed += 1;
+                    slot.failed();
+                    (backoff(failed), why)
+                }
                 Exchange::Transient { wait, why } => {
                     failed += 1;
                     slot.failed();
@@ -243,6 +273,21 @@ impl Endpoint {
         kind
     }
 
+    /// Nothing at the endpoint's address has answered within `UNREACHABLE_PATIENCE`: every
+    /// later call of this endpoint fails at once, as for a refused key.
+    fn unreachable(&self, why: &str) -> FailureKind {
+        let kind = FailureKind::Rejected {
+            endpoint: self.name.clone(),
+            message: format!(
+                "{why} (nothing answered there in {} s: check `models.{}.base_url`, and that the server is up)",
+                UNREACHABLE_PATIENCE.as_secs(),
+                self.name
+            ),
+        };
+        *self.rejected.locked() = Some(kind.clone());
+        kind
+    }
+
     async fn exchange(&self, body: &Value) -> Exchange {
         let response = match self.request(body).send().await {
             Ok(response) => response,
@@ -250,13 +295,18 @@ impl Endpoint {
                 let why = if error.is_timeout() {
                     format!("timed out after {:?}", self.spec.timeout.0)
                 } else if error.is_connect() {
-                    format!("could not connect to {}", self.spec.base_url)
+                    let why = without_url(&error);
+                    return Exchange::Unreachable(format!(
+                        "could not connect to {}: {why}",
+                        self.spec.base_url
+                    ));
                 } else {
                     format!("the connection failed: {}", without_url(&error))
                 };
                 return Exchange::Transient { wait: None, why };
             }
         };
+        self.answered.store(true, Ordering::Relaxed);
         let status = response.status().as_u16();
         let announced = self.announced(response.headers());
         let wait = retry_after(response.headers(), &announced);
@@ -317,6 +367,8 @@ enum Exchange {
         wait: Option<Duration>,
         why: String,
     },
+    /// No connection: refused, a name that does not resolve, a failed TLS handshake.
+    Unreachable(String),
     Rejected {
         status: u16,
         message: String,

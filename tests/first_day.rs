@@ -1,0 +1,69 @@
+//! What a researcher meets on the first day: a model server that is not there fails fast, and
+//! the folder a run starts from does not decide its cache.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::mock_api::{Format, llm_manifest};
+
+/// A key sharing no four characters with the URL (messages are scrubbed of any word that does).
+const KEY: &str = "sk-zzzz-qqqq-wwww-xxxx";
+use common::{Scratch, made};
+
+/// A local port with nothing listening on it.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn a_model_server_that_is_not_there_stops_its_endpoint_within_seconds() {
+    let scratch = Scratch::new();
+    let url = format!("http://127.0.0.1:{}/v1", closed_port());
+    // The compressor is a rule built-in, the reader and judge the missing server.
+    let manifest = llm_manifest(&url, Format::OpenAi, "", "")
+        .replace(
+            "[compressors.summarise]\nbuiltin = \"llm-compressor\"\nparams = { model = \"mock\", temperature = 0.0 }",
+            "[compressors.goal-line]\nbuiltin = \"goal-line\"",
+        );
+    assert!(manifest.contains("goal-line"));
+    scratch.write("experiments/missing.toml", &manifest);
+    let started = Instant::now();
+    let (status, folder, stderr) =
+        scratch.run_with_env("experiments/missing.toml", &[], &[("MOCK_API_KEY", KEY)]);
+    let took = started.elapsed();
+    assert_eq!(status, 1, "{stderr}");
+    // A liveness bound: it stops in about four seconds, where it took most of a minute.
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(
+        stderr.contains("could not connect to")
+            && stderr.contains(&url)
+            && stderr.contains("models.mock.base_url"),
+        "{stderr}"
+    );
+    // The compressor's work is kept: the next run (still without the server) makes none.
+    assert_eq!(made(&folder, "compressor"), 12, "{stderr}");
+    let (status, again, stderr) =
+        scratch.run_with_env("experiments/missing.toml", &[], &[("MOCK_API_KEY", KEY)]);
+    assert_eq!(status, 1, "{stderr}");
+    assert_eq!(made(&again, "compressor"), 0, "{stderr}");
+
+    // `gacc callback check` says so as soon.
+    let started = Instant::now();
+    let output = scratch
+        .gacc()
+        .args(["callback", "check", "experiments/missing.toml", "reader"])
+        .env("MOCK_API_KEY", KEY)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(said.contains("could not connect to"), "{said}");
+}
