@@ -27,9 +27,10 @@ struct Cli {
     /// No progress or summary on the terminal.
     #[arg(short, long, global = true)]
     quiet: bool,
-    /// Where past runs are found for `latest` and -N (the folder `run --out` writes to).
-    #[arg(long, global = true, value_name = "DIR", default_value = "runs", value_hint = clap::ValueHint::DirPath)]
-    runs: PathBuf,
+    /// Where past runs are found for `latest` and -N (the folder `run --out` writes to); by
+    /// default `runs/` here, else that of the nearest project folder (holding `.gacc/`) up.
+    #[arg(long, global = true, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    runs: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -349,7 +350,8 @@ fn main() -> ExitCode {
         Command::ArrayTask { array, task } => ExitCode::from(app::array_task(&array, task)),
         command => {
             app::init_tracing(cli.verbose, cli.quiet);
-            exit_status(dispatch(command, cli.quiet, &cli.runs))
+            let runs = cli.runs.unwrap_or_else(gacc::app::default_runs);
+            exit_status(dispatch(command, cli.quiet, &runs))
         }
     }
 }

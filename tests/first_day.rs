@@ -9,7 +9,7 @@ use common::mock_api::{Format, llm_manifest};
 
 /// A key sharing no four characters with the URL (messages are scrubbed of any word that does).
 const KEY: &str = "sk-zzzz-qqqq-wwww-xxxx";
-use common::{Scratch, made};
+use common::{Scratch, made, read_json};
 
 /// A local port with nothing listening on it.
 fn closed_port() -> u16 {
@@ -66,4 +66,63 @@ fn a_model_server_that_is_not_there_stops_its_endpoint_within_seconds() {
         started.elapsed()
     );
     assert!(said.contains("could not connect to"), "{said}");
+}
+
+#[test]
+fn a_run_from_the_manifests_folder_and_one_from_its_parent_share_a_cache_and_runs() {
+    let scratch = Scratch::new();
+    // From the parent, as `gacc init` says; then from inside, as its README says.
+    let (status, first, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(first.starts_with(scratch.path("runs/fixture")), "{first:?}");
+    let output = scratch
+        .gacc()
+        .current_dir(scratch.path("experiments"))
+        .args(["run", "fixture.toml", "-q"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let second = scratch.path("experiments").join(printed.trim());
+    let second = second.canonicalize().unwrap();
+    assert!(
+        second.starts_with(scratch.path("runs/fixture").canonicalize().unwrap()),
+        "{second:?}"
+    );
+    assert_eq!(made(&second, "compressor") + made(&second, "reader"), 0);
+    assert!(!scratch.path("experiments/.gacc").exists() && !scratch.path("experiments/runs").exists());
+    // `gacc runs` from inside finds both.
+    let output = scratch
+        .gacc()
+        .current_dir(scratch.path("experiments"))
+        .args(["runs", "list", "--json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+
+    // The other order: first from inside a study's folder, then from its parent.
+    let scratch = Scratch::new();
+    let output = scratch
+        .gacc()
+        .current_dir(scratch.path("experiments"))
+        .args(["run", "fixture.toml", "-q"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let (status, from_parent, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(
+        from_parent.starts_with(scratch.path("experiments/runs/fixture")),
+        "{from_parent:?}"
+    );
+    assert_eq!(
+        read_json(&from_parent.join("run.json"))["calls"]["compressor"]["made"],
+        0
+    );
+    assert!(!scratch.path(".gacc").exists());
 }

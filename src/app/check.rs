@@ -4,7 +4,7 @@
 //! blocked.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ pub(crate) fn check(
     let prepared = prepare(manifest, sets)?;
     let loaded = &prepared.loaded;
     sandbox::protect_self();
-    let runs = PathBuf::from("runs").join(&loaded.manifest.name);
+    let runs = loaded.project.join("runs").join(&loaded.manifest.name);
     let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
     let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
     // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.

@@ -42,6 +42,11 @@ pub enum Format {
 }
 
 /// `gacc run`: prints the summary on stderr (unless quiet) and the run folder on stdout.
+/// Where past runs are looked for when `--runs` is not given.
+pub fn default_runs() -> std::path::PathBuf {
+    crate::inputs::manifest::default_runs()
+}
+
 pub fn run(options: &RunOptions) -> Result<Ended, Error> {
     let finished = run::run(options)?;
     if !options.quiet {

@@ -455,7 +455,10 @@ pub(super) fn slurm_executor(loaded: &Loaded) -> Result<Option<Arc<Slurm>>, Erro
 pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {
     match &loaded.manifest.run.cache {
         Some(path) => loaded.resolve(path),
-        None => PathBuf::from(".gacc/cache"),
+        None => loaded
+            .project
+            .join(crate::inputs::manifest::PROJECT_MARKER)
+            .join("cache"),
     }
 }
 

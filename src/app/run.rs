@@ -302,8 +302,15 @@ fn open(
     let runs = options
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from("runs"))
+        .unwrap_or_else(|| prepared.loaded.project.join("runs"))
         .join(&prepared.loaded.manifest.name);
+    // The project's marker, where a run from another folder finds its cache and runs (even
+    // when `[run] cache` puts the cache elsewhere).
+    let marker = prepared
+        .loaded
+        .project
+        .join(crate::inputs::manifest::PROJECT_MARKER);
+    std::fs::create_dir_all(&marker).map_err(io(&marker))?;
     sandbox::protect_self();
     let abi = sandbox::kernel_abi();
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));

@@ -187,7 +187,8 @@ pub(super) fn plan_status(
     let mut bounds = bounder.bounds;
     for (name, bound) in &mut bounds {
         if let Some(spec) = manifest.models.get(name) {
-            estimate_time(bound, name, spec, &manifest.name);
+            let runs = prepared.loaded.project.join("runs").join(&manifest.name);
+            estimate_time(bound, name, spec, &runs);
         }
     }
     Ok((status, bounds))
@@ -416,12 +417,7 @@ enum Answer<'a> {
 
 /// The time an endpoint's uncached calls need: from `rpm`/`tpm` where set, else from the
 /// pace it sustained in the last run of this experiment that used it (`run.json`).
-fn estimate_time(
-    bound: &mut CallBounds,
-    name: &str,
-    spec: &crate::inputs::models::ModelSpec,
-    experiment: &str,
-) {
+fn estimate_time(bound: &mut CallBounds, name: &str, spec: &crate::inputs::models::ModelSpec, runs: &Path) {
     if spec.batch.spec().is_some() {
         bound.time_from = "a provider batch: its completion window".into();
         return;
@@ -437,8 +433,7 @@ fn estimate_time(
         bound.time_from = "rpm/tpm".into();
         return;
     }
-    let runs = Path::new("runs").join(experiment);
-    let mut folders: Vec<_> = std::fs::read_dir(&runs)
+    let mut folders: Vec<_> = std::fs::read_dir(runs)
         .into_iter()
         .flatten()
         .flatten()

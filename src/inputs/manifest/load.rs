@@ -69,10 +69,12 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
     };
     // Absolute, so callbacks (which run in this folder) and messages agree on paths.
     let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    let project = super::project_of(&folder, &manifest.name);
     let mut loaded = Loaded {
         manifest,
         path: path.to_path_buf(),
         folder,
+        project,
     };
     let mut problems = name_rule_judges(&mut loaded);
     problems.extend(check::check(&loaded));

@@ -481,6 +481,8 @@ pub(crate) struct Loaded {
     pub path: PathBuf,
     /// The folder relative paths are resolved from.
     pub folder: PathBuf,
+    /// The experiment's home: where its default cache and runs folder are (`project_of`).
+    pub project: PathBuf,
 }
 
 impl Manifest {
@@ -541,6 +543,59 @@ impl Loaded {
     pub(crate) fn resolve(&self, path: &Path) -> PathBuf {
         self.folder.join(path)
     }
+}
+
+/// The marker of a project folder: gacc's own folder, which holds the default cache.
+pub(crate) const PROJECT_MARKER: &str = ".gacc";
+
+/// The project folder of the experiment `name` whose manifest is in `folder` (absolute): the
+/// nearest folder from it up that holds `runs/<name>/`, a past run of this experiment (up to the
+/// current folder when the manifest lies below it); else the current folder, when the manifest
+/// lies inside it; else the manifest's own folder. So `gacc run dir/x.toml` from the parent and
+/// `gacc run x.toml` from `dir` share one cache and one runs folder, whichever ran first.
+/// Relative to the current folder when inside it (empty for the current folder itself), so
+/// paths read as before.
+pub(crate) fn project_of(folder: &Path, name: &str) -> PathBuf {
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| std::fs::canonicalize(cwd).ok());
+    let inside = cwd.as_deref().filter(|cwd| folder.starts_with(cwd));
+    // A manifest below the current folder looks no further up than it; one in it (or
+    // elsewhere) looks up to the root, for a project that ran it from a folder above.
+    let bound = inside.filter(|cwd| folder != *cwd);
+    let mut candidates = folder.ancestors();
+    let ran = candidates
+        .by_ref()
+        .take_while(|f| bound.is_none_or(|cwd| f.starts_with(cwd)))
+        .find(|f| f.join("runs").join(name).is_dir());
+    let project = match (ran, inside) {
+        (Some(ran), _) => ran.to_path_buf(),
+        (None, Some(cwd)) => cwd.to_path_buf(),
+        (None, None) => folder.to_path_buf(),
+    };
+    match &cwd {
+        Some(cwd) => project
+            .strip_prefix(cwd)
+            .map_or_else(|_| project.clone(), Path::to_path_buf),
+        None => project,
+    }
+}
+
+/// Where past runs are looked for when no manifest says (`gacc runs`, `diff`, `report`): `runs/`
+/// here if there is one, else that of the nearest folder up from here holding `runs/` and
+/// `.gacc/` (a project), else `runs/`.
+pub(crate) fn default_runs() -> PathBuf {
+    let here = PathBuf::from("runs");
+    if here.is_dir() {
+        return here;
+    }
+    let cwd = std::env::current_dir().ok();
+    let project = cwd.as_deref().and_then(|cwd| {
+        cwd.ancestors()
+            .skip(1)
+            .find(|f| f.join(PROJECT_MARKER).is_dir() && f.join("runs").is_dir())
+    });
+    project.map_or(here, |p| p.join("runs"))
 }
 
 /// A path as a user would like to read it: relative to the current folder when inside it.
