@@ -126,3 +126,68 @@ fn a_run_from_the_manifests_folder_and_one_from_its_parent_share_a_cache_and_run
     );
     assert!(!scratch.path(".gacc").exists());
 }
+
+#[test]
+fn a_cell_that_scored_no_question_is_no_measurement_anywhere() {
+    let scratch = Scratch::new();
+    scratch.script("experiments/reader.sh", "#!/bin/sh\ncat > /dev/null\nexit 1\n");
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false\nretries = 0",
+        );
+    scratch.write("experiments/failing.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/failing.toml", &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let cell = &report["cells"][0];
+    for key in ["micro", "macro", "micro_ci95", "macro_ci95"] {
+        assert!(cell[key].is_null(), "{key}: {cell}");
+    }
+    assert!(
+        cell["seeds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["micro"].is_null()),
+        "{cell}"
+    );
+    assert!(stderr.contains("Micro n/a  Macro n/a"), "{stderr}");
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("| goal-line | own-goal | 0.15 | n/a | n/a | n/a | n/a | 0 / 0 |"),
+        "{markdown}"
+    );
+    // The charts have no point for it: no polyline, where a measured cell draws one.
+    let chart = std::fs::read_to_string(folder.join("micro.svg")).unwrap();
+    assert!(!chart.contains("<polyline"), "{chart}");
+    let (status, measured, _) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0);
+    let chart = std::fs::read_to_string(measured.join("micro.svg")).unwrap();
+    assert!(
+        chart.contains("<polyline") || chart.contains("<circle"),
+        "{chart}"
+    );
+    // `gacc runs show` and `gacc diff` say n/a too.
+    let output = scratch
+        .gacc()
+        .args(["runs", "show", &folder.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("Micro n/a"),
+        "{output:?}"
+    );
+    let output = scratch
+        .gacc()
+        .args([
+            "diff",
+            &folder.display().to_string(),
+            &measured.display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let diff = String::from_utf8_lossy(&output.stdout);
+    assert!(diff.contains("| n/a | 0.667 | n/a |"), "{diff}");
+}

@@ -30,14 +30,12 @@ pub(super) fn summary(
     let mut out = String::new();
     for cell in &report.cells {
         out.push_str(&format!(
-            "  {:<16} {:<10} {:<8} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}{}\n",
+            "  {:<16} {:<10} {:<8} Micro {}  Macro {}{}\n",
             cell.id.compressor,
             cell.id.condition,
             cell.id.rule.to_string(),
-            cell.micro.mean,
-            cell.micro.std,
-            cell.macro_.mean,
-            cell.macro_.std,
+            crate::report::stats::shown(cell.micro),
+            crate::report::stats::shown(cell.macro_),
             if cell.complete { "" } else { "  (incomplete)" }
         ));
     }

@@ -276,7 +276,7 @@ fn changes(judge: &str, cells: &[Cell], audited: &[AuditedCell]) -> Vec<RankingC
         let scored: Vec<(&str, f64, f64)> = cells
             .iter()
             .filter(|c| c.id.condition == condition && c.id.rule == rule)
-            .filter_map(|c| Some((c.id.compressor.as_str(), c.micro.mean, audit_micro(&c.id)?)))
+            .filter_map(|c| Some((c.id.compressor.as_str(), c.micro?.mean, audit_micro(&c.id)?)))
             .collect();
         let inverted = scored
             .iter()
@@ -305,7 +305,9 @@ fn changes(judge: &str, cells: &[Cell], audited: &[AuditedCell]) -> Vec<RankingC
         let Some(micro) = audit_micro(&cell.id) else {
             continue;
         };
-        let Interval { low, high } = cell.micro_ci95;
+        let Some(Interval { low, high }) = cell.micro_ci95 else {
+            continue;
+        };
         if micro < low || micro > high {
             out.push(RankingChange {
                 judge: judge.to_owned(),

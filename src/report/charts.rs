@@ -98,6 +98,8 @@ fn metric_chart(
         } else {
             cell.macro_
         };
+        // A cell that measured nothing has no point.
+        let Some(score) = score else { continue };
         let point = ((axis.at)(cell).unwrap_or(0.0), score.mean);
         panels
             .entry(text(&cell.condition))

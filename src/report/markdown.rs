@@ -25,14 +25,15 @@ pub(crate) fn render(
     {
         env.set_syntax(syntax);
     }
-    // Absent values (a condition not run) print as a dash rather than failing the template.
+    // Absent values (a condition not run, a cell that scored no question) print as `n/a`
+    // rather than failing the template or reading as a zero.
     env.add_filter("fixed", |value: Option<f64>, places: Option<usize>| match value {
         Some(value) => format!("{value:.*}", places.unwrap_or(3)),
-        None => "—".to_owned(),
+        None => "n/a".to_owned(),
     });
     env.add_filter("signed", |value: Option<f64>| match value {
         Some(value) => format!("{value:+.3}"),
-        None => "—".to_owned(),
+        None => "n/a".to_owned(),
     });
     env.add_filter("percent", |value: f64| format!("{:.1}%", value * 100.0));
     // Text gacc did not write (ids, descriptions, failure reasons, served model names) is

@@ -8,9 +8,11 @@ use crate::report::stats::{Interval, interval, resample};
 /// A `None` is a question that was not scored (its job failed).
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub(crate) struct Score {
-    pub micro: f64,
+    /// None when no question was scored: nothing was measured.
+    pub micro: Option<f64>,
+    /// None when no goal had every question scored.
     #[serde(rename = "macro")]
-    pub macro_: f64,
+    pub macro_: Option<f64>,
     /// Questions judged correct.
     pub correct: usize,
     /// Questions scored.
@@ -27,8 +29,8 @@ pub(crate) struct Score {
 /// Unscored questions count in neither; a goal with one counts in neither Macro term.
 pub(crate) fn score(goals: &[Vec<Option<bool>>]) -> Score {
     let mut score = Score {
-        micro: 0.0,
-        macro_: 0.0,
+        micro: None,
+        macro_: None,
         correct: 0,
         questions: 0,
         goals: 0,
@@ -50,17 +52,18 @@ pub(crate) fn score(goals: &[Vec<Option<bool>>]) -> Score {
     score
 }
 
-fn ratio(numerator: usize, denominator: usize) -> f64 {
-    if denominator == 0 {
-        0.0
-    } else {
-        numerator as f64 / denominator as f64
-    }
+/// The share, or None when there is nothing to share out: no measurement is a number.
+fn ratio(numerator: usize, denominator: usize) -> Option<f64> {
+    (denominator > 0).then(|| numerator as f64 / denominator as f64)
 }
 
 /// 95% bootstrap intervals of Micro and Macro over goals: each resample draws goals (one
 /// goal of one seed is one unit) with replacement and scores them as `score` does.
-pub(crate) fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64) -> (Interval, Interval) {
+pub(crate) fn bootstrap(
+    goals: &[Vec<Option<bool>>],
+    resamples: usize,
+    seed: u64,
+) -> (Option<Interval>, Option<Interval>) {
     // Per scored goal: (correct, questions, all correct); unscored questions count in neither.
     let units: Vec<(usize, usize, bool)> = goals
         .iter()
@@ -71,8 +74,7 @@ pub(crate) fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64
         })
         .collect();
     if units.is_empty() {
-        let zero = Interval { low: 0.0, high: 0.0 };
-        return (zero, zero);
+        return (None, None);
     }
     let (micro, macro_): (Vec<f64>, Vec<f64>) = resample(units.len(), resamples, seed, |drawn| {
         let (mut correct, mut questions, mut whole) = (0, 0, 0);
@@ -81,11 +83,15 @@ pub(crate) fn bootstrap(goals: &[Vec<Option<bool>>], resamples: usize, seed: u64
             questions += unit.1;
             whole += usize::from(unit.2);
         }
-        (ratio(correct, questions), ratio(whole, units.len()))
+        // Every drawn unit is a scored goal with questions: both shares exist.
+        (
+            ratio(correct, questions).unwrap_or(0.0),
+            ratio(whole, units.len()).unwrap_or(0.0),
+        )
     })
     .into_iter()
     .unzip();
-    (interval(micro), interval(macro_))
+    (Some(interval(micro)), Some(interval(macro_)))
 }
 
 #[cfg(test)]
@@ -104,8 +110,8 @@ mod tests {
         // Four goals, three questions each, each missing its last question: 8/12, no goal whole.
         let s = score(&goals(&[&[true, true, false]; 4].map(|g| g as &[bool])));
         assert_eq!((s.correct, s.questions), (8, 12));
-        assert_eq!(s.micro, 2.0 / 3.0);
-        assert_eq!(s.macro_, 0.0);
+        assert_eq!(s.micro, Some(2.0 / 3.0));
+        assert_eq!(s.macro_, Some(0.0));
         assert_eq!((s.goals, s.goals_all_correct), (4, 0));
     }
 
@@ -113,37 +119,47 @@ mod tests {
     fn macro_is_not_the_mean_of_per_goal_accuracy() {
         // Goal A: 1 of 4 right; goal B: 1 of 1 right.
         let s = score(&goals(&[&[true, false, false, false], &[true]]));
-        assert_eq!(s.micro, 2.0 / 5.0);
-        assert_eq!(s.macro_, 0.5);
+        assert_eq!(s.micro, Some(2.0 / 5.0));
+        assert_eq!(s.macro_, Some(0.5));
         let mean_per_goal = (0.25 + 1.0) / 2.0;
-        assert_ne!(s.macro_, mean_per_goal);
+        assert_ne!(s.macro_, Some(mean_per_goal));
         let s = score(&goals(&[&[true, true], &[true, false, true]]));
-        assert_eq!(s.micro, 4.0 / 5.0);
-        assert_eq!(s.macro_, 0.5);
+        assert_eq!(s.micro, Some(4.0 / 5.0));
+        assert_eq!(s.macro_, Some(0.5));
     }
 
     #[test]
     fn unscored_questions_count_in_neither_term() {
         let s = score(&[vec![Some(true), None], vec![Some(true)]]);
         assert_eq!((s.correct, s.questions, s.unscored_questions), (2, 2, 1));
-        assert_eq!(s.micro, 1.0);
+        assert_eq!(s.micro, Some(1.0));
         assert_eq!((s.goals, s.goals_all_correct), (1, 1));
+        // Nothing scored is no measurement, not a zero.
+        let s = score(&[vec![None, None], vec![None]]);
+        assert_eq!((s.micro, s.macro_), (None, None));
+        assert_eq!(bootstrap(&[vec![None]], 100, 1), (None, None));
     }
 
     #[test]
     fn bootstrap_intervals() {
         let all_right = goals(&[&[true, true], &[true]]);
-        let (micro, macro_) = bootstrap(&all_right, 200, 1);
+        let (Some(micro), Some(macro_)) = bootstrap(&all_right, 200, 1) else {
+            panic!("scored goals have intervals");
+        };
         assert_eq!(
             (micro.low, micro.high, macro_.low, macro_.high),
             (1.0, 1.0, 1.0, 1.0)
         );
         let mixed: Vec<Vec<Option<bool>>> = (0..30).map(|i| vec![Some(i % 3 != 0), Some(true)]).collect();
-        let (micro, macro_) = bootstrap(&mixed, 500, 7);
-        assert_eq!((micro, macro_), bootstrap(&mixed, 500, 7), "deterministic");
+        let intervals = bootstrap(&mixed, 500, 7);
+        assert_eq!(intervals, bootstrap(&mixed, 500, 7), "deterministic");
+        let (Some(micro), Some(macro_)) = intervals else {
+            panic!("scored goals have intervals");
+        };
         let point = score(&mixed);
-        assert!(micro.low <= point.micro && point.micro <= micro.high);
-        assert!(macro_.low <= point.macro_ && point.macro_ <= macro_.high);
+        let (point_micro, point_macro) = (point.micro.unwrap(), point.macro_.unwrap());
+        assert!(micro.low <= point_micro && point_micro <= micro.high);
+        assert!(macro_.low <= point_macro && point_macro <= macro_.high);
         assert!(macro_.low < macro_.high);
     }
 }

@@ -130,13 +130,16 @@ pub(crate) struct Cell {
     /// False when a job of this cell failed: its scores leave those questions out.
     pub(crate) complete: bool,
     pub(crate) seeds: Vec<SeedScore>,
-    pub(crate) micro: Spread,
+    /// Over the seeds that scored a question; null when none did (nothing was measured).
+    pub(crate) micro: Option<Spread>,
+    /// Over the seeds that scored a whole goal; null when none did.
     #[serde(rename = "macro")]
-    pub(crate) macro_: Spread,
-    /// 95% bootstrap interval of Micro over goals (all seeds pooled, fixed resampling seed).
-    pub(crate) micro_ci95: stats::Interval,
+    pub(crate) macro_: Option<Spread>,
+    /// 95% bootstrap interval of Micro over goals (all seeds pooled, fixed resampling seed);
+    /// null when no goal was scored whole.
+    pub(crate) micro_ci95: Option<stats::Interval>,
     /// 95% bootstrap interval of Macro over goals.
-    pub(crate) macro_ci95: stats::Interval,
+    pub(crate) macro_ci95: Option<stats::Interval>,
     pub(crate) ledger: LedgerSums,
 }
 
@@ -243,8 +246,12 @@ fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
                 });
                 rows.len() - 1
             });
-        rows[position].micro.set(cell.id.condition, cell.micro.mean);
-        rows[position].macro_.set(cell.id.condition, cell.macro_.mean);
+        if let Some(micro) = cell.micro {
+            rows[position].micro.set(cell.id.condition, micro.mean);
+        }
+        if let Some(macro_) = cell.macro_ {
+            rows[position].macro_.set(cell.id.condition, macro_.mean);
+        }
     }
     for row in &mut rows {
         let gap = |micro: Option<f64>, macro_: Option<f64>| {
@@ -470,14 +477,15 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
                 .collect();
             let (micro_ci95, macro_ci95) =
                 metrics::bootstrap(&pooled, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
-            let micro: Vec<f64> = seeds.iter().map(|s| s.score.micro).collect();
-            let macro_: Vec<f64> = seeds.iter().map(|s| s.score.macro_).collect();
+            let micro: Vec<f64> = seeds.iter().filter_map(|s| s.score.micro).collect();
+            let macro_: Vec<f64> = seeds.iter().filter_map(|s| s.score.macro_).collect();
+            let spread = |values: &[f64]| (!values.is_empty()).then(|| stats::spread(values));
             let ledger = sums.remove(&id).unwrap_or_default();
             Cell {
                 complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
                 id,
-                micro: stats::spread(&micro),
-                macro_: stats::spread(&macro_),
+                micro: spread(&micro),
+                macro_: spread(&macro_),
                 micro_ci95,
                 macro_ci95,
                 seeds,

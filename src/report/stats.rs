@@ -13,6 +13,14 @@ pub(crate) struct Spread {
     pub std: f64,
 }
 
+/// `0.667 ± 0.012`, or `n/a` where nothing was measured.
+pub(crate) fn shown(spread: Option<Spread>) -> String {
+    match spread {
+        Some(Spread { mean, std }) => format!("{mean:.3} ± {std:.3}"),
+        None => "n/a".to_owned(),
+    }
+}
+
 pub(crate) fn spread(values: &[f64]) -> Spread {
     let n = values.len();
     if n == 0 {

@@ -79,9 +79,10 @@ pub(crate) struct StoredCell {
     /// A token budget's cell's L.
     pub budget_tokens: Option<Value>,
     pub complete: bool,
-    pub micro: StoredSpread,
+    /// None where nothing was measured (null in report.json).
+    pub micro: Option<StoredSpread>,
     #[serde(rename = "macro")]
-    pub macro_: StoredSpread,
+    pub macro_: Option<StoredSpread>,
     pub ledger: StoredLedger,
 }
 
@@ -180,8 +181,8 @@ mod tests {
         });
         let report = StoredReport::of(&value);
         assert_eq!(report.experiment.name.as_deref(), Some("x"));
-        assert_eq!(report.cells[0].micro.mean, 0.5);
-        assert_eq!(report.cells[0].macro_.mean, 0.25);
+        assert_eq!(report.cells[0].micro.unwrap().mean, 0.5);
+        assert_eq!(report.cells[0].macro_.unwrap().mean, 0.25);
         assert_eq!(report.cells[0].ledger.retained_tokens, 10.0);
         assert_eq!(text(&report.cells[0].ratio), "0.5");
         assert_eq!(report.failures.len(), 2);
@@ -196,9 +197,12 @@ mod tests {
         assert_eq!(report.experiment.name.as_deref(), Some("y"));
         assert_eq!(report.cells.len(), 3);
         assert_eq!(
-            (report.cells[0].compressor.as_str(), report.cells[0].micro.mean),
+            (
+                report.cells[0].compressor.as_str(),
+                report.cells[0].micro.unwrap().mean
+            ),
             (Some("c"), 0.0)
         );
-        assert_eq!(report.cells[1].micro.mean, 1.0);
+        assert_eq!(report.cells[1].micro.unwrap().mean, 1.0);
     }
 }

@@ -95,12 +95,13 @@ pub(crate) struct CellLabel {
 pub(crate) struct CellDiff {
     #[serde(flatten)]
     pub cell: CellLabel,
-    pub micro_a: f64,
-    pub micro_b: f64,
-    pub micro_delta: f64,
-    pub macro_a: f64,
-    pub macro_b: f64,
-    pub macro_delta: f64,
+    /// Null where a run measured nothing in the cell (no question scored).
+    pub micro_a: Option<f64>,
+    pub micro_b: Option<f64>,
+    pub micro_delta: Option<f64>,
+    pub macro_a: Option<f64>,
+    pub macro_b: Option<f64>,
+    pub macro_delta: Option<f64>,
     pub mcnemar: McNemar,
     pub macro_bootstrap: Bootstrap,
     pub regression: bool,
@@ -288,10 +289,10 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
             verdicts_b.get(&id).unwrap_or(&empty),
         );
         let means = [
-            cell_a.micro.mean,
-            cell_b.micro.mean,
-            cell_a.macro_.mean,
-            cell_b.macro_.mean,
+            cell_a.micro.map(|s| s.mean),
+            cell_b.micro.map(|s| s.mean),
+            cell_a.macro_.map(|s| s.mean),
+            cell_b.macro_.map(|s| s.mean),
         ];
         let (cell, flips) = compare_cell(id, (va, vb), means, (&a, &b));
         cells.push(cell);
@@ -322,7 +323,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
 fn compare_cell(
     id: CellLabel,
     (va, vb): (&Verdicts, &Verdicts),
-    means: [f64; 4],
+    means: [Option<f64>; 4],
     (a, b): (&Run, &Run),
 ) -> (CellDiff, Vec<Flip>) {
     let mut flipped = Vec::new();
@@ -374,10 +375,10 @@ fn compare_cell(
         cell: id,
         micro_a,
         micro_b,
-        micro_delta: micro_b - micro_a,
+        micro_delta: micro_b.zip(micro_a).map(|(b, a)| b - a),
         macro_a,
         macro_b,
-        macro_delta: macro_b - macro_a,
+        macro_delta: macro_b.zip(macro_a).map(|(b, a)| b - a),
         mcnemar,
         macro_bootstrap,
         regression,
@@ -432,6 +433,9 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
         _ => text,
     };
     let cell = |c: &CellLabel| format!("{} | {} | {}", c.compressor, c.condition, c.ratio);
+    // Nothing measured is `n/a`, never a number.
+    let number = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.3}"));
+    let delta = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| paint(v, format!("{v:+.3}")));
     let mut out = format!(
         "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n## Settings\n\n",
         diff.a, diff.b
@@ -442,11 +446,11 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for c in &diff.cells {
         out.push_str(&format!(
-            "| {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.3} | {:.3} | {} | [{:+.3}, {:+.3}] | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | [{:+.3}, {:+.3}] | {} |\n",
             cell(&c.cell),
-            c.micro_a,
-            c.micro_b,
-            paint(c.micro_delta, format!("{:+.3}", c.micro_delta)),
+            number(c.micro_a),
+            number(c.micro_b),
+            delta(c.micro_delta),
             c.mcnemar.right_to_wrong,
             c.mcnemar.wrong_to_right,
             if c.mcnemar.p_value < 1e-4 {
@@ -454,9 +458,9 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
             } else {
                 format!("{:.4}", c.mcnemar.p_value)
             },
-            c.macro_a,
-            c.macro_b,
-            paint(c.macro_delta, format!("{:+.3}", c.macro_delta)),
+            number(c.macro_a),
+            number(c.macro_b),
+            delta(c.macro_delta),
             c.macro_bootstrap.ci95_low,
             c.macro_bootstrap.ci95_high,
             if c.regression {

@@ -53,8 +53,8 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
         Ok(report) => (StoredReport::of(&report), None),
         Err(error) => (StoredReport::default(), Some(error.to_string())),
     };
-    let range = |metric: fn(&StoredCell) -> f64| {
-        let values = report.cells.iter().map(metric);
+    let range = |metric: fn(&StoredCell) -> Option<f64>| {
+        let values = report.cells.iter().filter_map(metric);
         values.fold([f64::INFINITY, f64::NEG_INFINITY], |[low, high], v| {
             [low.min(v), high.max(v)]
         })
@@ -85,8 +85,8 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
         started: run.started,
         manifest_sha256: report.experiment.manifest_sha256.clone(),
         cells: report.cells.len(),
-        micro: nothing(range(|c| c.micro.mean)),
-        macro_: nothing(range(|c| c.macro_.mean)),
+        micro: nothing(range(|c| c.micro.map(|s| s.mean))),
+        macro_: nothing(range(|c| c.macro_.map(|s| s.mean))),
         failures: report.failures.len(),
         cost_usd: report.usage.values().map(|role| role.cost_usd).sum(),
         calls_made: sum(&run.calls, "made"),
@@ -155,15 +155,18 @@ pub(crate) fn render_show(folder: &RunFolder) -> Result<String, Error> {
     );
     for cell in &report.cells {
         out.push_str(&format!(
-            "  {:<16} {:<10} r={:<6} Micro {:.3} ± {:.3}  Macro {:.3} ± {:.3}\n",
+            "  {:<16} {:<10} r={:<6} Micro {}  Macro {}\n",
             text(&cell.compressor),
             text(&cell.condition),
             text(&cell.ratio),
-            cell.micro.mean,
-            cell.micro.std,
-            cell.macro_.mean,
-            cell.macro_.std,
+            shown(cell.micro),
+            shown(cell.macro_),
         ));
     }
     Ok(out)
+}
+
+/// `0.667 ± 0.012`, or `n/a` where nothing was measured.
+fn shown(spread: Option<crate::report::stored::StoredSpread>) -> String {
+    spread.map_or("n/a".to_owned(), |s| format!("{:.3} ± {:.3}", s.mean, s.std))
 }
