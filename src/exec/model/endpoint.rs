@@ -491,15 +491,17 @@ fn backoff(attempt: u32) -> Duration {
     crate::exec::callback::jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
 }
 
-/// No part of the key reaches a message: a word sharing four or more characters in a row with
-/// it, or shaped like a key (`sk-…`, masked `…****…`), is replaced.
+/// No part of the key reaches a message: a word sharing `SHARED` or more characters in a row
+/// with it, or shaped like a key (`sk-…`, masked `…****…`), is replaced. (Four characters
+/// caught URLs whose port shared four digits with a key.)
 pub(super) fn scrub(text: &str, key: Option<&str>) -> String {
+    const SHARED: usize = crate::secrets::MIN_SECRET;
     let shares = |word: &str| {
         key.is_some_and(|key| {
             let chars: Vec<char> = word.chars().collect();
-            chars.len() >= 4
+            chars.len() >= SHARED
                 && chars
-                    .windows(4)
+                    .windows(SHARED)
                     .any(|w| key.contains(&w.iter().collect::<String>()))
         })
     };

@@ -436,6 +436,9 @@ mod tests {
             "quota exceeded, try later"
         );
         assert!(!scrub("key 'ghijklmn' is wrong", Some(key)).contains("ghij"));
+        // A URL whose port shares a few digits with the key is not a piece of it.
+        let url = "could not connect to http://127.0.0.1:41234/v1";
+        assert_eq!(scrub(url, Some(key)), url);
     }
 
     #[test]
