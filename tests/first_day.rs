@@ -191,3 +191,48 @@ fn a_cell_that_scored_no_question_is_no_measurement_anywhere() {
     let diff = String::from_utf8_lossy(&output.stdout);
     assert!(diff.contains("| n/a | 0.667 | n/a |"), "{diff}");
 }
+
+#[test]
+fn a_persistent_or_pipelined_callbacks_traceback_and_setup_prints_are_kept() {
+    for (mode, extra) in [("persistent", ""), ("pipelined", "max_inflight = 4\n")] {
+        let scratch = Scratch::new();
+        scratch.copy_helper();
+        scratch.write(
+            "experiments/callbacks/broken.py",
+            "import sys\nfrom gacc_callback import compressor, serve, setup\n\n\n@setup\ndef load():\n    print(\"loading the broken model\")\n\n\n@compressor\ndef broken(context, goal, **_):\n    if goal and \"reactor\" in goal:\n        return None.upper()\n    return context\n\n\nif __name__ == \"__main__\":\n    sys.exit(serve())\n",
+        );
+        let manifest = scratch.fixture_with(
+            "broken",
+            &format!(
+                "command = [\"python3\", \"callbacks/broken.py\"]\nmode = \"persistent\"\n{extra}retries = 0"
+            ),
+        );
+        let (status, folder, stderr) = scratch.run(&manifest, &["-v"]);
+        assert_eq!(status, 1, "{mode}: {stderr}");
+        // The file and line of the raise, on the terminal, in report.md and in gacc trace.
+        let line = "broken.py\", line 13, in broken";
+        assert!(stderr.contains(line), "{mode}: {stderr}");
+        let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+        assert!(markdown.contains(line), "{mode}: {markdown}");
+        let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+        assert!(
+            trace.contains("line 13, in broken"),
+            "{mode}: the traceback is in the trace"
+        );
+        assert!(
+            trace.contains("loading the broken model"),
+            "{mode}: the setup's print is in the trace"
+        );
+        let failed = read_json(&folder.join("report.json"))["failures"][0]["job"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let told = scratch
+            .gacc()
+            .args(["trace", "latest", "--job", &failed])
+            .output()
+            .unwrap();
+        let told = String::from_utf8_lossy(&told.stdout);
+        assert!(told.contains("line 13"), "{mode}: {told}");
+    }
+}

@@ -205,6 +205,12 @@ def _reply_channel():
     sys.stdout.flush()
     private = os.dup(1)
     os.dup2(2, 1)
+    # A print now goes to stderr, line by line: a persistent worker's log reaches gacc with the
+    # call it belongs to, not when the buffer fills or the worker exits.
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except (AttributeError, ValueError):
+        pass
     return os.fdopen(private, "w", encoding="utf-8")
 
 
@@ -226,6 +232,9 @@ def serve():
         # With max_inflight > 1 each request carries an id its reply echoes.
         if request is not None and "id" in request:
             reply["id"] = request["id"]
+        # What the call logged goes out before its reply, so gacc files it with this call.
+        sys.stdout.flush()
+        sys.stderr.flush()
         send(reply)
         replies.flush()
 
@@ -266,6 +275,8 @@ def serve():
         parsed = [_parsed(line) for line in batch]
         requests = [request for request, _ in parsed if request is not None]
         answers = iter(_respond_batch(role, requests) if requests else [])
+        sys.stdout.flush()
+        sys.stderr.flush()
         for request, refused in parsed:
             reply = refused or next(answers)
             if request is not None and "id" in request:

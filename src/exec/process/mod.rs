@@ -162,11 +162,9 @@ impl ProcessLauncher {
         };
         // A worker that answered in protocol (even with an error) serves on; any other is replaced.
         let healthy = matches!(&result, Ok(_) | Err(FailureKind::Reported { .. }));
-        let stderr_tail = if healthy {
-            String::new()
-        } else {
-            worker.stderr_tail()
-        };
+        // Its stderr while it served this call (and, for its first, its start-up's).
+        let stderr_tail = stderr_since(&worker.stderr, worker.mark, result.is_err()).await;
+        worker.mark = worker.stderr.locked().written();
         if healthy {
             self.idle.locked().push(worker);
         }
@@ -292,12 +290,65 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     Attempt { result, stderr_tail }
 }
 
+/// What a worker wrote to stderr: its last bytes, and how many it wrote in all, so that each
+/// call takes what was written while it was served (a traceback, a setup's prints before the
+/// first call), as a oneshot call's stderr is its own.
+#[derive(Debug, Default)]
+pub(super) struct Stderr {
+    tail: Vec<u8>,
+    written: u64,
+}
+
+/// How long a failed call waits for its worker's stderr to arrive: its reply and its traceback
+/// come down two pipes, and the reply may be read first.
+const STDERR_SETTLE: Duration = Duration::from_millis(50);
+
+impl Stderr {
+    fn push(&mut self, bytes: &[u8]) {
+        self.tail.extend_from_slice(bytes);
+        self.written += bytes.len() as u64;
+        if self.tail.len() > 2 * STDERR_TAIL_BYTES {
+            let excess = self.tail.len() - STDERR_TAIL_BYTES;
+            self.tail.drain(..excess);
+        }
+    }
+
+    /// The bytes written since `mark` (what `written` was), at most the last
+    /// `STDERR_TAIL_BYTES` of them.
+    pub(super) fn since(&self, mark: u64) -> String {
+        let new = usize::try_from(self.written.saturating_sub(mark)).unwrap_or(usize::MAX);
+        let start = self.tail.len().saturating_sub(new.min(STDERR_TAIL_BYTES));
+        String::from_utf8_lossy(&self.tail[start..]).into_owned()
+    }
+
+    pub(super) fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// What a worker's stderr gained since `mark`; for a failed call, after a moment for the last of
+/// it to arrive.
+pub(super) async fn stderr_since(stderr: &Arc<std::sync::Mutex<Stderr>>, mark: u64, failed: bool) -> String {
+    if failed {
+        let before = stderr.locked().written();
+        tokio::time::sleep(STDERR_SETTLE).await;
+        if stderr.locked().written() == before {
+            return stderr.locked().since(mark);
+        }
+        tokio::time::sleep(STDERR_SETTLE).await;
+    }
+    stderr.locked().since(mark)
+}
+
 /// A long-lived persistent callback process: one request per line in, one response per line out.
 #[derive(Debug)]
 pub(crate) struct PersistentProcess {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    stderr: Arc<std::sync::Mutex<Stderr>>,
+    /// What `stderr` had written when this worker's last call ended: the next call's stderr
+    /// is what follows (for the first, everything since the worker started).
+    mark: u64,
     /// Last: its process group is killed when the worker goes.
     group: Group,
 }
@@ -327,36 +378,26 @@ impl PersistentProcess {
                 error: "no pipes to the child".into(),
             });
         };
-        let tail = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tail = Arc::new(std::sync::Mutex::new(Stderr::default()));
         let sink = tail.clone();
         tokio::spawn(async move {
             let mut stderr = stderr;
             let mut buffer = vec![0u8; 8 << 10];
             while let Ok(n @ 1..) = stderr.read(&mut buffer).await {
-                let mut tail = sink.locked();
-                tail.extend_from_slice(&buffer[..n]);
-                if tail.len() > 2 * STDERR_TAIL_BYTES {
-                    let excess = tail.len() - STDERR_TAIL_BYTES;
-                    tail.drain(..excess);
-                }
+                sink.locked().push(&buffer[..n]);
             }
         });
         Ok(PersistentProcess {
             stdin,
             stdout: BufReader::new(stdout),
             stderr: tail,
+            mark: 0,
             group: Group {
                 child,
                 group,
                 _scratch: scratch,
             },
         })
-    }
-
-    fn stderr_tail(&self) -> String {
-        let tail = self.stderr.locked();
-        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        String::from_utf8_lossy(&tail[start..]).into_owned()
     }
 }
 

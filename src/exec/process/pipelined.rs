@@ -14,7 +14,7 @@ use super::{Group, PersistentProcess, read_line_limited};
 use crate::exec::callback::{Attempt, FailureKind, check_response, parse_response, reported_error};
 use crate::exec::program::Program;
 use crate::parallel::Locked;
-use crate::protocol::{MAX_RESPONSE_BYTES, Role, STDERR_TAIL_BYTES};
+use crate::protocol::{MAX_RESPONSE_BYTES, Role};
 
 /// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
 /// its calls, and a reader task that hands each reply to the call whose `id` it echoes.
@@ -27,7 +27,7 @@ pub(super) struct Pipelined {
     pub(super) dead: AtomicBool,
     /// Its process (killed with its group when the worker dies or is dropped) and stderr.
     pub(super) process: Mutex<Option<Group>>,
-    pub(super) stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+    pub(super) stderr: Arc<std::sync::Mutex<super::Stderr>>,
 }
 
 impl Pipelined {
@@ -37,6 +37,7 @@ impl Pipelined {
             stdout,
             stderr,
             group,
+            ..
         } = PersistentProcess::start(program, role)?;
         let worker = Arc::new(Pipelined {
             stdin: tokio::sync::Mutex::new(stdin),
@@ -50,12 +51,6 @@ impl Pipelined {
         let reader = worker.clone();
         tokio::spawn(async move { reader.read_replies(stdout, role).await });
         Ok(worker)
-    }
-
-    fn stderr_tail(&self) -> String {
-        let tail = self.stderr.locked();
-        let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        String::from_utf8_lossy(&tail[start..]).into_owned()
     }
 
     /// Hands each reply line to its call, until the worker's stdout ends or breaks the
@@ -101,6 +96,13 @@ impl Pipelined {
 
     pub(super) async fn call(&self, timeout: Duration, request: &[u8]) -> Attempt {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Calls overlap: each takes what the worker wrote to stderr while it was in flight
+        // (the first, everything since the worker started), which may hold others' lines.
+        let mark = if id == 1 {
+            0
+        } else {
+            self.stderr.locked().written()
+        };
         let (sender, receiver) = tokio::sync::oneshot::channel();
         self.waiting.locked().insert(id, sender);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -139,10 +141,7 @@ impl Pipelined {
             }
         };
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let stderr_tail = match &result {
-            Ok(_) | Err(FailureKind::Reported { .. }) => String::new(),
-            Err(_) => self.stderr_tail(),
-        };
+        let stderr_tail = super::stderr_since(&self.stderr, mark, result.is_err()).await;
         Attempt { result, stderr_tail }
     }
 }
