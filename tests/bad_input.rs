@@ -335,3 +335,37 @@ fn a_cache_that_cannot_be_opened_is_named_by_its_key() {
     );
     assert!(!scratch.path("runs").exists(), "no run folder was made");
 }
+
+#[test]
+fn a_misspelt_or_mistyped_builtin_param_is_refused_naming_the_accepted_ones() {
+    for (table, expected) in [
+        (
+            "[compressors.bm25]\nbuiltin = \"goal-bm25\"\nparams = { kl = 2.0 }\n",
+            "`params.kl`: `goal-bm25` takes no such param; it takes k1, b",
+        ),
+        (
+            "[compressors.bm25]\nbuiltin = \"goal-bm25\"\nparams = { k1 = \"high\" }\n",
+            "`params.k1` must be a number ≥ 0, got \"high\"",
+        ),
+        (
+            "[compressors.first]\nbuiltin = \"prefix\"\nparams = { n = 1 }\n",
+            "`params.n`: `prefix` takes no params",
+        ),
+    ] {
+        let manifest = MANIFEST.replacen("[compressors.lines]\nbuiltin = \"goal-line\"\n", table, 1);
+        let scratch = scratch_with(&manifest, GOOD_LINE);
+        refused(&scratch, &["bad.toml", expected]);
+    }
+    let manifest = MANIFEST.replacen(
+        "[judge]\nbuiltin = \"exact\"\n",
+        "[judge]\nbuiltin = \"token-f1\"\nparams = { threshold = 2 }\n",
+        1,
+    );
+    refused(
+        &scratch_with(&manifest, GOOD_LINE),
+        &[
+            "key `judge`",
+            "`params.threshold` must be a number from 0 to 1, got 2",
+        ],
+    );
+}

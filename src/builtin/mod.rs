@@ -23,7 +23,31 @@ struct Builtin {
     /// A rule built-in, a pure function of the request, that gacc answers in process. The
     /// `bench-*` built-ins stand in for programs, and stay programs.
     in_process: bool,
+    /// The params it reads; any other is refused when the manifest is loaded.
+    params: &'static [Param],
 }
+
+/// One param a built-in reads: its name, what it must be, and the test of a value.
+struct Param {
+    name: &'static str,
+    what: &'static str,
+    ok: fn(&Value) -> bool,
+}
+
+const NON_NEGATIVE: fn(&Value) -> bool = |v| v.as_f64().is_some_and(|v| v >= 0.0);
+
+const BM25: &[Param] = &[
+    Param {
+        name: "k1",
+        what: "a number ≥ 0",
+        ok: NON_NEGATIVE,
+    },
+    Param {
+        name: "b",
+        what: "a number ≥ 0",
+        ok: NON_NEGATIVE,
+    },
+];
 
 /// How a built-in answers one request.
 pub(crate) type Respond = fn(&Value) -> Result<Value, String>;
@@ -36,6 +60,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the whole context (at r = 1, the full-context baseline)",
         respond: identity,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "prefix",
@@ -44,6 +69,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the source itself, so truncation keeps its first L tokens",
         respond: identity,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "goal-line",
@@ -52,6 +78,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the source lines containing the goal's keyword (its last word)",
         respond: goal_line,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "goal-bm25",
@@ -60,6 +87,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the source's sentences ranked by BM25 (params k1, b) against the goal, the best kept in source order until L tokens are used",
         respond: goal_bm25,
         in_process: true,
+        params: BM25,
     },
     Builtin {
         name: "random-sentences",
@@ -68,6 +96,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "source sentences drawn at random (seeded), kept in source order until L tokens are used",
         respond: random_sentences,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "field-lookup",
@@ -76,6 +105,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the value of the first field=value pair in the memory whose field the question names",
         respond: field_lookup,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "extractive",
@@ -84,6 +114,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the memory sentence that best matches the question by BM25 (params k1, b)",
         respond: extractive,
         in_process: true,
+        params: BM25,
     },
     Builtin {
         name: "exact",
@@ -92,6 +123,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the answer equals the reference, ignoring surrounding white space",
         respond: exact,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "normalized",
@@ -100,6 +132,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "equal after SQuAD normalisation (lowercase, no punctuation or articles, single spaces)",
         respond: normalized,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "contains",
@@ -108,6 +141,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "the normalised reference's words appear, in order and together, in the normalised answer",
         respond: contains,
         in_process: true,
+        params: &[],
     },
     Builtin {
         name: "token-f1",
@@ -116,6 +150,11 @@ const BUILTINS: &[Builtin] = &[
         summary: "SQuAD token F1 of answer and reference at least `threshold` (param, default 0.5); the F1 is the score",
         respond: token_f1,
         in_process: true,
+        params: &[Param {
+            name: "threshold",
+            what: "a number from 0 to 1",
+            ok: |v| v.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)),
+        }],
     },
     Builtin {
         name: "bench-window",
@@ -124,6 +163,11 @@ const BUILTINS: &[Builtin] = &[
         summary: "for gacc bench: about L tokens (4 bytes each) of the context, from an offset set by params.offset",
         respond: bench_window,
         in_process: false,
+        params: &[Param {
+            name: "offset",
+            what: "a whole number ≥ 0",
+            ok: |v| v.as_u64().is_some(),
+        }],
     },
     Builtin {
         name: "bench-reader",
@@ -132,6 +176,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "for gacc bench: an answer that differs per memory and question",
         respond: bench_reader,
         in_process: false,
+        params: &[],
     },
     Builtin {
         name: "bench-batch-reader",
@@ -140,6 +185,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "for gacc bench: bench-reader as a batching model serves, 50 ms per batch of up to 32 requests (persistent)",
         respond: bench_reader,
         in_process: false,
+        params: &[],
     },
     Builtin {
         name: "bench-judge",
@@ -148,6 +194,7 @@ const BUILTINS: &[Builtin] = &[
         summary: "for gacc bench: a verdict that differs per answer",
         respond: bench_judge,
         in_process: false,
+        params: &[],
     },
 ];
 
@@ -161,6 +208,35 @@ pub(crate) fn names(role: Role) -> Vec<&'static str> {
 }
 
 /// The behaviour version of a built-in, bound into its cache keys.
+/// What is wrong with `params` for built-in `name`: each param it does not read (with those it
+/// does), each value of the wrong kind.
+pub(crate) fn param_problems(name: &str, params: &Value) -> Vec<String> {
+    let Some(builtin) = BUILTINS.iter().find(|b| b.name == name) else {
+        return Vec::new();
+    };
+    let Some(params) = params.as_object() else {
+        return Vec::new();
+    };
+    let accepted: Vec<&str> = builtin.params.iter().map(|p| p.name).collect();
+    let mut problems = Vec::new();
+    for (key, value) in params {
+        match builtin.params.iter().find(|p| p.name == key) {
+            None if accepted.is_empty() => {
+                problems.push(format!("`params.{key}`: `{name}` takes no params"));
+            }
+            None => problems.push(format!(
+                "`params.{key}`: `{name}` takes no such param; it takes {}",
+                accepted.join(", ")
+            )),
+            Some(param) if !(param.ok)(value) => {
+                problems.push(format!("`params.{key}` must be {}, got {value}", param.what))
+            }
+            Some(_) => {}
+        }
+    }
+    problems
+}
+
 pub(crate) fn revision(name: &str) -> Option<&'static str> {
     BUILTINS.iter().find(|b| b.name == name).map(|b| b.revision)
 }

@@ -299,6 +299,8 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
                     "`{name}` is not a built-in {role}: expected one of {}",
                     names.join(", ")
                 ));
+            } else if model.is_none() {
+                problems.extend(builtin::param_problems(name, &spec.params));
             }
         }
     }

@@ -374,6 +374,26 @@ pub(crate) fn resolve(
             None
         }
     });
+    // The params gacc itself reads (the rest go into the request body as they are).
+    match params.get("max_tokens") {
+        Some(value) if value.as_u64().is_none_or(|n| n < 1) => {
+            problems.push(format!(
+                "`params.max_tokens` must be a whole number ≥ 1, got {value}"
+            ));
+        }
+        _ => {}
+    }
+    match params.get("structured") {
+        Some(value) if role != Role::Judge => {
+            problems.push(format!(
+                "`params.structured` is for a judge's verdict; `{builtin}` is a {role} (got {value})"
+            ));
+        }
+        Some(value) if !value.is_boolean() => {
+            problems.push(format!("`params.structured` must be true or false, got {value}"));
+        }
+        _ => {}
+    }
     let (default_user, default_system) = default_templates(role);
     let mut read = |path: Option<&Path>, default: &str, key: &str| match path {
         None => default.to_owned(),
