@@ -193,6 +193,69 @@ fn a_cell_that_scored_no_question_is_no_measurement_anywhere() {
 }
 
 #[test]
+fn an_edited_script_or_module_reruns_exactly_its_calls_unless_a_revision_is_pinned() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "experiments/callbacks/study.py",
+        "import json, sys\nimport words\n\nrequest = json.load(sys.stdin)\nprint(json.dumps({\"memory\": words.keep(request[\"context\"], request[\"goal\"] or \"\")}))\n",
+    );
+    scratch.write(
+        "experiments/callbacks/words.py",
+        "def keep(context, goal):\n    wanted = set(goal.lower().split())\n    return \"\\n\".join(l for l in context.splitlines() if wanted & set(l.lower().replace(':', ' ').split()))\n",
+    );
+    let manifest = scratch.fixture_with(
+        "study",
+        "command = [\"python3\", \"callbacks/study.py\"]\nsandbox = false",
+    );
+    // Without the fixture's pinned revision.
+    let text = std::fs::read_to_string(scratch.path(&manifest))
+        .unwrap()
+        .replacen("sandbox = false\nrevision = \"1\"\n", "sandbox = false\n", 1);
+    assert!(!text.contains("sandbox = false\nrevision"), "{text}");
+    scratch.write(&manifest, &text);
+    let run = |scratch: &Scratch| {
+        let (status, folder, stderr) = scratch.run(&manifest, &[]);
+        assert_eq!(status, 0, "{stderr}");
+        (made(&folder, "compressor"), made(&folder, "reader"), stderr)
+    };
+    let (first, _, _) = run(&scratch);
+    assert_eq!(first, 12);
+    assert_eq!(run(&scratch).0, 0);
+    // An edit to the script: its calls run again (the memories are the same, so no reader
+    // call), and the run says why.
+    let script = std::fs::read_to_string(scratch.path("experiments/callbacks/study.py")).unwrap();
+    scratch.write("experiments/callbacks/study.py", &format!("{script}# an edit\n"));
+    let (compressor, reader, stderr) = run(&scratch);
+    assert_eq!((compressor, reader), (12, 0), "{stderr}");
+    assert!(
+        stderr.contains("`compressors.goal-line`: callbacks/study.py changed since the last run"),
+        "{stderr}"
+    );
+    // Undone: the cache answers again.
+    scratch.write("experiments/callbacks/study.py", &script);
+    assert_eq!(run(&scratch).0, 0);
+    // An edit to the module it imports.
+    let module = std::fs::read_to_string(scratch.path("experiments/callbacks/words.py")).unwrap();
+    scratch.write("experiments/callbacks/words.py", &format!("{module}# an edit\n"));
+    let (compressor, _, stderr) = run(&scratch);
+    assert_eq!(compressor, 12, "{stderr}");
+    assert!(stderr.contains("callbacks/words.py changed"), "{stderr}");
+    // A pinned revision: the files are not part of the identity, and an edit re-runs nothing.
+    let pinned = std::fs::read_to_string(scratch.path(&manifest))
+        .unwrap()
+        .replace("sandbox = false", "sandbox = false\nrevision = \"1\"");
+    scratch.write(&manifest, &pinned);
+    assert_eq!(run(&scratch).0, 12, "a new revision is a new identity");
+    scratch.write(
+        "experiments/callbacks/study.py",
+        &format!("{script}# another edit\n"),
+    );
+    let (compressor, _, stderr) = run(&scratch);
+    assert_eq!(compressor, 0, "{stderr}");
+    assert!(!stderr.contains("changed since the last run"), "{stderr}");
+}
+
+#[test]
 fn a_persistent_or_pipelined_callbacks_traceback_and_setup_prints_are_kept() {
     for (mode, extra) in [("persistent", ""), ("pipelined", "max_inflight = 4\n")] {
         let scratch = Scratch::new();

@@ -439,3 +439,44 @@ fn goodput_benchmark() {
         );
     }
 }
+
+#[test]
+fn the_cost_preview_adds_up_for_each_api_and_needs_no_key() {
+    // PRICE: 1.0 per million input, 4.0 per million output, no cache-write price.
+    for (format, input_price) in [(Format::OpenAi, 1.0), (Format::Anthropic, 1.25)] {
+        let scratch = Scratch::new();
+        let api = MockApi::start(format, Behaviour::default());
+        let manifest = llm_fixture(&scratch, &api, format, "", "");
+        // No MOCK_API_KEY: plan calls nothing, so it needs no key.
+        let plan = scratch.json(["plan", &manifest, "--json"]);
+        let bound = &plan["endpoints"]["mock"];
+        let (input, output) = (
+            bound["input_tokens"].as_f64().unwrap(),
+            bound["output_tokens"].as_f64().unwrap(),
+        );
+        // Recounted by hand: each price once; only Anthropic bills writing its prompt cache
+        // (1.25 × input by default), and an upper bound assumes every input token is written.
+        let by_hand = (input * input_price + output * 4.0) / 1e6;
+        let cost = bound["cost_usd"].as_f64().unwrap();
+        assert!(
+            (cost - by_hand).abs() < 1e-9,
+            "{format:?}: {cost} against {by_hand}: {bound}"
+        );
+        assert_eq!(bound["usd_per_million"]["input"], input_price, "{bound}");
+        assert_eq!(bound["usd_per_million"]["output"], 4.0, "{bound}");
+        assert_eq!(api.requests(), 0);
+        let text = scratch.gacc().args(["plan", &manifest]).output().unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        assert!(
+            text.contains(&format!(
+                "mock: {} × {input_price} + {} × 4 USD per million tokens = {cost:.4} USD",
+                input, output
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("because no run of this experiment has used it yet"),
+            "{text}"
+        );
+    }
+}

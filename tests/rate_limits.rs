@@ -280,7 +280,7 @@ fn gacc_plan_says_how_long_from_rpm_or_the_last_run() {
     };
     let first = plan(&[]);
     assert!(
-        first.contains("unknown, from unknown until the first run"),
+        first.contains("unknown, because no run of this experiment has used it yet"),
         "{first}"
     );
     let paced = plan(&["--set", "models.mock.rpm=600"]);

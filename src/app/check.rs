@@ -86,7 +86,7 @@ pub(crate) fn check(
     let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
     let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
     // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.
-    let models = models(loaded)?;
+    let models = models(loaded, false)?;
     let (built, confinements) = callbacks(loaded, &sandboxing, None, &models)?;
     let chosen = chosen(&built, name, manifest)?;
     let runtime = crate::parallel::runtime(None).map_err(io(Path::new("tokio runtime")))?;
@@ -551,7 +551,10 @@ fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
         out,
         "\n{}",
         if failing == 0 {
-            format!("all {} callbacks work", checked.len())
+            match checked.len() {
+                1 => "the callback works".to_owned(),
+                n => format!("all {n} callbacks work"),
+            }
         } else {
             format!("{failing} of {} callbacks fail", checked.len())
         }

@@ -44,7 +44,27 @@ pub(crate) struct Prepared {
 
 /// Loads and checks everything a run needs, reporting every problem at once.
 pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
+    prepare_with(path, sets, true)
+}
+
+/// `prepare` for what calls nothing (`gacc plan`): the endpoints' keys need not be set.
+pub(crate) fn prepare_without_keys(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
+    prepare_with(path, sets, false)
+}
+
+fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Error> {
     let (loaded, mut problems) = manifest::load(path, sets)?;
+    // Every model endpoint a callback uses needs its key (named, never its value).
+    for (name, model) in loaded.manifest.models.iter().filter(|_| keys) {
+        if let Some(variable) = &model.api_key_env
+            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
+        {
+            problems.push(Problem {
+                place: format!("{}: key `models.{name}`", loaded.path.display()),
+                message: format!("`api_key_env` names `{variable}`, which is not set in the environment"),
+            });
+        }
+    }
     let dataset = match dataset::load(&loaded) {
         Ok(dataset) => Some(dataset),
         Err(found) => {
@@ -315,7 +335,9 @@ pub(crate) struct Models {
 }
 
 /// Opens the endpoints the manifest's model built-ins name.
-pub(super) fn models(loaded: &Loaded) -> Result<Models, Error> {
+/// The manifest's model endpoints; `planning` builds them to count and price calls only
+/// (`gacc plan`), without their keys.
+pub(super) fn models(loaded: &Loaded, planning: bool) -> Result<Models, Error> {
     let mut endpoints = BTreeMap::new();
     let mut problems = Vec::new();
     let named: std::collections::BTreeSet<&str> = loaded
@@ -328,7 +350,12 @@ pub(super) fn models(loaded: &Loaded) -> Result<Models, Error> {
         let Some(spec) = loaded.manifest.models.get(name) else {
             continue;
         };
-        match Endpoint::new(name, spec) {
+        let endpoint = if planning {
+            Endpoint::for_planning(name, spec)
+        } else {
+            Endpoint::new(name, spec)
+        };
+        match endpoint {
             Ok(endpoint) => {
                 endpoints.insert(name.to_owned(), Arc::new(endpoint));
             }
@@ -503,4 +530,46 @@ pub(super) fn cache_error<'a>(
             message: format!("cannot open the cache, {key}: {error}"),
         }
     }
+}
+
+/// Per callback (its manifest key), the files hashed into its identity.
+pub(super) fn scripts(loaded: &Loaded) -> BTreeMap<String, BTreeMap<String, String>> {
+    (loaded.manifest.callbacks().into_iter())
+        .filter(|(_, _, spec)| !spec.script_files.is_empty())
+        .map(|(key, _, spec)| (key, spec.script_files.clone()))
+        .collect()
+}
+
+/// What changed in the callbacks' files since the last run of this experiment, one line per
+/// callback: its calls run again (a pinned `revision` would have kept them).
+pub(super) fn changed_scripts(loaded: &Loaded) -> Vec<String> {
+    let latest = (loaded.project.join("runs"))
+        .join(&loaded.manifest.name)
+        .join("latest")
+        .join("run.json");
+    let Some(before) = std::fs::read_to_string(latest)
+        .ok()
+        .and_then(|text| crate::store::run_record::RunRecord::parse(&text))
+    else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for (key, now) in scripts(loaded) {
+        let Some(then) = before.scripts.get(&key) else {
+            continue;
+        };
+        let changed: Vec<&str> = (now.keys().chain(then.keys()))
+            .filter(|file| now.get(*file) != then.get(*file))
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !changed.is_empty() {
+            lines.push(format!(
+                "`{key}`: {} changed since the last run, so its calls run again (`revision` pins a callback)",
+                changed.join(", ")
+            ));
+        }
+    }
+    lines
 }

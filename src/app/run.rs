@@ -109,6 +109,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
         eprintln!("warning: {warning}");
     }
+    if !options.quiet {
+        for change in super::prepare::changed_scripts(&prepared.loaded) {
+            eprintln!("note: {change}");
+        }
+    }
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");
     let opened = open(&prepared, opening, options)?;
     let (models, recount) = (opened.models, opened.recount);
@@ -177,6 +182,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         endpoints: endpoint_record(&models),
         phases: phases.seconds,
         landlock_abi: opened.abi,
+        scripts: super::prepare::scripts(&prepared.loaded),
         ..RunRecord::here()
     };
     folder.write(RUN, pretty(&record).as_bytes())?;
@@ -316,7 +322,7 @@ fn open(
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let slurm = slurm_executor(&prepared.loaded)?;
-    let models = models(&prepared.loaded)?;
+    let models = models(&prepared.loaded, false)?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref(), &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);

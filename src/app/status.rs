@@ -73,10 +73,21 @@ pub(super) struct CallBounds {
     pub output_tokens: u64,
     /// None when the endpoint has no `price`.
     pub cost_usd: Option<f64>,
+    /// The USD per million input and output tokens the cost is counted at (input at the
+    /// prompt-cache write price where the API bills one): `cost_usd` is input × the first plus
+    /// output × the second, over a million.
+    pub usd_per_million: Option<UsdPerMillion>,
     /// How long the calls need at the endpoint's pace, in seconds, when it is known.
     pub seconds: Option<f64>,
     /// What the time rests on: `rpm/tpm`, `the last run (RUN)`, or why it is unknown.
     pub time_from: String,
+}
+
+/// Prices in USD per million tokens.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub(super) struct UsdPerMillion {
+    pub input: f64,
+    pub output: f64,
 }
 
 /// The model built-ins of a manifest, as launchers that can render and bound their prompts.
@@ -95,7 +106,7 @@ struct Bounder {
 
 impl Bounder {
     fn new(prepared: &Prepared) -> Result<Bounder, Error> {
-        let models = models(&prepared.loaded)?;
+        let models = models(&prepared.loaded, true)?;
         let estimator: Arc<dyn crate::inputs::tokenizer::Tokenizer> =
             Arc::new(crate::inputs::tokenizer::Cl100k::new());
         let launcher = |spec: &CallbackSpec| -> Option<Arc<ModelLauncher>> {
@@ -156,6 +167,9 @@ impl Bounder {
         bounds.output_tokens += output;
         if launcher.endpoint.spec.price.is_some() {
             *bounds.cost_usd.get_or_insert(0.0) += launcher.most_cost((input, output));
+            bounds.usd_per_million = launcher
+                .bound_prices()
+                .map(|(input, output)| UsdPerMillion { input, output });
         }
     }
 }
@@ -165,7 +179,10 @@ pub(super) fn plan_status(
     path: &Path,
     sets: &[String],
 ) -> Result<(Stages, BTreeMap<String, CallBounds>), Error> {
-    let prepared = prepare(path, sets)?;
+    let prepared = super::prepare::prepare_without_keys(path, sets)?;
+    for change in super::prepare::changed_scripts(&prepared.loaded) {
+        eprintln!("note: {change}");
+    }
     let cache = cache_for(&prepared.loaded)?;
     let mut walk = Walk {
         prepared: &prepared,
@@ -465,7 +482,7 @@ fn estimate_time(bound: &mut CallBounds, name: &str, spec: &crate::inputs::model
             return;
         }
     }
-    bound.time_from = "unknown until the first run".into();
+    bound.time_from = "no run of this experiment has used it yet, and it sets no `rpm` or `tpm`: the first run measures its pace".into();
 }
 
 /// A call's cached response, under its key or the key an earlier gacc filed it under.

@@ -43,7 +43,12 @@ pub(super) fn summary(
         .iter()
         .map(|role| {
             let c = this_run.get(role).cloned().unwrap_or_default();
-            format!("{role} {} made, {} cached", c.made, c.cached + c.shared)
+            let shared = if c.shared > 0 {
+                format!(", {} shared", c.shared)
+            } else {
+                String::new()
+            };
+            format!("{role} {} made, {} cached{shared}", c.made, c.cached)
         })
         .collect();
     out.push_str(&format!("  calls: {}\n", calls.join("; ")));
@@ -197,22 +202,29 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
     .iter()
     .map(|(name, role)| {
         let s = progress.stage(*role);
-        let (done, failed, cached) = (
+        let (done, failed, cached, shared) = (
             s.done.load(Ordering::Relaxed),
             s.failed.load(Ordering::Relaxed),
             s.cached.load(Ordering::Relaxed),
+            s.shared.load(Ordering::Relaxed),
         );
         let stage_total = s.total.load(Ordering::Relaxed);
         finished += done + failed;
         total += stage_total;
-        made += done.saturating_sub(cached);
+        made += done.saturating_sub(cached + shared);
         let failed = if failed > 0 {
             format!(", {failed} failed")
         } else {
             String::new()
         };
+        // Shared: answered by an identical call of this run, which was made (not the cache's).
+        let shared = if shared > 0 {
+            format!(", {shared} shared")
+        } else {
+            String::new()
+        };
         format!(
-            "{name} {}/{stage_total} ({cached} cached{failed})",
+            "{name} {}/{stage_total} ({cached} cached{shared}{failed})",
             done + s.failed.load(Ordering::Relaxed)
         )
     })
@@ -358,7 +370,7 @@ pub(super) fn print_plan(
         ));
     }
     if !bounds.is_empty() {
-        text.push_str("\nmodel calls the cache does not answer, at most (input from cl100k_base × 1.25):\n");
+        text.push_str("\nmodel calls the cache does not answer, at most (input counted with cl100k_base, × 1.25 for the provider's tokenizer):\n");
         text.push_str(&format!(
             "{:<16} {:>8} {:>14} {:>14} {:>12}\n",
             "endpoint", "calls", "input tokens", "output tokens", "cost (USD)"
@@ -370,13 +382,22 @@ pub(super) fn print_plan(
                 b.calls, b.input_tokens, b.output_tokens
             ));
         }
+        for (name, b) in bounds {
+            if let (Some(cost), Some(price)) = (b.cost_usd, b.usd_per_million) {
+                text.push_str(&format!(
+                    "  {name}: {} × {} + {} × {} USD per million tokens = {cost:.4} USD\n",
+                    b.input_tokens, price.input, b.output_tokens, price.output
+                ));
+            }
+        }
         text.push_str("\ntime the calls need, per endpoint:\n");
         for (name, b) in bounds {
             let time = match b.seconds {
                 Some(seconds) => format!("about {}", crate::clock::human_duration(seconds)),
                 None => "unknown".into(),
             };
-            text.push_str(&format!("{name:<16} {time}, from {}\n", b.time_from));
+            let from = if b.seconds.is_some() { "from" } else { "because" };
+            text.push_str(&format!("{name:<16} {time}, {from} {}\n", b.time_from));
         }
     }
     emit(&text);

@@ -125,6 +125,10 @@ impl Provider for AnthropicMessages {
         }
     }
 
+    fn writes_prompt_cache(&self) -> bool {
+        true
+    }
+
     fn batches(&self) -> &dyn Batches {
         self
     }

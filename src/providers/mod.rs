@@ -40,6 +40,11 @@ pub(crate) trait Provider: Sync {
     fn announced(&self, header: &dyn Fn(&str) -> Option<String>) -> Announced;
     /// The batch API: its requests as data, its answers read.
     fn batches(&self) -> &dyn Batches;
+    /// Whether a call may write the provider's prompt cache, billed above plain input (an
+    /// upper bound of a call's cost prices its input so).
+    fn writes_prompt_cache(&self) -> bool {
+        false
+    }
 }
 
 /// A provider's batch API (SPEC §9).

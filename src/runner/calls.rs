@@ -73,8 +73,11 @@ impl CallBook {
 pub(super) fn note_done(progress: &StageProgress, origin: Origin) {
     progress.done.fetch_add(1, Ordering::Relaxed);
     match origin {
-        Origin::Cache | Origin::RunState => {
+        Origin::Cache => {
             progress.cached.fetch_add(1, Ordering::Relaxed);
+        }
+        Origin::RunState => {
+            progress.shared.fetch_add(1, Ordering::Relaxed);
         }
         Origin::Skipped => {
             progress.skipped.fetch_add(1, Ordering::Relaxed);

@@ -314,9 +314,10 @@ pub(crate) fn trace_stages(progress: &progress::Progress) {
     for stage in crate::protocol::Stage::ALL {
         let counts = progress.stage(stage.role());
         let load = |counter: &std::sync::atomic::AtomicUsize| counter.load(Ordering::Relaxed);
-        let (done, cached, skipped, failed) = (
+        let (done, cached, shared, skipped, failed) = (
             load(&counts.done),
             load(&counts.cached),
+            load(&counts.shared),
             load(&counts.skipped),
             load(&counts.failed),
         );
@@ -324,8 +325,9 @@ pub(crate) fn trace_stages(progress: &progress::Progress) {
             stage = stage.as_str(),
             planned = load(&counts.total),
             finished = done + failed,
-            called = done - cached - skipped,
+            called = done - cached - shared - skipped,
             cached,
+            shared,
             skipped,
             failed,
             "stage finished"

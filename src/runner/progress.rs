@@ -129,6 +129,8 @@ pub(crate) struct StageProgress {
     pub total: AtomicUsize,
     pub done: AtomicUsize,
     pub cached: AtomicUsize,
+    /// Answered by an identical call of this run (made once, shared).
+    pub shared: AtomicUsize,
     /// Done with nothing to call (`L = 0`).
     pub skipped: AtomicUsize,
     pub failed: AtomicUsize,

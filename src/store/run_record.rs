@@ -27,6 +27,9 @@ pub(crate) struct RunRecord {
     pub paid: Value,
     /// The run's phases and their seconds, in order.
     pub phases: Vec<(String, f64)>,
+    /// Per callback (its manifest key): the files its command runs and their SHA-256, as
+    /// hashed into its identity; the next run says which changed.
+    pub scripts: BTreeMap<String, BTreeMap<String, String>>,
     pub seconds: f64,
     pub started: String,
     /// Why it stopped early, if it did.

@@ -5,7 +5,8 @@ gacc sends {"context", "goal" (None under no-goal), "token_budget", "seed", "par
 the memory (anything past `token_budget` cl100k_base tokens is cut by gacc). print() goes to the
 call's log. The helper `gacc_callback` ({{helper}}) speaks the protocol (oneshot
 or persistent: see its doc); try this by hand with
-    cd callbacks && python3 -m gacc_callback try compress.py --context ../source.txt --goal "plan a trip"
+    printf 'The ferry leaves at nine. Tickets are sold on board.\n' > /tmp/source.txt
+    cd callbacks && python3 -m gacc_callback try compress.py --context /tmp/source.txt --goal "plan a trip"
 """
 import re
 import sys

@@ -58,7 +58,18 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// The endpoint, its key read from `api_key_env`.
     pub(crate) fn new(name: &str, spec: &ModelSpec) -> Result<Endpoint, String> {
+        Endpoint::with_key(name, spec, true)
+    }
+
+    /// The endpoint for counting and pricing its calls (`gacc plan`), which calls nothing: its
+    /// key is not needed, and not read.
+    pub(crate) fn for_planning(name: &str, spec: &ModelSpec) -> Result<Endpoint, String> {
+        Endpoint::with_key(name, spec, false)
+    }
+
+    fn with_key(name: &str, spec: &ModelSpec, needed: bool) -> Result<Endpoint, String> {
         let key = match &spec.api_key_env {
+            Some(_) if !needed => None,
             None => None,
             Some(variable) => Some(
                 std::env::var(variable)

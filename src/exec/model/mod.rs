@@ -206,14 +206,41 @@ impl ModelLauncher {
         (estimate_upper(counted as u64) + ESTIMATE_SLACK, prompt.max_tokens)
     }
 
-    /// The most a call can cost at the endpoint's price.
-    pub(crate) fn most_cost(&self, (input, output): (u64, u64)) -> f64 {
-        // A batch endpoint's calls are billed at the batch price.
-        let price = match (self.endpoint.spec.price, self.endpoint.spec.batch.spec()) {
+    /// The price a call is billed at: the batch price for a batch endpoint.
+    fn price(&self) -> Option<crate::inputs::models::Price> {
+        match (self.endpoint.spec.price, self.endpoint.spec.batch.spec()) {
             (Some(price), Some(_)) => Some(price.for_batch()),
             (price, None) => price,
             (None, Some(_)) => None,
+        }
+    }
+
+    /// The USD per million input and output tokens an upper bound of a call's cost uses: input
+    /// at the prompt-cache write price where the API bills one (writing costs more than
+    /// reading), else at the input price.
+    pub(crate) fn bound_prices(&self) -> Option<(f64, f64)> {
+        let price = self.price()?;
+        let input = match self.endpoint.spec.api.provider().writes_prompt_cache() {
+            true => price.cache_write.unwrap_or(price.input * 1.25).max(price.input),
+            false => price.input,
         };
+        Some((input, price.output))
+    }
+
+    /// The most a call can cost at the endpoint's price.
+    pub(crate) fn most_cost(&self, (input, output): (u64, u64)) -> f64 {
+        let price = self.price();
+        if !self.endpoint.spec.api.provider().writes_prompt_cache() {
+            // No cache write is billed: plain input, once.
+            return providers::Tokens {
+                input,
+                cached_input: 0,
+                cache_write: 0,
+                output,
+            }
+            .cost(price.as_ref())
+            .0;
+        }
         let at = |cache_write| {
             providers::Tokens {
                 input,

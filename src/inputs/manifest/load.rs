@@ -79,6 +79,7 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
     let mut problems = name_rule_judges(&mut loaded);
     problems.extend(check::check(&loaded));
     problems.extend(resolve_models(&mut loaded));
+    problems.extend(read_scripts(&mut loaded));
     Ok((loaded, problems))
 }
 
@@ -119,11 +120,9 @@ fn name_rule_judges(loaded: &mut Loaded) -> Vec<Problem> {
 }
 
 /// Gives each model built-in its endpoint and template texts (SPEC §8).
-fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let manifest = &mut loaded.manifest;
-    let models = &manifest.models;
-    let specs = manifest
+/// Every callback of the manifest, by its key, to be filled in.
+fn callback_specs(manifest: &mut Manifest) -> impl Iterator<Item = (String, &mut CallbackSpec)> {
+    manifest
         .compressors
         .iter_mut()
         .map(|(name, spec)| (format!("compressors.{name}"), spec))
@@ -136,7 +135,28 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
                 .judges
                 .iter_mut()
                 .map(|(name, spec)| (format!("judges.{name}"), spec)),
-        );
+        )
+}
+
+/// Each command callback's files, hashed into its identity (see `scripts`).
+fn read_scripts(loaded: &mut Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let folder = loaded.folder.clone();
+    for (key, spec) in callback_specs(&mut loaded.manifest) {
+        let place = format!("{}: key `{key}`", loaded.path.display());
+        match super::scripts::files(spec, &folder, &place) {
+            Ok(files) => spec.script_files = files,
+            Err(problem) => problems.push(problem),
+        }
+    }
+    problems
+}
+
+fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let manifest = &mut loaded.manifest;
+    let models = manifest.models.clone();
+    let specs = callback_specs(manifest);
     for (key, spec) in specs {
         let place = format!("{}: key `{key}`", loaded.path.display());
         let Some(builtin) = spec
@@ -164,7 +184,7 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
             &spec.params,
             spec.template.as_deref(),
             spec.system_template.as_deref(),
-            models,
+            &models,
             &loaded.folder,
         ) {
             Ok(call) => spec.model = Some(call),
@@ -213,13 +233,6 @@ fn check_endpoints(loaded: &Loaded) -> Vec<Problem> {
             if batch.poll.0.is_zero() {
                 problem("`batch.poll` must be longer than 0".into());
             }
-        }
-        if let Some(variable) = &model.api_key_env
-            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
-        {
-            problem(format!(
-                "`api_key_env` names `{variable}`, which is not set in the environment"
-            ));
         }
         let prices = model
             .price

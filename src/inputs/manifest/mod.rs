@@ -14,6 +14,7 @@ use crate::inputs::records::SourceRecord;
 
 mod check;
 mod load;
+pub(crate) mod scripts;
 use crate::protocol::{BudgetRule, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
@@ -162,10 +163,15 @@ pub(crate) struct CallbackSpec {
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<String>,
-    /// The user's declared version: part of every cache key.
+    /// The user's declared version: part of every cache key. Pinned, it replaces the files
+    /// the command runs in the callback's identity (an edit to them then re-runs nothing).
     #[serde(default, deserialize_with = "string_or_number")]
     #[schemars(schema_with = "string_or_number_schema")]
     pub revision: String,
+    /// More files whose contents are part of the callback's identity (globs relative to the
+    /// manifest), beside the ones its command names and the Python modules those import.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
     #[serde(default)]
     pub mode: Mode,
     #[serde(default = "default_timeout")]
@@ -197,6 +203,11 @@ pub(crate) struct CallbackSpec {
     #[serde(skip)]
     #[schemars(skip)]
     pub model: Option<Arc<ModelCall>>,
+    /// The files the command runs, by path relative to the manifest, and their SHA-256, once
+    /// the manifest is loaded (none where `revision` is pinned).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub script_files: std::collections::BTreeMap<String, String>,
 }
 
 /// `sandbox = false`, `sandbox = true`, or `sandbox = { read = [...], write = [...], network = true }`.

@@ -1,0 +1,173 @@
+//! The files a callback's command runs (SPEC §4, "a script is part of its callback"): an edit
+//! to a compressor script, or to a module beside it that it imports, changes the callback's
+//! identity and so re-runs exactly its calls. A `revision` the user pins keeps the manual way.
+//!
+//! Found from the command: each argument that names a file inside the experiment's folder
+//! (the program itself when it is a path), `python -m module`'s module, the Python modules a
+//! `.py` file imports from beside it (followed through what they import), and the files the
+//! callback's `files` globs match. Each is hashed, by its path relative to the manifest's
+//! folder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::CallbackSpec;
+use crate::error::Problem;
+use crate::hash::sha256;
+
+/// The most files one callback's identity follows (a glob over a data folder is a mistake).
+const MOST_FILES: usize = 1000;
+
+/// `spec`'s files and their SHA-256, by path relative to `folder`; empty where a `revision` is
+/// pinned or the command names no file of the experiment.
+pub(crate) fn files(
+    spec: &CallbackSpec,
+    folder: &Path,
+    place: &str,
+) -> Result<BTreeMap<String, String>, Problem> {
+    let mut found = BTreeMap::new();
+    if !spec.revision.is_empty() {
+        return Ok(found);
+    }
+    let Some(command) = &spec.command else {
+        return Ok(found);
+    };
+    let mut queue: Vec<PathBuf> = Vec::new();
+    let mut module_next = false;
+    for argument in command {
+        if module_next {
+            queue.extend(module(folder, argument));
+            module_next = false;
+            continue;
+        }
+        if argument == "-m" {
+            module_next = true;
+            continue;
+        }
+        let path = folder.join(argument);
+        if !argument.starts_with('-') && path.is_file() && inside(&path, folder) {
+            queue.push(path);
+        }
+    }
+    for pattern in &spec.files {
+        let full = folder.join(pattern);
+        let matched = glob::glob(&full.to_string_lossy()).map_err(|error| Problem {
+            place: format!("{place}.files"),
+            message: format!("`{pattern}` is not a glob: {error}"),
+        })?;
+        queue.extend(matched.flatten().filter(|p| p.is_file()));
+    }
+    while let Some(path) = queue.pop() {
+        let shown = path
+            .strip_prefix(folder)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        if found.contains_key(&shown) {
+            continue;
+        }
+        if found.len() >= MOST_FILES {
+            return Err(Problem {
+                place: place.to_owned(),
+                message: format!(
+                    "the command and `files` name more than {MOST_FILES} files; pin `revision` or narrow `files`"
+                ),
+            });
+        }
+        let bytes = std::fs::read(&path).map_err(|error| Problem {
+            place: place.to_owned(),
+            message: format!("cannot read {}, which the callback runs: {error}", path.display()),
+        })?;
+        if path.extension().is_some_and(|e| e == "py") {
+            let beside = path.parent().unwrap_or(folder);
+            let text = String::from_utf8_lossy(&bytes);
+            for name in imports(&text) {
+                queue.extend(module(beside, &name).into_iter().filter(|p| inside(p, folder)));
+            }
+        }
+        found.insert(shown, sha256(&bytes));
+    }
+    Ok(found)
+}
+
+/// Whether `path` lies in `folder` (the experiment's files, not the system's).
+fn inside(path: &Path, folder: &Path) -> bool {
+    std::fs::canonicalize(path).is_ok_and(|p| p.starts_with(folder))
+}
+
+/// The files of Python module `name` (`pkg.mod`) found under `root`: `pkg/mod.py`, or a
+/// package's `.py` files.
+fn module(root: &Path, name: &str) -> Vec<PathBuf> {
+    let relative: PathBuf = name.split('.').collect();
+    let file = root.join(&relative).with_extension("py");
+    if file.is_file() {
+        return vec![file];
+    }
+    let package = root.join(&relative);
+    if package.join("__init__.py").is_file() || package.join("__main__.py").is_file() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&package)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "py"))
+            .collect();
+        files.sort();
+        return files;
+    }
+    // `from pkg import mod` may name a module of a package found above.
+    let top = name.split('.').next().unwrap_or(name);
+    if top != name {
+        return module(root, top);
+    }
+    Vec::new()
+}
+
+/// The top-level modules a Python file imports (`import a, b.c`, `from a.b import c`, and
+/// `from . import c` as `c`), read line by line: what a script names beside it.
+fn imports(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("import ") {
+            for part in rest.split(',') {
+                if let Some(name) = part.split_whitespace().next() {
+                    names.push(name.to_owned());
+                }
+            }
+        } else if let Some(rest) = line.strip_prefix("from ") {
+            let mut words = rest.split_whitespace();
+            let (Some(from), Some("import")) = (words.next(), words.next()) else {
+                continue;
+            };
+            let from = from.trim_start_matches('.');
+            if from.is_empty() {
+                // `from . import a, b`: modules beside the file.
+                let rest: String = words.collect::<Vec<_>>().join(" ");
+                for part in rest.split(',') {
+                    let part = part.trim().trim_matches(|c| c == '(' || c == ')');
+                    if let Some(name) = part.split_whitespace().next() {
+                        names.push(name.to_owned());
+                    }
+                }
+            } else {
+                names.push(from.to_owned());
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_are_read_in_each_form() {
+        let text = "import os, helper as h\nfrom lib.sub import thing\nfrom . import beside, (other)\n  import indented\nx = 'import nothing'\n";
+        assert_eq!(
+            imports(text),
+            ["os", "helper", "lib.sub", "beside", "other", "indented"]
+        );
+    }
+}
