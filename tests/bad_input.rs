@@ -369,3 +369,24 @@ fn a_misspelt_or_mistyped_builtin_param_is_refused_naming_the_accepted_ones() {
         ],
     );
 }
+
+#[test]
+fn a_record_that_does_not_read_names_its_source_goal_and_question() {
+    let line = GOOD_LINE.replace(
+        r#"{"id": "q1", "question": "what is x?", "reference": "1"}"#,
+        r#"{"id": "q1", "question": "what is x?", "reference": "1"}, {"id": "q2", "question": "and y?"}"#,
+    );
+    assert!(line.contains("q2"));
+    let scratch = scratch_with(MANIFEST, &line);
+    refused(
+        &scratch,
+        &[
+            "data.jsonl:1:",
+            "missing field `reference`",
+            "in source `s1`, goal `g1`, question `q2`",
+        ],
+    );
+    // Without ids, by number.
+    let line = r#"{"id": "s1", "text": "t", "goals": [{"text": "no id", "questions": []}]}"#;
+    refused(&scratch_with(MANIFEST, line), &["in source `s1`, goal #1"]);
+}

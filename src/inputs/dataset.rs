@@ -219,7 +219,13 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
                 record,
                 folder: folder.clone(),
             }),
-            Err(error) => problems.push(Problem::json_line(&file, number, "not a source record", &error)),
+            Err(error) => {
+                let mut problem = Problem::json_line(&file, number, "not a source record", &error);
+                if let Some(record) = where_in_record(line) {
+                    problem.message = format!("{} ({record})", problem.message);
+                }
+                problems.push(problem);
+            }
         }
     }
     if records.is_empty() && problems.is_empty() {
@@ -229,6 +235,41 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
         });
     }
     records
+}
+
+/// Which part of a JSON Lines record that is JSON but not a source record is wrong: its source
+/// id, and the first goal and question that do not read (by id, else by number).
+fn where_in_record(line: &str) -> Option<String> {
+    use crate::inputs::records::{Goal, Question};
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    let name = |value: &serde_json::Value, number: usize| match value.get("id").and_then(|i| i.as_str()) {
+        Some(id) => format!("`{id}`"),
+        None => format!("#{number}"),
+    };
+    let mut place = format!("in source {}", name(&value, 1));
+    let goals = value.get("goals").and_then(|g| g.as_array());
+    let wrong = |v: &serde_json::Value, goal: bool| match goal {
+        true => serde_json::from_value::<Goal>(v.clone()).is_err(),
+        false => serde_json::from_value::<Question>(v.clone()).is_err(),
+    };
+    if let Some((at, goal)) = goals
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .find(|(_, g)| wrong(g, true))
+    {
+        place.push_str(&format!(", goal {}", name(goal, at + 1)));
+        let questions = goal.get("questions").and_then(|q| q.as_array());
+        if let Some((at, question)) = questions
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, q)| wrong(q, false))
+        {
+            place.push_str(&format!(", question {}", name(question, at + 1)));
+        }
+    }
+    Some(place)
 }
 
 fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
