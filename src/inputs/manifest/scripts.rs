@@ -17,6 +17,10 @@ use crate::hash::sha256;
 
 /// The most files one callback's identity follows (a glob over a data folder is a mistake).
 const MOST_FILES: usize = 1000;
+/// A file larger than this (model weights an argument names) is identified by its size and
+/// modification time, not read whole at every load: a copy or a touch re-runs its calls, as an
+/// edit does.
+const MOST_HASHED_BYTES: u64 = 64 << 20;
 
 /// `spec`'s files and their SHA-256, by path relative to `folder`; empty where a `revision` is
 /// pinned or the command names no file of the experiment.
@@ -74,10 +78,21 @@ pub(crate) fn files(
                 ),
             });
         }
-        let bytes = std::fs::read(&path).map_err(|error| Problem {
+        let unreadable = |error: std::io::Error| Problem {
             place: place.to_owned(),
             message: format!("cannot read {}, which the callback runs: {error}", path.display()),
-        })?;
+        };
+        let metadata = std::fs::metadata(&path).map_err(unreadable)?;
+        if metadata.len() > MOST_HASHED_BYTES {
+            let modified = metadata
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            found.insert(shown, format!("{} bytes, modified {modified}", metadata.len()));
+            continue;
+        }
+        let bytes = std::fs::read(&path).map_err(unreadable)?;
         if path.extension().is_some_and(|e| e == "py") {
             let beside = path.parent().unwrap_or(folder);
             let text = String::from_utf8_lossy(&bytes);
@@ -161,6 +176,42 @@ fn imports(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_s_files_its_modules_and_a_large_file_by_size() {
+        let folder = tempfile::tempdir().unwrap();
+        let folder = std::fs::canonicalize(folder.path()).unwrap();
+        std::fs::create_dir(folder.join("callbacks")).unwrap();
+        std::fs::write(folder.join("callbacks/run.py"), "import helper\nimport json\n").unwrap();
+        std::fs::write(folder.join("callbacks/helper.py"), "from . import deeper\n").unwrap();
+        std::fs::write(folder.join("callbacks/deeper.py"), "x = 1\n").unwrap();
+        let weights = std::fs::File::create(folder.join("weights.bin")).unwrap();
+        weights.set_len(MOST_HASHED_BYTES + 1).unwrap();
+        let spec: CallbackSpec = toml::from_str(
+            "command = [\"python3\", \"callbacks/run.py\", \"--weights\", \"weights.bin\", \"/etc/hostname\"]",
+        )
+        .unwrap();
+        let found = files(&spec, &folder, "m.toml").unwrap();
+        let names: Vec<&str> = found.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "callbacks/deeper.py",
+                "callbacks/helper.py",
+                "callbacks/run.py",
+                "weights.bin"
+            ],
+            "the script, the modules it imports (followed), the named file; nothing outside"
+        );
+        assert!(found["weights.bin"].starts_with(&format!("{} bytes, modified ", MOST_HASHED_BYTES + 1)));
+        assert_eq!(found["callbacks/deeper.py"], sha256(b"x = 1\n"));
+        let pinned: CallbackSpec =
+            toml::from_str("command = [\"python3\", \"callbacks/run.py\"]\nrevision = \"2\"").unwrap();
+        assert!(
+            files(&pinned, &folder, "m.toml").unwrap().is_empty(),
+            "a pinned revision hashes nothing"
+        );
+    }
 
     #[test]
     fn imports_are_read_in_each_form() {
