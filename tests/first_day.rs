@@ -68,6 +68,16 @@ fn a_model_server_that_is_not_there_stops_its_endpoint_within_seconds() {
     assert!(said.contains("could not connect to"), "{said}");
 }
 
+/// gacc run in the scratch's `experiments/` folder, the manifests' own.
+fn in_experiments(scratch: &Scratch, args: &[&str]) -> std::process::Output {
+    scratch
+        .gacc()
+        .current_dir(scratch.path("experiments"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_run_from_the_manifests_folder_and_one_from_its_parent_share_a_cache_and_runs() {
     let scratch = Scratch::new();
@@ -75,12 +85,7 @@ fn a_run_from_the_manifests_folder_and_one_from_its_parent_share_a_cache_and_run
     let (status, first, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
     assert_eq!(status, 0, "{stderr}");
     assert!(first.starts_with(scratch.path("runs/fixture")), "{first:?}");
-    let output = scratch
-        .gacc()
-        .current_dir(scratch.path("experiments"))
-        .args(["run", "fixture.toml", "-q"])
-        .output()
-        .unwrap();
+    let output = in_experiments(&scratch, &["run", "fixture.toml", "-q"]);
     assert!(
         output.status.success(),
         "{}",
@@ -96,23 +101,13 @@ fn a_run_from_the_manifests_folder_and_one_from_its_parent_share_a_cache_and_run
     assert_eq!(made(&second, "compressor") + made(&second, "reader"), 0);
     assert!(!scratch.path("experiments/.gacc").exists() && !scratch.path("experiments/runs").exists());
     // `gacc runs` from inside finds both.
-    let output = scratch
-        .gacc()
-        .current_dir(scratch.path("experiments"))
-        .args(["runs", "list", "--json"])
-        .output()
-        .unwrap();
+    let output = in_experiments(&scratch, &["runs", "list", "--json"]);
     let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
 
     // The other order: first from inside a study's folder, then from its parent.
     let scratch = Scratch::new();
-    let output = scratch
-        .gacc()
-        .current_dir(scratch.path("experiments"))
-        .args(["run", "fixture.toml", "-q"])
-        .output()
-        .unwrap();
+    let output = in_experiments(&scratch, &["run", "fixture.toml", "-q"]);
     assert!(output.status.success());
     let (status, from_parent, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
     assert_eq!(status, 0, "{stderr}");

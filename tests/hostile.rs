@@ -310,17 +310,21 @@ fn finished(child: std::process::Child, scratch: &Scratch) -> (i32, std::path::P
     (output.status.code().unwrap_or(-1), folder)
 }
 
-#[test]
-fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
-    let scratch = Scratch::new();
-    // Slow replies, so that the two runs meet every call in flight.
-    let api = MockApi::start(
+/// A mock whose replies take 150 ms, so that two runs meet every call in flight.
+fn slow_api() -> MockApi {
+    MockApi::start(
         Format::OpenAi,
         Behaviour {
             delay: Duration::from_millis(150),
             ..Behaviour::default()
         },
-    );
+    )
+}
+
+#[test]
+fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
+    let scratch = Scratch::new();
+    let api = slow_api();
     let manifest = manifest(&scratch, &api, Format::OpenAi, "", "");
     let (first, second) = (started(&scratch, &manifest), started(&scratch, &manifest));
     let ((a, folder_a), (b, folder_b)) = (finished(first, &scratch), finished(second, &scratch));
@@ -353,13 +357,7 @@ fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
     // flight is paid twice (it paid and died before the answers were written: at most its
     // endpoint's four calls), and a rerun pays for nothing.
     let scratch = Scratch::new();
-    let api = MockApi::start(
-        Format::OpenAi,
-        Behaviour {
-            delay: Duration::from_millis(150),
-            ..Behaviour::default()
-        },
-    );
+    let api = slow_api();
     let manifest = self::manifest(&scratch, &api, Format::OpenAi, "max_concurrency = 4", "");
     let (mut killed, other) = (started(&scratch, &manifest), started(&scratch, &manifest));
     std::thread::sleep(Duration::from_millis(1500));
