@@ -375,3 +375,32 @@ fn two_runs_of_one_manifest_on_one_cache_pay_for_each_call_once() {
         std::fs::read(again.join("report.json")).unwrap()
     );
 }
+
+#[test]
+fn a_callbacks_stderr_in_report_md_stays_inside_its_fence_and_holds_no_secret() {
+    let scratch = Scratch::new();
+    // A fence of its own to break out of, HTML, and the value of a variable it was passed.
+    let manifest = scripted_reader(
+        &scratch,
+        "#!/bin/sh\ncat > /dev/null\nprintf '````\\n<script>alert(1)</script>\\n| a | b |\\nkey %s\\n' \"$READER_TOKEN\" >&2\nexit 1\n",
+        "",
+    );
+    let text = std::fs::read_to_string(scratch.path(&manifest)).unwrap().replace(
+        "sandbox = false\nretries = 0",
+        "sandbox = false\nretries = 0\nenv = [\"READER_TOKEN\"]",
+    );
+    scratch.write(&manifest, &text);
+    let (status, folder, stderr) =
+        scratch.run_with_env(&manifest, &[], &[("READER_TOKEN", "tok-0123456789-secret")]);
+    assert_eq!(status, 1, "{stderr}");
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(!markdown.contains("tok-0123456789-secret"), "{markdown}");
+    assert!(markdown.contains("[redacted:READER_TOKEN]"), "{markdown}");
+    // Every stderr block opens and closes its fence; the callback's own fence is defused.
+    let fences = markdown.lines().filter(|l| l.starts_with("````")).count();
+    assert!(fences >= 2 && fences % 2 == 0, "{markdown}");
+    assert!(markdown.contains("` ` ` `"), "{markdown}");
+    // Outside the fences, no HTML a callback wrote.
+    let outside: String = markdown.split("````").step_by(2).collect::<Vec<_>>().join("");
+    assert!(!outside.contains("<script>"), "{markdown}");
+}
