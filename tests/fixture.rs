@@ -134,6 +134,16 @@ fn a_second_run_makes_no_calls_and_writes_the_same_report() {
     let plan = String::from_utf8(plan.stdout).unwrap();
     assert!(plan.contains("compress         12       12        0"), "{plan}");
     assert!(plan.contains("judge            36       36        0"), "{plan}");
+    assert!(!plan.contains("wait on reads"), "{plan}");
+    // With a new reader, every judgement waits on a read: the plan says it counts possibles.
+    let plan = scratch
+        .gacc()
+        .args(["plan", FIXTURE, "--set", "reader.revision=9"])
+        .output()
+        .unwrap();
+    let plan = String::from_utf8(plan.stdout).unwrap();
+    assert!(plan.contains("judge            36        0       36"), "{plan}");
+    assert!(plan.contains("judge: 36 of 36 wait on reads not yet made"), "{plan}");
 }
 
 #[test]

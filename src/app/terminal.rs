@@ -369,6 +369,18 @@ pub(super) fn print_plan(
             s.jobs - answered
         ));
     }
+    let to_run = |stage: Stage| {
+        let s = status.get(stage.as_str()).cloned().unwrap_or_default();
+        s.jobs - s.cached - s.skipped
+    };
+    let (unread, unjudged) = (to_run(Stage::Read), to_run(Stage::Judge));
+    if unread > 0 && unjudged > 0 {
+        // A judgement's request holds the answer: until its read is made, it is only possible.
+        text.push_str(&format!(
+            "(judge: {} of {unjudged} wait on reads not yet made; a read that fails leaves its judgement unmade)\n",
+            unread.min(unjudged)
+        ));
+    }
     if !bounds.is_empty() {
         text.push_str("\nmodel calls the cache does not answer, at most (input counted with cl100k_base, × 1.25 for the provider's tokenizer):\n");
         text.push_str(&format!(
