@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::exec::callback::{check_response, parse_response, reported_error};
-use crate::exec::model::limiter::Pacer;
+use crate::exec::model::pacer::Pacer;
 use crate::exec::model::verdict::verdict;
 use crate::mangle::{edits, hostile_value, mangled, replaced};
 use crate::protocol::Role;

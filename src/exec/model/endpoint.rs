@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::batch;
-use super::limiter::{Exhausted, Limiter, Live, Pacer, Rates};
+use super::limiter::{Limiter, Live};
+use super::pacer::{Exhausted, Pacer, Rates};
 use crate::exec::callback::FailureKind;
 use crate::inputs::models::ModelSpec;
 use crate::parallel::Locked;
@@ -29,6 +30,8 @@ const UNREACHABLE_PATIENCE: Duration = Duration::from_secs(4);
 /// The longest wait between connection attempts while the endpoint has never answered.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The longest backoff of a 429 the provider gave no longer `Retry-After` for.
+const LIMITED_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// One `[models.*]` endpoint: its client and key, its live limit and pace, and what it did.
 #[derive(Debug)]
@@ -185,8 +188,11 @@ impl Endpoint {
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
-            let slot = self.limiter.acquire().await;
-            let ticket = self.pacer.wait(estimate.0, estimate.1).await;
+            let needed = self.pacer.needed(self.latency().max(self.limiter.oldest()));
+            let mut slot = self.limiter.acquire(needed).await;
+            let ticket = slot.pace(self.pacer.wait(estimate.0, estimate.1)).await;
+            self.limiter
+                .keep_up(self.pacer.needed(self.latency().max(self.limiter.oldest())));
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
@@ -195,10 +201,11 @@ impl Endpoint {
             let outcome = self.exchange(body).await;
             let (wait, why) = match outcome {
                 Exchange::Answered(reply, announced) => {
-                    self.took(started.elapsed());
+                    let latency = started.elapsed();
+                    self.took(latency);
                     self.pacer.announced(ticket, announced);
                     self.pacer.admitted(ticket, reply.usage.input, estimate.0);
-                    slot.succeeded();
+                    slot.succeeded(label, latency);
                     return Ok(reply);
                 }
                 Exchange::RateLimited {
@@ -209,12 +216,19 @@ impl Endpoint {
                     limited += 1;
                     self.pacer.announced(ticket, announced);
                     let exhausted = exhausted(&announced, &message);
-                    let needed = self.pacer.limited(ticket, exhausted, self.latency());
-                    slot.rate_limited(needed);
-                    // Only this call waits the provider's word; it also backs off further
-                    // each time, so that retries do not arrive together.
-                    let told = wait.unwrap_or_else(|| backoff(limited));
-                    (told.max(backoff(limited)), format!("429 rate limited: {message}"))
+                    let needed =
+                        self.pacer
+                            .limited(ticket, exhausted, self.latency().max(self.limiter.oldest()));
+                    slot.rate_limited(needed, started.elapsed());
+                    // Only this call waits the provider's word, and a jittered backoff that
+                    // grows a little each time, so that retries do not arrive together. It
+                    // stays short: the retry waits its turn on the pace like any call, and a
+                    // call refused all through a storm is back within seconds of its end.
+                    let backoff = limited_backoff(limited);
+                    (
+                        wait.map_or(backoff, |told| told.max(backoff)),
+                        format!("429 rate limited: {message}"),
+                    )
                 }
                 Exchange::Unreachable(why) if !self.answered.load(Ordering::Relaxed) => {
                     failed += 1;
@@ -500,6 +514,11 @@ fn exhausted(announced: &Announced, message: &str) -> Exhausted {
 /// Exponential backoff with jitter, capped.
 fn backoff(attempt: u32) -> Duration {
     crate::exec::callback::jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
+}
+
+/// The backoff of a call's `attempt`th 429, beside the provider's `Retry-After`.
+pub(super) fn limited_backoff(attempt: u32) -> Duration {
+    crate::exec::callback::jittered_backoff(BACKOFF_BASE, LIMITED_BACKOFF_MAX, attempt)
 }
 
 /// No part of the key reaches a message: a word sharing `SHARED` or more characters in a row

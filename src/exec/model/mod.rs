@@ -6,6 +6,9 @@
 pub(crate) mod batch;
 mod endpoint;
 pub(crate) mod limiter;
+pub(crate) mod pacer;
+#[cfg(test)]
+mod simulate;
 pub(crate) mod verdict;
 
 pub(crate) use endpoint::{Endpoint, describe_pace, http_client};

@@ -168,8 +168,14 @@ fn yes() -> bool {
     true
 }
 
+/// The default ceiling on an endpoint's calls in flight: above the 256 sequences vLLM batches
+/// by default (and the 1,024 some of its configurations do), and what a hosted API's pace ×
+/// latency needs for most tiers (10,000 requests a minute at 6 s a reply); the live limit is
+/// found below it.
+pub(crate) const DEFAULT_MAX_CONCURRENCY: usize = 1024;
+
 fn default_max_concurrency() -> usize {
-    16
+    DEFAULT_MAX_CONCURRENCY
 }
 
 fn default_model_timeout() -> Timeout {

@@ -1,0 +1,773 @@
+//! How fast an endpoint starts its calls (SPEC §8, "Rate limits"). The `Pacer` learns the rate
+//! a provider admits from its 429s: a 429 says the provider's bucket was empty when the refused
+//! call arrived, so what it admitted between two such moments is exactly what it refilled, a
+//! measure no burst can inflate. It paces just below that rate, then probes upward by a factor
+//! that doubles each second nothing refuses (a limit ten times the estimate is found in a few
+//! seconds), and starts again from a new measure at the next 429. It paces to the remaining
+//! requests and tokens that replies announce, and `rpm`/`tpm` are ceilings. A 429 delays only
+//! the call that drew it: nothing freezes the endpoint and then releases a burst.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::parallel::Locked;
+use crate::providers::{Allowance, Announced};
+
+/// The pace is this share of the rate the provider admitted (or announced).
+const BELOW: f64 = 0.98;
+const BELOW_ANNOUNCED: f64 = 0.97;
+/// After a measure, the pace holds this many rounds (`round`), then grows by `PROBE_START` a
+/// round, a growth that doubles each round calls keep waiting on the pace, up to `PROBE_MAX`.
+const PROBE_HOLD: f64 = 1.5;
+const PROBE_HOLD_FIRST: f64 = 0.5;
+const PROBE_START: f64 = 0.05;
+const PROBE_MAX: f64 = 1.0;
+/// A provisional pace (from the run's first 429, before anything measured) grows fourfold a
+/// round until the next 429 measures.
+const PROBE_PROVISIONAL: f64 = 3.0;
+/// The recent measure spans at least this long, and ten calls (it guards the measure since the
+/// anchor, which reads low when the provider's bucket overflowed while gacc paced below it).
+const RECENT: Duration = Duration::from_millis(500);
+/// The most anchors kept between measures.
+const MAX_ANCHORS: usize = 64;
+/// How finely providers announce when their budget is full again.
+const RESET_RESOLUTION: Duration = Duration::from_millis(1);
+/// How late a turn may be taken and still count from when it was due.
+const CATCH_UP: Duration = Duration::from_millis(5);
+/// The pace a refused call started at counts up to this many times the measure.
+const TRUST_PACE: f64 = 1.3;
+/// A measure spans at least this long.
+const MIN_SPAN: Duration = Duration::from_millis(10);
+/// What the pacer remembers of the calls it started.
+const HISTORY: Duration = Duration::from_secs(120);
+/// A learned rate never falls below one request (or token) a minute.
+const MIN_RATE: f64 = 1.0 / 60.0;
+/// A measure needs at least this many calls admitted since the moment it starts from (replied,
+/// or in flight: a refusal comes back sooner than an answer, so a call sent before the refused
+/// one and not refused yet was taken): too few say the provider refused, not how fast it
+/// refills, and the call only backs off.
+const MIN_ADMITTED: usize = 3;
+/// A measure after the first spans at least this many admitted calls.
+const MEASURED: usize = 10;
+/// Growth needs calls that waited on the pace this recently.
+const PRESSURE: Duration = Duration::from_secs(1);
+
+/// Requests and tokens per second; `None` where nothing limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Rates {
+    pub requests: Option<f64>,
+    pub tokens: Option<f64>,
+}
+
+impl Rates {
+    fn min(self, other: Rates) -> Rates {
+        let least = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Rates {
+            requests: least(self.requests, other.requests),
+            tokens: least(self.tokens, other.tokens),
+        }
+    }
+
+    /// How long one call of `tokens` occupies the pace.
+    fn interval(&self, tokens: f64) -> Duration {
+        let of = |rate: Option<f64>, amount: f64| rate.map_or(0.0, |r| amount / r.max(MIN_RATE));
+        let seconds = of(self.requests, 1.0).max(of(self.tokens, tokens));
+        Duration::from_secs_f64(seconds.min(3600.0))
+    }
+}
+
+/// Which limit a 429 was about, as far as the provider said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exhausted {
+    Requests,
+    Tokens,
+    /// It did not say: both rates are learned.
+    Unknown,
+}
+
+impl Exhausted {
+    /// From the 429's message (OpenAI: "… on tokens per min (TPM) …", "… on requests per min").
+    pub(crate) fn from_message(message: &str) -> Exhausted {
+        let message = message.to_ascii_lowercase();
+        match (message.contains("token"), message.contains("request")) {
+            (true, false) => Exhausted::Tokens,
+            (false, true) => Exhausted::Requests,
+            _ => Exhausted::Unknown,
+        }
+    }
+}
+
+impl Allowance {
+    /// What this one announcement says of the refill rate. `remaining` is the level rounded
+    /// down, so between `limit - remaining - 1` and `limit - remaining` were used, and they
+    /// refill in `reset`: the rate lies between the two over `reset`. A full budget says nothing.
+    /// Providers round `reset` up to a millisecond: the refill took between `reset` less a
+    /// millisecond and `reset`, and a reset of a millisecond bounds nothing.
+    fn bounds(&self) -> Option<Bounds> {
+        let used = self.limit - self.remaining;
+        let seconds = self.reset.as_secs_f64();
+        let shortest = seconds - RESET_RESOLUTION.as_secs_f64();
+        (used >= 1.0 && shortest > 0.0).then(|| Bounds {
+            low: (used - 1.0) / seconds,
+            high: used / shortest,
+        })
+    }
+
+    /// How long until one more unit is there at `rate`, when the level, `limit` less what
+    /// `reset` refills at that rate (within what `remaining` allows), is below one.
+    fn until(&self, rate: f64) -> Option<Duration> {
+        let level =
+            (self.limit - self.reset.as_secs_f64() * rate).clamp(self.remaining, self.remaining + 1.0);
+        (level < 1.0 && rate > 0.0).then(|| Duration::from_secs_f64(((1.0 - level) / rate).min(60.0)))
+    }
+}
+
+/// A refill rate known to lie between `low` and `high`, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bounds {
+    low: f64,
+    high: f64,
+}
+
+impl Bounds {
+    /// Narrowed by one more announcement; a new start when they disagree (the limit changed).
+    fn and(self, other: Bounds) -> Bounds {
+        let narrowed = Bounds {
+            low: self.low.max(other.low),
+            high: self.high.min(other.high),
+        };
+        if narrowed.low <= narrowed.high {
+            narrowed
+        } else {
+            other
+        }
+    }
+
+    /// The rate to pace on: the high bound. It is exact when a call found the budget full (one
+    /// unit used, refilled in `reset`), which is what a pace below the rate leaves; a pace above
+    /// the rate empties the budget, and the announcements at low levels pull the bound down.
+    /// (The low bound rises only while the budget is low, so a pace on it would stay low.)
+    fn rate(self) -> f64 {
+        self.high
+    }
+}
+
+/// A round of the probe: a second, or ten requests at `pace` where that is longer.
+fn round(pace: Rates) -> Duration {
+    let ten_calls = pace.requests.map_or(0.0, |r| 10.0 / r.max(MIN_RATE));
+    Duration::from_secs_f64(ten_calls.clamp(1.0, 60.0))
+}
+
+/// A call the pacer started: when, and its size in the pacer's tokens.
+#[derive(Debug, Clone, Copy)]
+#[must_use]
+pub(crate) struct Ticket {
+    seq: u64,
+    at: Instant,
+    tokens: f64,
+    /// The pace in force when it started.
+    pace: Rates,
+}
+
+/// Starts calls no faster than the provider admits (see the module's header).
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    adaptive: bool,
+    /// `rpm`/`tpm`, per second.
+    ceiling: Rates,
+    state: Mutex<PaceState>,
+}
+
+/// A call the pacer let go, as the measures of a 429 see it.
+#[derive(Debug)]
+struct Sent {
+    seq: u64,
+    at: Instant,
+    tokens: f64,
+    heard: Heard,
+}
+
+/// What became of a sent call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// In flight: the provider took it, as far as anyone knows.
+    Nothing,
+    Admitted,
+    Limited,
+}
+
+#[derive(Debug)]
+struct PaceState {
+    next: Option<Instant>,
+    learned: Rates,
+    announced: Rates,
+    /// What the announcements so far say of each refill rate (requests, tokens).
+    bounds: [Option<Bounds>; 2],
+    /// The probe's growth per second, and until when it holds after a measure.
+    gain: f64,
+    hold_until: Option<Instant>,
+    grown_at: Option<Instant>,
+    /// A call last waited on the pace until this instant.
+    pressed_at: Option<Instant>,
+    /// When the last 429 episode was seen: the 429s of calls started before it belong to it.
+    episode: Option<Instant>,
+    /// When refused calls started whose 429s began episodes since the last measure (the
+    /// newest last): the provider's bucket was empty then, and what it admitted since is what
+    /// it refilled.
+    anchors: VecDeque<Instant>,
+    /// When the last 429 came: the probe does not grow while every call is refused.
+    limited_at: Option<Instant>,
+    /// Calls started in the last `HISTORY`.
+    history: VecDeque<Sent>,
+    seq: u64,
+    /// Provider input tokens per cl100k token, from the usage replies report.
+    correction: f64,
+    /// A call's tokens, a moving average of those started.
+    call_tokens: f64,
+    first_start: Option<Instant>,
+    last_admitted: Option<Instant>,
+    admitted: u64,
+    admitted_tokens: f64,
+}
+
+impl PaceState {
+    fn heard(&mut self, ticket: Ticket, heard: Heard) {
+        if let Some(sent) = self.history.iter_mut().rev().find(|sent| sent.seq == ticket.seq) {
+            sent.heard = heard;
+        }
+    }
+}
+
+impl Pacer {
+    pub(crate) fn new(rpm: u32, tpm: u64, adaptive: bool) -> Pacer {
+        let per_second = |per_minute: f64| (per_minute > 0.0).then_some(per_minute / 60.0);
+        Pacer {
+            adaptive,
+            ceiling: Rates {
+                requests: per_second(f64::from(rpm)),
+                tokens: per_second(tpm as f64),
+            },
+            state: Mutex::new(PaceState {
+                next: None,
+                learned: Rates::default(),
+                announced: Rates::default(),
+                bounds: [None, None],
+                gain: PROBE_START,
+                hold_until: None,
+                grown_at: None,
+                pressed_at: None,
+                episode: None,
+                anchors: VecDeque::new(),
+                limited_at: None,
+                history: VecDeque::new(),
+                seq: 0,
+                correction: 1.0,
+                call_tokens: 0.0,
+                first_start: None,
+                last_admitted: None,
+                admitted: 0,
+                admitted_tokens: 0.0,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PaceState> {
+        self.state.locked()
+    }
+
+    /// The pace in force, per second.
+    pub(crate) fn pace(&self) -> Rates {
+        let state = self.state();
+        self.in_force(&state)
+    }
+
+    fn in_force(&self, state: &PaceState) -> Rates {
+        state.learned.min(state.announced).min(self.ceiling)
+    }
+
+    /// What the endpoint sustained: admitted requests and tokens per second, from its first
+    /// call to its last success.
+    pub(crate) fn sustained(&self) -> Option<Rates> {
+        let state = self.state();
+        let span = state.last_admitted? - state.first_start?;
+        let seconds = span.as_secs_f64().max(1.0);
+        Some(Rates {
+            requests: Some(state.admitted as f64 / seconds),
+            tokens: Some(state.admitted_tokens / seconds),
+        })
+    }
+
+    /// Waits for this call's turn: `input` is its prompt in cl100k tokens, `output` its
+    /// `max_tokens`. The ticket names it when its reply comes.
+    pub(crate) async fn wait(&self, input: u64, output: u64) -> Ticket {
+        loop {
+            let wait_until = {
+                let mut state = self.state();
+                let now = Instant::now();
+                self.grow(&mut state, now);
+                let tokens = input as f64 * state.correction + output as f64;
+                match state.next {
+                    Some(next) if next > now => {
+                        // The call presses on the pace until its turn.
+                        state.pressed_at = Some(state.pressed_at.map_or(next, |at| at.max(next)));
+                        next
+                    }
+                    _ => {
+                        // The next turn follows this one's, not the time this call woke (timers
+                        // wake up to a millisecond late, a fifth of the interval at 200 calls a
+                        // second), unless the pace was idle: no burst after a pause.
+                        state.call_tokens = if state.call_tokens == 0.0 {
+                            tokens
+                        } else {
+                            0.95 * state.call_tokens + 0.05 * tokens
+                        };
+                        let interval = self.in_force(&state).interval(tokens);
+                        let due = state
+                            .next
+                            .filter(|due| now.saturating_duration_since(*due) < CATCH_UP);
+                        state.next = (!interval.is_zero()).then(|| due.unwrap_or(now) + interval);
+                        state.seq += 1;
+                        let seq = state.seq;
+                        state.history.push_back(Sent {
+                            seq,
+                            at: now,
+                            tokens,
+                            heard: Heard::Nothing,
+                        });
+                        while state.history.front().is_some_and(|sent| now - sent.at > HISTORY) {
+                            state.history.pop_front();
+                        }
+                        state.first_start.get_or_insert(now);
+                        let pace = self.in_force(&state);
+                        return Ticket {
+                            seq,
+                            at: now,
+                            tokens,
+                            pace,
+                        };
+                    }
+                }
+            };
+            tokio::time::sleep_until(wait_until).await;
+        }
+    }
+
+    /// A learned rate grows while calls wait on it, after a hold, by a factor a second that
+    /// doubles each second: a limit that was raised, or one measured low, is found in seconds;
+    /// the next 429 measures again.
+    fn grow(&self, state: &mut PaceState, now: Instant) {
+        let since = state.grown_at.map_or(Duration::ZERO, |at| now - at);
+        state.grown_at = Some(now);
+        let pressed = state
+            .pressed_at
+            .is_some_and(|at| now.saturating_duration_since(at) < PRESSURE);
+        let held = state.hold_until.is_some_and(|until| now < until);
+        // Calls refused lately and none admitted: the provider refuses everything for now (an
+        // outage, a storm), and a pace grown now would flood it when it is back.
+        let lately = |at: Option<Instant>| {
+            at.is_some_and(|at| now.saturating_duration_since(at) < round(state.learned))
+        };
+        let refused = lately(state.limited_at) && !lately(state.last_admitted);
+        if !self.adaptive || !pressed || held || refused || since.is_zero() {
+            return;
+        }
+        // Growth is counted in rounds: a second, or ten calls at the pace where that is longer.
+        let round = if state.gain > PROBE_MAX {
+            Duration::from_secs(1)
+        } else {
+            round(state.learned)
+        };
+        let rounds = since.as_secs_f64().min(5.0) / round.as_secs_f64();
+        let factor = (1.0 + state.gain).powf(rounds);
+        state.gain = (state.gain * 2f64.powf(rounds)).min(PROBE_MAX.max(state.gain));
+        for value in [&mut state.learned.requests, &mut state.learned.tokens]
+            .into_iter()
+            .flatten()
+        {
+            *value *= factor;
+        }
+    }
+
+    /// The call's reply was admitted (not a 429): `reported` is the input tokens its usage
+    /// reported, `estimated` the cl100k count it was paced on.
+    pub(crate) fn admitted(&self, ticket: Ticket, reported: u64, estimated: u64) {
+        let mut state = self.state();
+        state.admitted += 1;
+        state.admitted_tokens += ticket.tokens;
+        let now = Instant::now();
+        state.last_admitted = Some(now);
+        state.heard(ticket, Heard::Admitted);
+        if reported > 0 && estimated > 0 {
+            let ratio = (reported as f64 / estimated as f64).clamp(0.25, 4.0);
+            state.correction = 0.8 * state.correction + 0.2 * ratio;
+        }
+    }
+
+    /// The call drew a 429. The first of an episode marks the provider's bucket empty when the
+    /// call started, and measures what it admitted since the last such moment: requests and
+    /// tokens a second, paced just below. Returns the calls in flight the new pace wants.
+    pub(crate) fn limited(&self, ticket: Ticket, exhausted: Exhausted, latency: Duration) -> usize {
+        let mut state = self.state();
+        state.heard(ticket, Heard::Limited);
+        if !self.adaptive {
+            return 0;
+        }
+        state.limited_at = Some(Instant::now());
+        let new_episode = state.episode.is_none_or(|e| ticket.at > e);
+        if new_episode {
+            state.episode = Some(Instant::now());
+            self.measure(&mut state, ticket, exhausted);
+        }
+        self.needed_at(&state, latency)
+    }
+
+    /// The calls in flight the pace in force wants at `latency`, with room for its spread.
+    pub(crate) fn needed(&self, latency: Duration) -> usize {
+        let state = self.state();
+        self.needed_at(&state, latency)
+    }
+
+    fn needed_at(&self, state: &PaceState, latency: Duration) -> usize {
+        let pace = self.in_force(state);
+        // Calls a second: the request pace, or the token pace over a call's tokens.
+        let by_tokens = pace.tokens.map(|t| t / state.call_tokens.max(1.0));
+        let calls = match (pace.requests, by_tokens) {
+            (Some(r), Some(t)) => Some(r.min(t)),
+            (r, t) => r.or(t),
+        };
+        calls.map_or(0, |r| (r * latency.as_secs_f64() * 1.5).ceil() as usize + 1)
+    }
+
+    /// A new episode's measure. Two spans end at the refused call: since the last anchor
+    /// (exact, the bucket empty at both ends, unless it overflowed while gacc paced below the
+    /// rate: then low) and the last `RECENT` of it (high by what the bucket held when it
+    /// began, over its length). The higher, paced just below, wastes neither: a high one is corrected by the
+    /// 429 it soon draws. With no anchor yet (the run's first 429), or too few replies since,
+    /// nothing is learned: the call backs off and the anchor stays.
+    fn measure(&self, state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
+        if state.anchors.is_empty() {
+            // The run's first 429: the provider's bucket is empty, and how fast it refills is
+            // not known. A provisional pace, what was admitted in the last `RECENT` over the
+            // time it took (high by what the bucket held), probes up fast until the next 429
+            // measures.
+            state.anchors.push_back(ticket.at);
+            if state.learned == Rates::default() {
+                let from = ticket.at.checked_sub(RECENT);
+                let admitted: Vec<&Sent> = state
+                    .history
+                    .iter()
+                    .filter(|sent| from.is_none_or(|from| sent.at >= from) && sent.at < ticket.at)
+                    .filter(|sent| sent.heard != Heard::Limited)
+                    .collect();
+                // Fewer than `MIN_ADMITTED` say little: they count over the whole `RECENT`.
+                let earliest = admitted.first().map_or(ticket.at, |sent| sent.at);
+                let least = if admitted.len() < MIN_ADMITTED {
+                    RECENT
+                } else {
+                    MIN_SPAN
+                };
+                let span = ticket
+                    .at
+                    .saturating_duration_since(earliest)
+                    .max(least)
+                    .as_secs_f64();
+                let tokens: f64 = admitted.iter().map(|sent| sent.tokens).sum();
+                let count = admitted.len().max(1) as f64;
+                if exhausted != Exhausted::Tokens {
+                    state.learned.requests = Some(count / span);
+                }
+                if exhausted != Exhausted::Requests {
+                    state.learned.tokens = Some(tokens.max(ticket.tokens) / span);
+                }
+                state.gain = PROBE_PROVISIONAL;
+                state.hold_until = None;
+            }
+            tracing::debug!(requests = ?state.learned.requests, "the first 429: a provisional pace until the next measures");
+            return;
+        }
+        // Calls and tokens a second admitted from `from` until the refused call, and how
+        // many calls that is.
+        let admitted = |from: Instant| {
+            let span = ticket
+                .at
+                .saturating_duration_since(from)
+                .max(MIN_SPAN)
+                .as_secs_f64();
+            let (count, tokens) = state
+                .history
+                .iter()
+                .filter(|sent| sent.at >= from && sent.at < ticket.at)
+                .filter(|sent| sent.heard != Heard::Limited)
+                .fold((0usize, 0.0), |(n, t), sent| (n + 1, t + sent.tokens));
+            (count as f64 / span, tokens / span, count)
+        };
+        // The newest anchor with `MEASURED` calls admitted since (after a stretch where the
+        // provider refused everything, only what it admitted since counts). Before the first
+        // measure, the oldest with at least `MIN_ADMITTED` will do (the longest span): a rough
+        // rate beats a provisional one; after it, a span of a few calls would only add noise.
+        let newest = state
+            .anchors
+            .iter()
+            .rev()
+            .copied()
+            .find(|&a| admitted(a).2 >= MEASURED);
+        let provisional = state.gain > PROBE_MAX;
+        let oldest = state
+            .anchors
+            .front()
+            .copied()
+            .filter(|&a| provisional && admitted(a).2 >= MIN_ADMITTED);
+        let Some(anchor) = newest.or(oldest) else {
+            let oldest = state.anchors.front().copied();
+            state.anchors.push_back(ticket.at);
+            while state.anchors.len() > MAX_ANCHORS
+                || state
+                    .anchors
+                    .front()
+                    .is_some_and(|at| ticket.at.saturating_duration_since(*at) > HISTORY)
+            {
+                state.anchors.pop_front();
+            }
+            tracing::debug!(
+                ?oldest,
+                "a 429 with too few calls admitted to measure: backing off, no rate learned"
+            );
+            return;
+        };
+        let since = admitted(anchor);
+        // The recent span: back to the tenth call admitted before the refused one, and at
+        // least `RECENT` (after a stretch where the provider refused everything, only what it
+        // admitted since counts).
+        let first = state.first_start.unwrap_or(anchor);
+        let tenth = state
+            .history
+            .iter()
+            .rev()
+            .filter(|sent| sent.at < ticket.at && sent.heard != Heard::Limited)
+            .nth(9)
+            .map_or(first, |sent| sent.at);
+        let recent_from = ticket.at.checked_sub(RECENT).map_or(tenth, |at| at.min(tenth));
+        let recent = admitted(
+            first
+                .max(recent_from)
+                .max(anchor.min(ticket.at.checked_sub(RECENT).unwrap_or(anchor))),
+        );
+        // Both measures read low where the bucket is small (it overflows while gacc paces below
+        // the rate, and a 429 comes as soon as the pace passes it): the pace the refused call
+        // started at was then just above the rate. It counts, a little below, up to
+        // `TRUST_PACE` times the measure.
+        let estimate = |measured: f64, paced: Option<f64>| {
+            let paced = paced.map_or(0.0, |p| (BELOW * p).min(TRUST_PACE * measured));
+            Some((BELOW * measured.max(paced)).max(MIN_RATE))
+        };
+        let (requests, tokens) = (since.0.max(recent.0), since.1.max(recent.1));
+        if exhausted != Exhausted::Tokens {
+            state.learned.requests = estimate(requests, ticket.pace.requests);
+        }
+        if exhausted != Exhausted::Requests && tokens > 0.0 {
+            state.learned.tokens = estimate(tokens, ticket.pace.tokens);
+        }
+        // After the first measure, the rate is still rough: a short hold. After later ones,
+        // a longer hold spaces the probes that each cost a 429.
+        let hold = if provisional { PROBE_HOLD_FIRST } else { PROBE_HOLD };
+        state.anchors.clear();
+        state.anchors.push_back(ticket.at);
+        state.gain = PROBE_START;
+        state.hold_until = Some(Instant::now() + round(state.learned).mul_f64(hold));
+        tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
+    }
+
+    /// A reply announced its provider's remaining requests and tokens, as they were when its
+    /// call (`ticket`) arrived: each announcement narrows what the refill rate can be; pace just
+    /// below it, and hold the next call until one more is there.
+    pub(crate) fn announced(&self, ticket: Ticket, announced: Announced) {
+        if announced == Announced::default() {
+            return;
+        }
+        let mut state = self.state();
+        let state = &mut *state;
+        let budgets = [announced.requests, announced.tokens];
+        let mut hold = None;
+        for (at, budget) in budgets.into_iter().enumerate() {
+            let Some(budget) = budget else { continue };
+            if let Some(seen) = budget.bounds() {
+                let bounds = state.bounds[at].map_or(seen, |known| known.and(seen));
+                state.bounds[at] = Some(bounds);
+                let rate = Some(bounds.rate() * BELOW_ANNOUNCED);
+                match at {
+                    0 => state.announced.requests = rate,
+                    _ => state.announced.tokens = rate,
+                }
+            }
+            let rate = state.bounds[at].map_or(0.0, Bounds::rate);
+            hold = hold.max(budget.until(rate));
+        }
+        if let Some(hold) = hold {
+            let until = ticket.at + hold;
+            state.next = Some(state.next.map_or(until, |n| n.max(until)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pacing_spaces_requests_and_tokens() {
+        let pacer = Pacer::new(60, 0, true);
+        let start = Instant::now();
+        for _ in 0..3 {
+            let _ = pacer.wait(0, 0).await;
+        }
+        assert_eq!(Instant::now() - start, Duration::from_secs(2));
+        let pacer = Pacer::new(0, 6000, true);
+        let start = Instant::now();
+        let _ = pacer.wait(1000, 0).await;
+        let _ = pacer.wait(1000, 0).await;
+        let _ = pacer.wait(1000, 0).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_429_sets_a_provisional_pace_and_the_next_measures_from_it() {
+        let pacer = Pacer::new(0, 0, true);
+        // The run's first calls: four sent 10 ms apart, the last three refused before the
+        // first answered. One admitted says little: a provisional pace of one call over
+        // `RECENT`, no more, however many refusals follow.
+        let mut tickets = Vec::new();
+        for _ in 0..4 {
+            tickets.push(pacer.wait(10, 10).await);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        for ticket in tickets.split_off(1) {
+            pacer.limited(ticket, Exhausted::Requests, Duration::from_millis(100));
+        }
+        let provisional = pacer.pace().requests.unwrap();
+        assert!((provisional - 2.0).abs() < 1e-9, "{provisional}");
+        // A provisional pace grows fourfold a round while calls wait on it and are admitted.
+        let before = Instant::now();
+        while Instant::now() - before < Duration::from_secs(2) {
+            let ticket = pacer.wait(10, 10).await;
+            pacer.admitted(ticket, 10, 10);
+        }
+        let grown = pacer.pace().requests.unwrap();
+        assert!(grown > 8.0 * provisional, "{provisional} → {grown}");
+        // While every call is refused (an outage, a storm), it does not grow.
+        let refused = pacer.wait(10, 10).await;
+        pacer.limited(refused, Exhausted::Requests, Duration::from_millis(100));
+        let before = Instant::now();
+        while Instant::now() - before < Duration::from_secs(1) {
+            let ticket = pacer.wait(10, 10).await;
+            pacer.limited(ticket, Exhausted::Requests, Duration::from_millis(100));
+        }
+        assert!(pacer.pace().requests.unwrap() <= grown, "grew while refused");
+        // The bucket was empty at the first 429: calls admitted since, over the time since,
+        // are its refill. Ten a second for two seconds, then a 429: paced just below ten.
+        let pacer = Pacer::new(0, 0, true);
+        let first = pacer.wait(10, 10).await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let refused = pacer.wait(10, 10).await;
+        pacer.admitted(first, 10, 10);
+        pacer.limited(refused, Exhausted::Requests, Duration::from_millis(100));
+        tokio::time::advance(Duration::from_millis(99)).await;
+        let mut tickets = Vec::new();
+        for _ in 0..20 {
+            let ticket = pacer.wait(10, 10).await;
+            tokio::time::advance(Duration::from_millis(100)).await;
+            tickets.push(ticket);
+        }
+        for ticket in tickets {
+            pacer.admitted(ticket, 10, 10);
+        }
+        let refused = pacer.wait(10, 10).await;
+        pacer.limited(refused, Exhausted::Requests, Duration::from_millis(100));
+        // The refused call started at a pace far above ten: it counts, up to `TRUST_PACE`
+        // times the measure.
+        let learned = pacer.pace().requests.unwrap();
+        let (low, high) = (BELOW * 10.0 * 0.95, BELOW * 10.0 * TRUST_PACE * 1.05);
+        assert!(
+            (low..=high).contains(&learned),
+            "learned {learned}/s from ten a second"
+        );
+    }
+
+    #[test]
+    fn a_429_says_which_limit_it_is() {
+        let openai =
+            "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000";
+        assert_eq!(Exhausted::from_message(openai), Exhausted::Tokens);
+        assert_eq!(
+            Exhausted::from_message("Rate limit reached for requests"),
+            Exhausted::Requests
+        );
+        assert_eq!(
+            Exhausted::from_message("Too Many Requests; tokens exhausted"),
+            Exhausted::Unknown
+        );
+        assert_eq!(Exhausted::from_message("slow down"), Exhausted::Unknown);
+    }
+
+    #[test]
+    fn announcements_narrow_the_refill_rate_to_the_providers() {
+        // Between one and two of 500 used (a level of 498.9 shows as 498), refilled in 240 ms.
+        let budget = Allowance {
+            limit: 500.0,
+            remaining: 498.0,
+            reset: Duration::from_millis(240),
+        };
+        let bounds = budget.bounds().unwrap();
+        // The reset is rounded up to a millisecond: the refill took 239 to 240 ms.
+        assert!((bounds.low - 1.0 / 0.24).abs() < 1e-9 && (bounds.high - 2.0 / 0.239).abs() < 1e-9);
+        assert_eq!(budget.until(bounds.rate()), None, "498 left: no wait");
+        // A full budget says nothing; one seen only nearly full is paced on its high bound.
+        let full = Allowance {
+            limit: 5.0,
+            remaining: 5.0,
+            reset: Duration::ZERO,
+        };
+        assert_eq!(full.bounds(), None);
+        let nearly = Allowance {
+            limit: 5.0,
+            remaining: 4.0,
+            reset: Duration::from_millis(50),
+        };
+        assert!((nearly.bounds().unwrap().rate() - 1.0 / 0.049).abs() < 1e-9);
+        // A bucket of 5 refilled at 20 a second, seen at levels between 0 and 2: each
+        // announcement alone is up to a quarter off; together they close on 20.
+        let mut known: Option<Bounds> = None;
+        for level in [0.1, 0.35, 0.6, 0.85, 1.2, 1.95] {
+            let seen = Allowance {
+                limit: 5.0,
+                remaining: f64::floor(level),
+                reset: Duration::from_secs_f64((5.0 - level) / 20.0),
+            };
+            let seen = seen.bounds().unwrap();
+            assert!(seen.low <= 20.0 && 20.0 <= seen.high, "{seen:?}");
+            known = Some(known.map_or(seen, |k| k.and(seen)));
+        }
+        let rate = known.unwrap().rate();
+        assert!((rate - 20.0).abs() < 0.5, "{rate}");
+        // The limit doubled: the bounds start again from what the provider says now.
+        let doubled = Bounds {
+            low: 38.0,
+            high: 42.0,
+        };
+        assert_eq!(known.unwrap().and(doubled), doubled);
+        // Empty at a level of 0.5 (4.5 used, 225 ms to full at 20 a second): the next unit
+        // is there in 25 ms.
+        let empty = Allowance {
+            limit: 5.0,
+            remaining: 0.0,
+            reset: Duration::from_millis(225),
+        };
+        let wait = empty.until(20.0).unwrap();
+        assert!((wait.as_secs_f64() - 0.025).abs() < 1e-9, "{wait:?}");
+    }
+}

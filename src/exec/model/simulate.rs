@@ -1,0 +1,664 @@
+//! The limiter and pacer driven in virtual time against simulated servers, as
+//! `Endpoint::send` drives them: request and token buckets (with or without `Retry-After` and
+//! rate-limit headers) and servers that batch a number of sequences, latency growing past it.
+//! Each cell reports goodput (the server's capacity over the run, as a share), the time until
+//! the server is 90% used, the share of calls that drew a 429 and the median latency. The
+//! bounded grid runs with the tests; the whole grid is `simulated_grid_whole` (ignored).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::endpoint::limited_backoff;
+use super::limiter::Limiter;
+use super::pacer::{Exhausted, Pacer};
+use crate::providers::{Allowance, Announced};
+
+/// A simulated server.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Server {
+    /// A bucket of `rate` a second holding `burst`, of requests or (with `tokens`) of prompt
+    /// tokens; 429 when empty, with `Retry-After: retry_after` when set; `headers` announce it
+    /// on every reply as OpenAI's do.
+    Bucket {
+        rate: f64,
+        burst: f64,
+        tokens: bool,
+        retry_after: Option<u64>,
+        headers: bool,
+        latency: Duration,
+    },
+    /// `capacity` sequences at once take `latency` each; past it each takes longer in
+    /// proportion (the throughput stays at its peak), and nothing is refused.
+    Saturating { capacity: usize, latency: Duration },
+    /// A bucket of `rate` a second holding `burst` that refuses every call (`Retry-After: 1`)
+    /// for `span` from `from`.
+    Storm {
+        rate: f64,
+        burst: f64,
+        from: Duration,
+        span: Duration,
+    },
+}
+
+/// A cell of the grid: a server, the calls of a run, and each call's prompt in tokens.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cell {
+    pub server: Server,
+    pub calls: usize,
+    pub tokens: u64,
+    pub ceiling: usize,
+}
+
+/// What a cell's run did.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Outcome {
+    pub seconds: f64,
+    /// The time the server's capacity needs for the run's calls, over the time they took.
+    pub goodput: f64,
+    /// Seconds until the server was first 90% used.
+    pub to_90: f64,
+    pub share_429: f64,
+    /// Median latency of admitted calls over the unloaded latency.
+    pub latency: f64,
+}
+
+/// The state of a simulated server.
+struct Served {
+    level: f64,
+    at: Instant,
+    in_service: usize,
+    admitted: Vec<(Instant, f64)>,
+    in_service_at_90: Option<Instant>,
+    latencies: Vec<f64>,
+    refused: usize,
+}
+
+enum Arrival {
+    Admitted(Duration, Announced),
+    Refused(Option<Duration>, Announced),
+}
+
+impl Server {
+    fn unloaded(&self) -> Duration {
+        match *self {
+            Server::Bucket { latency, .. } | Server::Saturating { latency, .. } => latency,
+            Server::Storm { .. } => STORM_LATENCY,
+        }
+    }
+
+    /// The server's capacity in what it limits a second, and the amount one call uses.
+    fn capacity(&self, tokens: u64) -> (f64, f64) {
+        match *self {
+            Server::Bucket {
+                rate,
+                tokens: by_tokens,
+                ..
+            } => (rate, if by_tokens { tokens as f64 } else { 1.0 }),
+            Server::Saturating { capacity, latency } => (capacity as f64 / latency.as_secs_f64(), 1.0),
+            Server::Storm { rate, .. } => (rate, 1.0),
+        }
+    }
+
+    fn arrive(&self, served: &mut Served, amount: f64, start: Instant) -> Arrival {
+        let now = Instant::now();
+        match *self {
+            Server::Bucket {
+                rate,
+                burst,
+                retry_after,
+                headers,
+                latency,
+                tokens,
+            } => {
+                served.level = (served.level + (now - served.at).as_secs_f64() * rate).min(burst);
+                served.at = now;
+                let admitted = served.level >= amount;
+                if admitted {
+                    served.level -= amount;
+                }
+                let announced = if headers {
+                    let reset = ((burst - served.level) / rate * 1000.0).ceil();
+                    let allowance = Allowance {
+                        limit: burst,
+                        remaining: served.level.floor(),
+                        reset: Duration::from_millis(reset as u64),
+                    };
+                    if tokens {
+                        Announced {
+                            requests: None,
+                            tokens: Some(allowance),
+                        }
+                    } else {
+                        Announced {
+                            requests: Some(allowance),
+                            tokens: None,
+                        }
+                    }
+                } else {
+                    Announced::default()
+                };
+                if admitted {
+                    served.admitted.push((now, amount));
+                    Arrival::Admitted(latency, announced)
+                } else {
+                    served.refused += 1;
+                    Arrival::Refused(retry_after.map(Duration::from_secs), announced)
+                }
+            }
+            Server::Storm {
+                rate,
+                burst,
+                from,
+                span,
+            } => {
+                let at = now - start;
+                if at >= from && at < from + span {
+                    served.refused += 1;
+                    return Arrival::Refused(Some(Duration::from_secs(1)), Announced::default());
+                }
+                let bucket = Server::Bucket {
+                    rate,
+                    burst,
+                    tokens: false,
+                    retry_after: Some(1),
+                    headers: false,
+                    latency: STORM_LATENCY,
+                };
+                bucket.arrive(served, amount, start)
+            }
+            Server::Saturating { capacity, latency } => {
+                served.in_service += 1;
+                if served.in_service * 10 >= capacity * 9 && served.in_service_at_90.is_none() {
+                    served.in_service_at_90 = Some(now);
+                }
+                let _ = start;
+                served.admitted.push((now, 1.0));
+                let stretch = (served.in_service as f64 / capacity as f64).max(1.0);
+                Arrival::Admitted(latency.mul_f64(stretch), Announced::default())
+            }
+        }
+    }
+}
+
+/// How long a storm server's replies take.
+const STORM_LATENCY: Duration = Duration::from_millis(5);
+/// How long a 429 takes to come back.
+const REFUSAL: Duration = Duration::from_millis(2);
+
+/// Runs a cell in virtual time (the caller's runtime must start paused).
+pub(super) async fn simulate(cell: Cell) -> Outcome {
+    let limiter = Arc::new(Limiter::new(cell.ceiling, true));
+    let pacer = Arc::new(Pacer::new(0, 0, true));
+    let start = Instant::now();
+    let burst = match cell.server {
+        Server::Bucket { burst, .. } | Server::Storm { burst, .. } => burst,
+        Server::Saturating { .. } => 0.0,
+    };
+    let served = Arc::new(Mutex::new(Served {
+        level: burst,
+        at: start,
+        in_service: 0,
+        admitted: Vec::with_capacity(cell.calls),
+        in_service_at_90: None,
+        latencies: Vec::with_capacity(cell.calls),
+        refused: 0,
+    }));
+    let mean_latency = Arc::new(Mutex::new(0.0f64));
+    let next = Arc::new(AtomicUsize::new(0));
+    let (_, amount) = cell.server.capacity(cell.tokens);
+    let mut workers = tokio::task::JoinSet::new();
+    // As many calls wait as the callback's semaphore lets (the endpoint's ceiling).
+    for _ in 0..cell.ceiling.min(cell.calls) {
+        let (limiter, pacer, served, mean_latency, next) = (
+            limiter.clone(),
+            pacer.clone(),
+            served.clone(),
+            mean_latency.clone(),
+            next.clone(),
+        );
+        let server = cell.server;
+        let tokens = cell.tokens;
+        workers.spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < cell.calls {
+                let mut limited = 0;
+                loop {
+                    let mean = Duration::from_secs_f64(*mean_latency.lock().unwrap());
+                    let mut slot = limiter.acquire(pacer.needed(mean.max(limiter.oldest()))).await;
+                    let ticket = slot.pace(pacer.wait(tokens, 0)).await;
+                    limiter.keep_up(pacer.needed(mean.max(limiter.oldest())));
+                    let arrival = server.arrive(&mut served.lock().unwrap(), amount, start);
+                    match arrival {
+                        Arrival::Admitted(latency, announced) => {
+                            tokio::time::sleep(latency).await;
+                            {
+                                let mut served = served.lock().unwrap();
+                                served.latencies.push(latency.as_secs_f64());
+                                served.in_service = served.in_service.saturating_sub(1);
+                            }
+                            {
+                                let mut mean = mean_latency.lock().unwrap();
+                                *mean = if *mean == 0.0 {
+                                    latency.as_secs_f64()
+                                } else {
+                                    0.9 * *mean + 0.1 * latency.as_secs_f64()
+                                };
+                            }
+                            pacer.announced(ticket, announced);
+                            pacer.admitted(ticket, tokens, tokens);
+                            slot.succeeded("reader", latency);
+                            break;
+                        }
+                        Arrival::Refused(told, announced) => {
+                            tokio::time::sleep(REFUSAL).await;
+                            limited += 1;
+                            pacer.announced(ticket, announced);
+                            let exhausted = match server {
+                                Server::Bucket { tokens: true, .. } => Exhausted::Tokens,
+                                _ => Exhausted::Requests,
+                            };
+                            let latency =
+                                Duration::from_secs_f64(*mean_latency.lock().unwrap()).max(limiter.oldest());
+                            let needed = pacer.limited(ticket, exhausted, latency);
+                            slot.rate_limited(needed, REFUSAL);
+                            drop(slot);
+                            let backoff = limited_backoff(limited);
+                            let wait = told.map_or(backoff, |told| told.max(backoff));
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    if std::env::var_os("SIM_TRACE").is_some() {
+        let (limiter, pacer, served) = (limiter.clone(), pacer.clone(), served.clone());
+        workers.spawn(async move {
+            for second in 0..90 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let live = limiter.live(pacer.pace());
+                let served = served.lock().unwrap();
+                eprintln!(
+                    "t={second} admitted {} refused {} limit {} in flight {} pace {:?} {:?}",
+                    served.admitted.len(),
+                    served.refused,
+                    live.limit,
+                    live.in_flight,
+                    live.pace.requests,
+                    live.pace.tokens
+                );
+            }
+        });
+    }
+    while workers.join_next().await.is_some() {}
+    let seconds = (Instant::now() - start).as_secs_f64();
+    let served = served.lock().unwrap();
+    let unloaded = cell.server.unloaded().as_secs_f64();
+    let ideal = ideal(&cell);
+    let to_90 = match cell.server {
+        Server::Bucket { rate, .. } => used_90(&served.admitted, rate, start),
+        // The storm: from its end, when 90% of the rate was back.
+        Server::Storm { rate, from, span, .. } => {
+            let after: Vec<(Instant, f64)> = served
+                .admitted
+                .iter()
+                .copied()
+                .filter(|(at, _)| *at >= start + from + span)
+                .collect();
+            used_90(&after, rate, start + from + span)
+        }
+        Server::Saturating { .. } => served
+            .in_service_at_90
+            .map_or(f64::INFINITY, |at| (at - start).as_secs_f64()),
+    };
+    let mut latencies = served.latencies.clone();
+    latencies.sort_by(f64::total_cmp);
+    let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
+    Outcome {
+        seconds,
+        goodput: ideal / seconds,
+        to_90,
+        share_429: served.refused as f64 / cell.calls as f64,
+        latency: median / unloaded,
+    }
+}
+
+/// The time the server's capacity needs for a cell's calls: what its rate (or batch) admits,
+/// and the last reply's latency.
+fn ideal(cell: &Cell) -> f64 {
+    let (capacity, amount) = cell.server.capacity(cell.tokens);
+    let unloaded = cell.server.unloaded().as_secs_f64();
+    match cell.server {
+        Server::Bucket { .. } => cell.calls as f64 * amount / capacity + unloaded,
+        Server::Storm { span, .. } => cell.calls as f64 * amount / capacity + unloaded + span.as_secs_f64(),
+        Server::Saturating { .. } => (cell.calls as f64 / capacity).max(unloaded),
+    }
+}
+
+/// The first time from which what a bucket admitted over a window reached 90% of its rate:
+/// the window a second, or ten calls' worth where that is longer.
+fn used_90(admitted: &[(Instant, f64)], rate: f64, start: Instant) -> f64 {
+    let window = (10.0 / rate).max(1.0);
+    let mut sum = 0.0;
+    let mut first = 0;
+    for (at, amount) in admitted {
+        sum += amount;
+        while (*at - admitted[first].0).as_secs_f64() > window {
+            sum -= admitted[first].1;
+            first += 1;
+        }
+        if sum >= 0.9 * rate * window {
+            // From the window's start on, the server was 90% used.
+            return (admitted[first].0 - start).as_secs_f64();
+        }
+    }
+    f64::INFINITY
+}
+
+/// Whether an outcome meets SPEC §8's promise: goodput at least 0.9, the server 90% used
+/// within 5 s or 5% of the run's ideal time, at most 2% of calls refused where the server
+/// announces its limits, median latency at most twice the unloaded.
+pub(super) fn meets(cell: &Cell, outcome: &Outcome) -> Result<(), String> {
+    let ideal = ideal(cell);
+    let mut missed = Vec::new();
+    if outcome.goodput < 0.9 {
+        missed.push(format!("goodput {:.2}", outcome.goodput));
+    }
+    if outcome.to_90 > (0.05 * ideal).max(5.0) {
+        missed.push(format!("90% used after {:.1} s", outcome.to_90));
+    }
+    if let Server::Bucket { headers: true, .. } = cell.server
+        && outcome.share_429 > 0.02
+    {
+        missed.push(format!("{:.1}% of calls drew a 429", outcome.share_429 * 100.0));
+    }
+    if outcome.latency > 2.0 {
+        missed.push(format!("median latency {:.1}× unloaded", outcome.latency));
+    }
+    if missed.is_empty() {
+        Ok(())
+    } else {
+        Err(missed.join(", "))
+    }
+}
+
+/// Why a cell cannot meet the promise whatever the limiter does, if it cannot.
+pub(super) fn cannot(cell: &Cell) -> Option<String> {
+    let (capacity, amount) = cell.server.capacity(cell.tokens);
+    let ideal = ideal(cell);
+    // The limit grows on replies only (a server that is not there yet, or small, is never
+    // flooded): three times as many calls a round trip from `START`.
+    let latency = cell.server.unloaded().as_secs_f64();
+    let needed = (capacity / amount * latency).max(1.0) * 0.9;
+    let rounds = (needed / 4.0).log(3.0).ceil().max(0.0);
+    let slow_growth = (rounds * latency > (0.05 * ideal).max(5.0)).then(|| {
+        format!("{needed:.0} calls in flight are needed and growth waits on replies: {rounds} round trips of {latency} s")
+    });
+    let reason = match cell.server {
+        Server::Bucket {
+            rate,
+            burst,
+            latency,
+            tokens,
+            retry_after,
+            ..
+        } => {
+            let calls_a_second = if tokens { rate / cell.tokens as f64 } else { rate };
+            if burst < 2.0 * amount && calls_a_second > 500.0 {
+                return Some(format!(
+                    "a bucket of one call refilled every {:.1} ms: timers wake to a millisecond, and two calls closer than that draw a 429",
+                    1000.0 / calls_a_second
+                ));
+            }
+            let needed = calls_a_second * latency.as_secs_f64();
+            if needed > cell.ceiling as f64 * 0.9 {
+                return Some(format!(
+                    "the pace needs {needed:.0} calls in flight (pace × latency), above max_concurrency = {}",
+                    cell.ceiling
+                ));
+            }
+            if let Some(wait) = retry_after.filter(|&w| w as f64 > 0.1 * ideal) {
+                return Some(format!(
+                    "a 429 holds its call {wait} s (Retry-After), more than a tenth of the run's {ideal:.0} s"
+                ));
+            }
+            None
+        }
+        Server::Saturating { capacity, .. } if capacity > cell.ceiling => Some(format!(
+            "the server batches {capacity} sequences, above max_concurrency = {}",
+            cell.ceiling
+        )),
+        Server::Saturating { .. } | Server::Storm { .. } => None,
+    };
+    reason.or(slow_growth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CEILING: usize = crate::inputs::models::DEFAULT_MAX_CONCURRENCY;
+
+    fn bucket(rate: f64, burst: f64, retry_after: Option<u64>, headers: bool, latency_ms: u64) -> Server {
+        Server::Bucket {
+            rate,
+            burst,
+            tokens: false,
+            retry_after,
+            headers,
+            latency: Duration::from_millis(latency_ms),
+        }
+    }
+
+    /// The calls of a run against a server: about a minute of its capacity, within bounds.
+    fn cell(server: Server, tokens: u64) -> Cell {
+        let (capacity, amount) = server.capacity(tokens);
+        let minute = (capacity * 60.0 / amount) as usize;
+        Cell {
+            server,
+            calls: minute.clamp(300, 12_000),
+            tokens,
+            ceiling: CEILING,
+        }
+    }
+
+    /// Simulates each cell, prints a table, and returns the cells that missed without a
+    /// reason that they must.
+    fn grid(cells: &[Cell]) -> Vec<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let mut failed = Vec::new();
+        println!(
+            "{:<64} {:>6} {:>8} {:>7} {:>7} {:>6} {:>6}",
+            "server", "calls", "seconds", "goodput", "to 90%", "429s", "lat×"
+        );
+        for cell in cells {
+            let outcome = runtime.block_on(simulate(*cell));
+            let verdict = match (meets(cell, &outcome), cannot(cell)) {
+                (Ok(()), _) => "ok".to_owned(),
+                (Err(why), Some(reason)) => format!("cannot: {reason} ({why})"),
+                (Err(why), None) => {
+                    failed.push(format!("{:?}: {why}", cell.server));
+                    format!("MISSED: {why}")
+                }
+            };
+            println!(
+                "{:<64} {:>6} {:>8.1} {:>7.3} {:>7.1} {:>5.1}% {:>6.2} {verdict}",
+                describe(&cell.server),
+                cell.calls,
+                outcome.seconds,
+                outcome.goodput,
+                outcome.to_90,
+                outcome.share_429 * 100.0,
+                outcome.latency
+            );
+        }
+        failed
+    }
+
+    fn describe(server: &Server) -> String {
+        match *server {
+            Server::Bucket {
+                rate,
+                burst,
+                tokens,
+                retry_after,
+                headers,
+                latency,
+            } => format!(
+                "{} {rate}/s burst {burst} RA {} {} {:?}",
+                if tokens { "tokens" } else { "requests" },
+                retry_after.map_or("-".to_owned(), |r| r.to_string()),
+                if headers { "headers" } else { "silent" },
+                latency
+            ),
+            Server::Saturating { capacity, latency } => format!("saturating {capacity} seqs {latency:?}"),
+            Server::Storm { rate, span, .. } => format!("storm of {span:?} on {rate}/s"),
+        }
+    }
+
+    /// Request buckets of each rate, with bursts of one call, a second's and a minute's worth
+    /// (or those of `seconds` when given).
+    fn buckets(rates: &[f64], latencies: &[u64], seconds: Option<&[f64]>) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for &rate in rates {
+            let bursts: Vec<f64> = match seconds {
+                Some(seconds) => seconds.iter().map(|s| (rate * s).max(1.0)).collect(),
+                None => vec![1.0, rate, rate * 60.0],
+            };
+            for burst in bursts {
+                for retry_after in [None, Some(0), Some(1), Some(60)] {
+                    for headers in [false, true] {
+                        for &latency in latencies {
+                            cells.push(cell(bucket(rate, burst, retry_after, headers, latency), 10));
+                        }
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    /// Token buckets of `rate` prompt tokens a second, calls of 2,000 tokens, with bursts of
+    /// one call, a second's and a minute's worth (or those of `seconds` when given).
+    fn token_buckets(rates: &[f64], latencies: &[u64], seconds: Option<&[f64]>) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for &rate in rates {
+            let bursts: Vec<f64> = match seconds {
+                Some(seconds) => seconds.iter().map(|s| (rate * s).max(2000.0)).collect(),
+                None => vec![2000.0, rate, rate * 60.0],
+            };
+            for burst in bursts {
+                for retry_after in [None, Some(1)] {
+                    for headers in [false, true] {
+                        for &latency in latencies {
+                            let server = Server::Bucket {
+                                rate,
+                                burst,
+                                tokens: true,
+                                retry_after,
+                                headers,
+                                latency: Duration::from_millis(latency),
+                            };
+                            cells.push(cell(server, 2000));
+                        }
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    fn saturating(capacities: &[usize], latencies: &[u64]) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for &capacity in capacities {
+            for &latency in latencies {
+                let server = Server::Saturating {
+                    capacity,
+                    latency: Duration::from_millis(latency),
+                };
+                let mut cell = cell(server, 10);
+                // At least forty round trips of a full server.
+                cell.calls = cell.calls.max(capacity * 40).min(25_000);
+                cells.push(cell);
+            }
+        }
+        cells
+    }
+
+    #[test]
+    #[ignore]
+    fn simulated_one() {
+        // SIM_CELLS="rate,burst,retry_after,headers,latency_ms;…" (retry_after -1: none).
+        let cells: Vec<Cell> = std::env::var("SIM_CELLS")
+            .unwrap_or_default()
+            .split(';')
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                let f: Vec<f64> = c.split(',').map(|x| x.trim().parse().unwrap()).collect();
+                let retry_after = (f[2] >= 0.0).then_some(f[2] as u64);
+                let mut server = bucket(f[0], f[1], retry_after, f[3] > 0.0, f[4] as u64);
+                // A sixth field: a token bucket, calls of 2,000 tokens.
+                if let (Some(_), Server::Bucket { tokens, .. }) = (f.get(5), &mut server) {
+                    *tokens = true;
+                    return cell(server, 2000);
+                }
+                cell(server, 10)
+            })
+            .collect();
+        grid(&cells);
+    }
+
+    #[test]
+    fn simulated_grid_bounded() {
+        // Bursts of a quarter second's worth (the benchmark's server), a second's and a
+        // minute's worth; buckets of one call are in the whole grid, where those refilled ten
+        // to twenty times a second without headers fall short (README, "Rate limits").
+        let mut cells = buckets(&[20.0], &[5, 1000], Some(&[0.25, 1.0, 60.0]));
+        cells.extend(token_buckets(&[20_000.0], &[200], Some(&[0.25, 1.0, 60.0])));
+        cells.extend(saturating(&[4, 64], &[50, 1000]));
+        let failed = grid(&cells);
+        assert!(failed.is_empty(), "{failed:#?}");
+    }
+
+    #[test]
+    fn after_a_storm_the_pace_is_back_within_seconds() {
+        let server = Server::Storm {
+            rate: 20.0,
+            burst: 5.0,
+            from: Duration::from_secs(5),
+            span: Duration::from_secs(30),
+        };
+        let cell = Cell {
+            server,
+            calls: 1500,
+            tokens: 10,
+            ceiling: CEILING,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(simulate(cell));
+        println!("{outcome:?}");
+        assert!(outcome.to_90 <= 5.0, "{outcome:?}");
+        assert!(outcome.goodput >= 0.9, "{outcome:?}");
+    }
+
+    #[test]
+    #[ignore]
+    fn simulated_grid_whole() {
+        let mut cells = buckets(&[1.0, 20.0, 200.0, 2000.0], &[5, 300, 1000, 20_000], None);
+        cells.extend(token_buckets(&[20_000.0, 200_000.0], &[200, 1000], None));
+        cells.extend(saturating(&[4, 16, 64, 256, 512], &[5, 100, 1000, 20_000]));
+        let failed = grid(&cells);
+        assert!(failed.is_empty(), "{failed:#?}");
+    }
+}
