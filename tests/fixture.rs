@@ -143,7 +143,10 @@ fn a_second_run_makes_no_calls_and_writes_the_same_report() {
         .unwrap();
     let plan = String::from_utf8(plan.stdout).unwrap();
     assert!(plan.contains("judge            36        0       36"), "{plan}");
-    assert!(plan.contains("judge: 36 of 36 wait on reads not yet made"), "{plan}");
+    assert!(
+        plan.contains("judge: 36 of 36 wait on reads not yet made"),
+        "{plan}"
+    );
 }
 
 #[test]

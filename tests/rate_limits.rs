@@ -18,7 +18,11 @@ const RATE: f64 = 20.0;
 const BURST: f64 = 5.0;
 const TOKEN_RATE: f64 = 20_000.0;
 
-/// The three servers.
+/// Sequences the saturating server batches, and how long each takes unloaded.
+const CAPACITY: u64 = 64;
+const SEQUENCE: Duration = Duration::from_millis(500);
+
+/// The servers.
 #[derive(Debug, Clone, Copy)]
 enum Server {
     /// (a)
@@ -27,6 +31,11 @@ enum Server {
     Announced,
     /// (c)
     Tokens,
+    /// A local model server with no rate limit: `CAPACITY` sequences at once, each taking
+    /// `SEQUENCE`; past it, latency grows in proportion (peak throughput 128 requests/s).
+    Saturating,
+    /// (a), every request refused for this many seconds from the first second on.
+    Storm(u64),
 }
 
 impl Server {
@@ -53,6 +62,22 @@ impl Server {
                 delay: Duration::from_millis(200),
                 ..Behaviour::default()
             },
+            Server::Saturating => Behaviour {
+                capacity: Some(CAPACITY),
+                delay: SEQUENCE,
+                ..Behaviour::default()
+            },
+            Server::Storm(seconds) => Behaviour {
+                storm: Some((Duration::from_secs(1), Duration::from_secs(seconds))),
+                ..Server::Requests.behaviour()
+            },
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Server::Storm(_) => "storm".into(),
+            other => format!("{other:?}").to_lowercase(),
         }
     }
 
@@ -110,8 +135,7 @@ struct Ran {
 fn run(scratch: &Scratch, server: Server, calls: usize) -> (Ran, MockApi) {
     let api = MockApi::start(Format::OpenAi, server.behaviour());
     workload(scratch, calls, server.line_bytes());
-    let name = format!("{server:?}").to_lowercase();
-    let manifest = manifest(scratch, &api, &name);
+    let manifest = manifest(scratch, &api, &server.name());
     let started = Instant::now();
     // The benchmark's `GACC_SET` adds `--set` options (e.g. `models.mock.rpm=1200`).
     let sets: Vec<String> = std::env::var("GACC_SET")
@@ -175,6 +199,54 @@ fn announced_limits_are_paced_to_and_draw_few_429s() {
 }
 
 #[test]
+fn a_local_server_without_429s_is_filled_to_its_batch_and_no_further() {
+    let scratch = Scratch::empty();
+    // About ten seconds at the server's peak, most of them past the start.
+    let calls = 1200;
+    let (ran, api) = run(&scratch, Server::Saturating, calls);
+    assert_clean(Server::Saturating, &ran, &api, calls);
+    // The limit grew past the 16 calls a fixed default once allowed, to fill the batch.
+    let peak = api.counts().get(&api.counts().peak_in_flight);
+    assert!(peak >= CAPACITY, "at most {peak} requests in flight");
+    assert!(
+        ran.endpoint["peak_in_flight"].as_u64().unwrap() >= CAPACITY,
+        "{}",
+        ran.endpoint
+    );
+    // And no further than latency allows: the median reply took at most twice as long as
+    // an unloaded one, as the server itself timed them.
+    let mut latencies: Vec<Duration> = api.counts().answered_at().iter().map(|(_, took)| *took).collect();
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    assert!(
+        median <= SEQUENCE * 2,
+        "median latency {median:?}, peak {peak}: {}",
+        ran.endpoint
+    );
+}
+
+#[test]
+fn after_a_429_storm_no_call_failed_none_was_sent_twice_and_the_pace_is_back_within_seconds() {
+    let scratch = Scratch::empty();
+    let calls = 300;
+    let storm = 10;
+    let (ran, api) = run(&scratch, Server::Storm(storm), calls);
+    assert_clean(Server::Storm(storm), &ran, &api, calls);
+    // The five seconds after the storm admitted at least half of what the limit allows.
+    let end = Duration::from_secs(1 + storm);
+    let after = api
+        .counts()
+        .answered_at()
+        .iter()
+        .filter(|(at, _)| *at >= end && *at < end + Duration::from_secs(5))
+        .count();
+    assert!(
+        after as f64 >= 0.5 * RATE * 5.0,
+        "{after} answered in the 5 s after the storm"
+    );
+}
+
+#[test]
 fn an_untold_token_limit_is_learned_with_no_failed_call() {
     let scratch = Scratch::empty();
     let (ran, api) = run(&scratch, Server::Tokens, 40);
@@ -185,41 +257,48 @@ fn an_untold_token_limit_is_learned_with_no_failed_call() {
 }
 
 /// A benchmark, not a test (`cargo test --release --test rate_limits -- --ignored
-/// --nocapture`): 1,500 calls against each server, goodput as a share of its limit. With
-/// `GACC_PEER` set to a command, each server is also driven by that command (given the
-/// server's URL in `MOCK_URL`, the number of calls in `CALLS` and the data in `DATA`), side by
-/// side; its goodput is measured from what the server admitted.
+/// --nocapture`): a 420-call run against server (a), 1,500 calls against each of (a), (b) and
+/// (c), 840 against the saturating server and 600 through a 30 s storm; goodput as a share of
+/// the server's capacity, and for the saturating server the median latency over the unloaded
+/// one. With `GACC_PEER` set to a command, each server is also driven by that command (given
+/// the server's URL in `MOCK_URL`, the number of calls in `CALLS` and the data in `DATA`), side
+/// by side; its goodput is measured from what the server admitted. `SERVERS` picks rows by
+/// name.
 #[test]
 #[ignore]
 fn rate_limit_benchmark() {
-    let calls: usize = std::env::var("CALLS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(1500);
     let peer = std::env::var("GACC_PEER").ok();
     println!(
-        "{:<10} {:<6} {:>6} {:>8} {:>8} {:>7} {:>7} {:>6}",
-        "server", "runner", "calls", "seconds", "goodput", "429s", "failed", "twice"
+        "{:<10} {:<6} {:>6} {:>8} {:>8} {:>7} {:>7} {:>6} {:>6}",
+        "server", "runner", "calls", "seconds", "goodput", "429s", "failed", "twice", "lat×"
     );
     let only = std::env::var("SERVERS").unwrap_or_default().to_lowercase();
-    for server in [Server::Requests, Server::Announced, Server::Tokens] {
-        if !only.is_empty() && !only.contains(&format!("{server:?}").to_lowercase()) {
+    let rows = [
+        (Server::Requests, 420),
+        (Server::Requests, 1500),
+        (Server::Announced, 1500),
+        (Server::Tokens, 1500),
+        (Server::Saturating, 840),
+        (Server::Storm(30), 1000),
+    ];
+    for (server, calls) in rows {
+        if !only.is_empty() && !only.split(',').any(|name| name == server.name()) {
             continue;
         }
         let scratch = Scratch::empty();
         let (ran, api) = run(&scratch, server, calls);
         let counts = api.counts();
-        let share = goodput(server, &api, ran.seconds);
         println!(
-            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6}",
-            format!("{server:?}"),
+            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6} {:>6.2}",
+            server.name(),
             "gacc",
             ran.made,
             ran.seconds,
-            share,
+            goodput(server, &api, ran.seconds),
             counts.get(&counts.rate_limited),
             ran.failed,
-            api.repeated()
+            api.repeated(),
+            median_latency(server, &api),
         );
         println!("{:<10} run.json: {}", "", ran.endpoint);
         let Some(peer) = &peer else { continue };
@@ -236,8 +315,8 @@ fn rate_limit_benchmark() {
         let counts = api.counts();
         let answered = counts.get(&counts.answered);
         println!(
-            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6}",
-            format!("{server:?}"),
+            "{:<10} {:<6} {:>6} {:>8.1} {:>8.3} {:>7} {:>7} {:>6} {:>6.2}",
+            server.name(),
             "peer",
             answered,
             seconds,
@@ -248,18 +327,43 @@ fn rate_limit_benchmark() {
             } else {
                 calls as u64
             },
-            api.repeated()
+            api.repeated(),
+            median_latency(server, &api),
         );
     }
 }
 
-/// Admitted requests (prompt tokens for the tokens server) per second over the limit.
+/// Admitted requests (prompt tokens for the tokens server) per second over the limit (the
+/// peak throughput for the saturating server; the five seconds after a storm).
 fn goodput(server: Server, api: &MockApi, seconds: f64) -> f64 {
     let counts = api.counts();
+    let answered = counts.get(&counts.answered) as f64;
     match server {
         Server::Tokens => counts.get(&counts.prompt_tokens_admitted) as f64 / seconds / TOKEN_RATE,
-        _ => counts.get(&counts.answered) as f64 / seconds / RATE,
+        Server::Saturating => answered / seconds / (CAPACITY as f64 / SEQUENCE.as_secs_f64()),
+        // The storm: what the five seconds after it admitted, over the limit.
+        Server::Storm(storm) => {
+            let end = Duration::from_secs(1 + storm);
+            let after = counts
+                .answered_at()
+                .iter()
+                .filter(|(at, _)| *at >= end && *at < end + Duration::from_secs(5))
+                .count();
+            after as f64 / (5.0 * RATE)
+        }
+        _ => answered / seconds / RATE,
     }
+}
+
+/// The median reply's time at the server over its unloaded time (the saturating server), or 0.
+fn median_latency(server: Server, api: &MockApi) -> f64 {
+    let Server::Saturating = server else {
+        return 0.0;
+    };
+    let mut took: Vec<Duration> = api.counts().answered_at().iter().map(|(_, t)| *t).collect();
+    took.sort();
+    took.get(took.len() / 2)
+        .map_or(0.0, |t| t.as_secs_f64() / SEQUENCE.as_secs_f64())
 }
 
 #[test]

@@ -43,11 +43,35 @@ pub enum Format {
 
 /// `gacc run`: prints the summary on stderr (unless quiet) and the run folder on stdout.
 /// Where past runs are looked for when `--runs` is not given.
+/// Raises the soft limit on open files to the hard limit (at most 65,536): each call in flight
+/// to a model endpoint holds a connection, and `max_concurrency` defaults to 1,024, the soft
+/// limit of many systems.
+fn raise_open_files() {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit read and write only the struct passed.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                let wanted = limit.rlim_max.min(65_536);
+                if limit.rlim_cur < wanted {
+                    limit.rlim_cur = wanted;
+                    let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                }
+            }
+        }
+    }
+}
+
 pub fn default_runs() -> std::path::PathBuf {
     crate::inputs::manifest::default_runs()
 }
 
 pub fn run(options: &RunOptions) -> Result<Ended, Error> {
+    raise_open_files();
     let finished = run::run(options)?;
     if !options.quiet {
         eprintln!("{}", finished.summary);

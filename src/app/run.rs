@@ -80,6 +80,7 @@ fn endpoint_record(models: &super::prepare::Models) -> BTreeMap<String, Endpoint
                 retries: endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
                 rate_limited: live.rate_limited,
                 final_limit: live.limit,
+                peak_in_flight: live.peak,
                 // The pace the endpoint ended on (learned, announced or set), and what it
                 // sustained: `gacc plan` estimates the next run's time from it.
                 pace_rpm: per_minute(live.pace.requests),
@@ -347,13 +348,17 @@ fn open(
 }
 
 /// A batch endpoint gathers every call that is ready: then every memory job is in flight at
-/// once (each waits, holding little, for its batch); else the scheduler's own window.
+/// once (each waits, holding little, for its batch). Else the scheduler's own window, widened
+/// to the most calls in flight a model endpoint allows, so that a model compressor (one call
+/// per memory job) can fill a server that batches hundreds of sequences.
 fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Option<usize> {
-    models
-        .endpoints
-        .values()
-        .any(|e| e.spec.batch.spec().is_some())
-        .then_some(prepared.plan.memories.len().max(1))
+    let endpoints = models.endpoints.values();
+    if endpoints.clone().any(|e| e.spec.batch.spec().is_some()) {
+        return Some(prepared.plan.memories.len().max(1));
+    }
+    let widest = endpoints.map(|e| e.spec.max_concurrency).max()?;
+    let window = crate::runner::default_window(prepared.loaded.manifest.run.concurrency);
+    Some(window.max(widest))
 }
 
 /// The `--json` summary's view of the report: each cell's figures, integrity, and whether

@@ -257,8 +257,8 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
                 None => String::new(),
             };
             format!(
-                " · {} {}/{} in flight{waiting}{batches}",
-                endpoint.name, live.in_flight, live.limit
+                " · {} {}/{} in flight, {:.1}/s{waiting}{batches}",
+                endpoint.name, live.in_flight, live.limit, live.throughput
             )
         })
         .collect();

@@ -118,6 +118,11 @@ const JOBS_IN_FLIGHT_PER_SLOT: usize = 16;
 /// Memory jobs in flight at the least, however small the run's concurrency.
 const MIN_JOBS_IN_FLIGHT: usize = 64;
 
+/// The memory jobs in flight at once for a run's concurrency, unless the run says otherwise.
+pub(crate) fn default_window(concurrency: usize) -> usize {
+    (JOBS_IN_FLIGHT_PER_SLOT * concurrency).max(MIN_JOBS_IN_FLIGHT)
+}
+
 /// What a run's tasks share: the setup, the book of calls, the limits and what is measured.
 pub(super) struct RunState {
     setup: Setup,
@@ -214,8 +219,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
-    let window = (shared.setup.jobs_in_flight)
-        .unwrap_or((JOBS_IN_FLIGHT_PER_SLOT * shared.setup.concurrency).max(MIN_JOBS_IN_FLIGHT));
+    let window = (shared.setup.jobs_in_flight).unwrap_or(default_window(shared.setup.concurrency));
     let total = shared.setup.plan.memories.len();
     let mut tasks = JoinSet::new();
     let mut next = 0;

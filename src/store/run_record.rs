@@ -46,6 +46,9 @@ pub(crate) struct EndpointRecord {
     pub final_limit: usize,
     pub pace_rpm: Option<f64>,
     pub pace_tpm: Option<f64>,
+    /// The most calls it had in flight at once.
+    #[serde(default)]
+    pub peak_in_flight: usize,
     pub rate_limited: u64,
     pub requests: u64,
     pub retries: u64,

@@ -73,6 +73,11 @@ pub struct Behaviour {
     pub redirect: Option<String>,
     /// Every 200 reply reports this `usage` instead of what it billed.
     pub usage: Option<Value>,
+    /// A server that batches this many sequences: past it, each reply's `delay` grows in
+    /// proportion to the requests in flight (its throughput stays at its peak).
+    pub capacity: Option<u64>,
+    /// Every model request in this span after the first request answers 429 (`Retry-After: 1`).
+    pub storm: Option<(Duration, Duration)>,
 }
 
 #[derive(Debug, Default)]
@@ -92,11 +97,30 @@ pub struct Counts {
     /// Prompt tokens the token bucket admitted.
     pub prompt_tokens_admitted: AtomicU64,
     in_flight: AtomicU64,
+    /// When each model request was answered with a 200, and how long it took, from the first
+    /// request.
+    pub answered_at: Mutex<Vec<(Duration, Duration)>>,
+    first: Mutex<Option<Instant>>,
 }
 
 impl Counts {
     pub fn get(&self, counter: &AtomicU64) -> u64 {
         counter.load(Ordering::SeqCst)
+    }
+
+    /// (when from the first request, latency) of every 200 model reply, in order.
+    pub fn answered_at(&self) -> Vec<(Duration, Duration)> {
+        let mut answered = self.answered_at.lock().unwrap().clone();
+        answered.sort();
+        answered
+    }
+
+    fn since_first(&self) -> Duration {
+        self.first
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now)
+            .elapsed()
     }
 }
 
@@ -375,6 +399,20 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
             "Incorrect API key provided: sk-t****cret. You can find your API key at https://example.invalid.",
         );
     }
+    let arrived = counts.since_first();
+    if let Some((from, span)) = behaviour.storm
+        && arrived >= from
+        && arrived < from + span
+    {
+        counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+        return (
+            429,
+            "Retry-After: 1\r\n".into(),
+            json!({"error": {"message": "Rate limit reached for requests"}})
+                .to_string()
+                .into_bytes(),
+        );
+    }
     let mut announced = String::new();
     if let Some(rate) = behaviour.rate {
         let capacity = behaviour.burst.unwrap_or(rate.max(1.0));
@@ -417,7 +455,10 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         return error(503, "overloaded");
     }
     if !behaviour.delay.is_zero() {
-        std::thread::sleep(behaviour.delay);
+        let stretch = behaviour.capacity.map_or(1.0, |capacity| {
+            (counts.get(&counts.in_flight) as f64 / capacity as f64).max(1.0)
+        });
+        std::thread::sleep(behaviour.delay.mul_f64(stretch));
     }
     let Ok(request) = serde_json::from_slice::<Value>(body) else {
         return error(400, "the body is not JSON");
@@ -460,6 +501,12 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
     if let Some(usage) = &behaviour.usage {
         reply["usage"] = usage.clone();
     }
+    let done = counts.since_first();
+    counts
+        .answered_at
+        .lock()
+        .unwrap()
+        .push((done, done.saturating_sub(arrived)));
     (200, announced, reply.to_string().into_bytes())
 }
 
