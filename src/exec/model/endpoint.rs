@@ -111,6 +111,12 @@ impl Endpoint {
         Duration::from_secs_f64(*self.latency.locked())
     }
 
+    /// The latency the pace's calls in flight are counted with: the mean of replies, and at
+    /// least the age of the oldest call in the server (before any reply says what it is).
+    fn pace_latency(&self) -> Duration {
+        self.latency().max(self.limiter.oldest())
+    }
+
     pub(super) fn took(&self, elapsed: Duration) {
         let mut mean = self.latency.locked();
         *mean = if *mean == 0.0 {
@@ -188,11 +194,10 @@ impl Endpoint {
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
-            let needed = self.pacer.needed(self.latency().max(self.limiter.oldest()));
+            let needed = self.pacer.needed(self.pace_latency());
             let mut slot = self.limiter.acquire(needed).await;
             let ticket = slot.pace(self.pacer.wait(estimate.0, estimate.1)).await;
-            self.limiter
-                .keep_up(self.pacer.needed(self.latency().max(self.limiter.oldest())));
+            self.limiter.keep_up(self.pacer.needed(self.pace_latency()));
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
@@ -216,9 +221,7 @@ impl Endpoint {
                     limited += 1;
                     self.pacer.announced(ticket, announced);
                     let exhausted = exhausted(&announced, &message);
-                    let needed =
-                        self.pacer
-                            .limited(ticket, exhausted, self.latency().max(self.limiter.oldest()));
+                    let needed = self.pacer.limited(ticket, exhausted, self.pace_latency());
                     slot.rate_limited(needed, started.elapsed());
                     // Only this call waits the provider's word, and a jittered backoff that
                     // grows a little each time, so that retries do not arrive together. It

@@ -175,7 +175,6 @@ impl Server {
                 if served.in_service * 10 >= capacity * 9 && served.in_service_at_90.is_none() {
                     served.in_service_at_90 = Some(now);
                 }
-                let _ = start;
                 served.admitted.push((now, 1.0));
                 let stretch = (served.in_service as f64 / capacity as f64).max(1.0);
                 Arrival::Admitted(latency.mul_f64(stretch), Announced::default())
