@@ -356,7 +356,16 @@ pub(super) fn models(loaded: &Loaded, planning: bool) -> Result<Models, Error> {
             Endpoint::new(name, spec)
         };
         match endpoint {
-            Ok(endpoint) => {
+            Ok(mut endpoint) => {
+                if !planning {
+                    let runs = loaded.project.join("runs").join(&loaded.manifest.name);
+                    let earlier = crate::store::run_record::newest_first(&runs)
+                        .into_iter()
+                        .find_map(|(_, run)| run.endpoints.get(name).filter(|e| e.requests > 0).cloned());
+                    if let Some(earlier) = earlier {
+                        endpoint.resume(&earlier);
+                    }
+                }
                 endpoints.insert(name.to_owned(), Arc::new(endpoint));
             }
             Err(message) => problems.push(Problem {

@@ -22,7 +22,6 @@ use crate::protocol::messages::{
 };
 use crate::protocol::{Role, Stage};
 use crate::store::cache::{Cache, Kind};
-use crate::store::run_record::RunRecord;
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
 pub(super) fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
@@ -450,26 +449,7 @@ fn estimate_time(bound: &mut CallBounds, name: &str, spec: &crate::inputs::model
         bound.time_from = "rpm/tpm".into();
         return;
     }
-    let mut folders: Vec<_> = std::fs::read_dir(runs)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| {
-            path.is_dir()
-                && !path
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
-        .collect();
-    folders.sort();
-    for folder in folders.iter().rev() {
-        let Ok(text) = std::fs::read_to_string(folder.join(crate::store::run_folder::RUN)) else {
-            continue;
-        };
-        let Some(run) = RunRecord::parse(&text) else {
-            continue;
-        };
+    for (folder, run) in crate::store::run_record::newest_first(runs) {
         let sustained = run
             .endpoints
             .get(name)

@@ -72,6 +72,32 @@ impl RunRecord {
     }
 }
 
+/// The records of an experiment's runs under `runs` (`runs/<name>`), newest first; folders
+/// without a readable `run.json` are passed over.
+pub(crate) fn newest_first(runs: &std::path::Path) -> Vec<(std::path::PathBuf, RunRecord)> {
+    let mut folders: Vec<_> = std::fs::read_dir(runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.is_dir()
+                && !path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    folders.sort();
+    folders
+        .into_iter()
+        .rev()
+        .filter_map(|folder| {
+            let text = std::fs::read_to_string(folder.join(crate::store::run_folder::RUN)).ok()?;
+            Some((folder, RunRecord::parse(&text)?))
+        })
+        .collect()
+}
+
 /// This machine's name, or nothing where it has none to tell.
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -64,6 +64,19 @@ impl Endpoint {
         Endpoint::with_key(name, spec, true)
     }
 
+    /// Starts the live limit from what the endpoint ended on in an earlier run (`final_limit`
+    /// in its `run.json`) where that run drew no 429 (a server without a rate limit, where the
+    /// limit is found from latency; with a rate limit the pace sets it): a second run against
+    /// a local server starts full, and is cut back within a round trip if the server is
+    /// busier now.
+    pub(crate) fn resume(&mut self, earlier: &crate::store::run_record::EndpointRecord) {
+        let unlimited = earlier.rate_limited == 0 && earlier.pace_rpm.is_none() && earlier.pace_tpm.is_none();
+        if unlimited && earlier.final_limit > 0 {
+            self.limiter =
+                Limiter::resuming(self.spec.max_concurrency, self.spec.adaptive, earlier.final_limit);
+        }
+    }
+
     /// The endpoint for counting and pricing its calls (`gacc plan`), which calls nothing: its
     /// key is not needed, and not read.
     pub(crate) fn for_planning(name: &str, spec: &ModelSpec) -> Result<Endpoint, String> {

@@ -1,8 +1,9 @@
 //! How many calls an endpoint has in flight (SPEC §8, "Concurrency"). The `Limiter` finds it,
 //! `max_concurrency` being only a ceiling. It grows while calls wait for a place and latency
-//! holds: by two per reply at first (three times as many a round trip, so a server that
+//! holds: by four per reply at first (five times as many a round trip, so a server that
 //! batches hundreds of sequences is full within a few round trips), then by a quarter per
-//! round trip. Latency is compared per callback with the least it has been (its unloaded
+//! reply. The start ends at the first reply slower than the unloaded latency allows, and the
+//! limit goes back to what the server holds usefully (Little's law). Latency is compared per callback with the least it has been (its unloaded
 //! latency), so a server whose batch is full shows itself by latency that rises without
 //! throughput: past `GROW_BELOW` times the unloaded latency growth stops, past `CUT_ABOVE` the
 //! limit is cut back toward `SETTLE` (once per round trip). A 429 halves it once per episode,
@@ -23,15 +24,26 @@ use crate::parallel::Locked;
 use super::pacer::Rates;
 
 /// The live limit a run starts from (below the ceiling).
-const START: usize = 4;
+pub(super) const START: usize = 4;
 /// Growth per reply while the endpoint is being found, and after.
-const STARTUP_GROWTH: f64 = 2.0;
+pub(super) const STARTUP_GROWTH: f64 = 4.0;
 const GROWTH: f64 = 0.25;
 /// Latency over the unloaded latency: below this the limit may grow; above `CUT_ABOVE` it is
 /// cut toward `SETTLE`.
 const GROW_BELOW: f64 = 1.2;
 const CUT_ABOVE: f64 = 1.6;
 const SETTLE: f64 = 1.3;
+/// How far past what replies have shown the server to hold at speed the start may grow.
+pub(super) const VALIDATED_ROOM: usize = 3;
+/// Room over what the server held usefully when the start ends.
+const EXIT_ROOM: f64 = 1.15;
+/// A callback's latency is averaged over the last `RECENT` and `LONG` replies, and its unloaded
+/// latency known after `KNOWN` (three, where they are steady).
+const RECENT: f64 = 32.0;
+const LONG: f64 = 256.0;
+const KNOWN: u32 = 16;
+/// Replies whose latency varies by less than this (relative standard deviation) are steady.
+const STEADY: f64 = 0.1;
 /// How long growth pauses after a 5xx or a timeout.
 const GROWTH_PAUSE: Duration = Duration::from_secs(5);
 /// How long a 429 is taken to come back before one has.
@@ -74,6 +86,11 @@ struct State {
     /// the last reply's.
     load: f64,
     last_ratio: f64,
+    /// What the server holds usefully (Little's law: the calls in the server as a reply's
+    /// call was sent, over its latency ratio), a moving average as `load` is.
+    useful: f64,
+    /// The most calls in the server a reply answered at speed has shown (during the start).
+    validated: usize,
     /// Replies in the current and the last throughput windows.
     replies: [u64; 2],
     window_start: Option<Instant>,
@@ -81,14 +98,35 @@ struct State {
     peak: usize,
     /// When each call in the server (past the pace) was sent, with how many sent then.
     in_server: std::collections::BTreeMap<Instant, usize>,
+    /// How many calls that map holds.
+    in_server_count: usize,
     /// How long a 429 takes to come back (the longest lately).
     refusal: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Latency {
-    recent: f64,
+    /// The mean over the last `RECENT` replies (all of them, before), and over the last `LONG`.
+    mean: f64,
+    long: f64,
+    replies: u32,
+    /// The least the long mean has been once `KNOWN` replies were in it: the unloaded latency.
     least: f64,
+    /// The mean squared deviation of a reply from that mean, relative to it.
+    spread: f64,
+}
+
+/// What one reply says of the load.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// The moving average of latency over unloaded latency.
+    load: f64,
+    /// This reply's.
+    ratio: f64,
+    /// How far the replies' own spread moves that average.
+    slack: f64,
+    /// Whether replies vary little enough that one reply's latency says the server is full.
+    steady: bool,
 }
 
 /// What the progress line and `run.json` show of an endpoint.
@@ -114,12 +152,26 @@ pub(crate) struct Slot<'a> {
     sent: Instant,
     /// Whether the call is past the pace, in the server.
     in_server: bool,
+    /// The calls in the server when this one was sent, itself included.
+    company: usize,
 }
 
 impl Limiter {
     pub(crate) fn new(max: usize, adaptive: bool) -> Limiter {
+        Limiter::starting_at(max, adaptive, START, true)
+    }
+
+    /// A limiter that starts from the limit an earlier run `ended` on, less the room that
+    /// limit keeps over what the server held usefully (the first round trip's replies then
+    /// show the server's unloaded latency, not a loaded one taken for it), and grows from there
+    /// as after a start: slowly.
+    pub(crate) fn resuming(max: usize, adaptive: bool, ended: usize) -> Limiter {
+        Limiter::starting_at(max, adaptive, (ended as f64 / SETTLE).floor() as usize, false)
+    }
+
+    fn starting_at(max: usize, adaptive: bool, start: usize, startup: bool) -> Limiter {
         let max = max.max(1);
-        let start = if adaptive { max.min(START) } else { max };
+        let start = if adaptive { max.min(start.max(START)) } else { max };
         Limiter {
             max,
             adaptive,
@@ -131,17 +183,20 @@ impl Limiter {
                 credit: 0.0,
                 in_flight: 0,
                 pacing: 0,
-                startup: adaptive,
+                startup: adaptive && startup,
                 hold_growth_until: None,
                 cut_at: None,
                 rate_limited: 0,
                 latency: HashMap::new(),
                 load: 1.0,
                 last_ratio: 1.0,
+                useful: 0.0,
+                validated: 0,
                 replies: [0, 0],
                 window_start: None,
                 peak: 0,
                 in_server: std::collections::BTreeMap::new(),
+                in_server_count: 0,
                 refusal: REFUSAL_UNKNOWN,
             }),
         }
@@ -166,6 +221,7 @@ impl Limiter {
             permit,
             sent: Instant::now(),
             in_server: false,
+            company: state.in_flight,
         }
     }
 
@@ -233,22 +289,74 @@ impl Limiter {
 
 impl State {
     /// Counts a reply, and returns its latency over its callback's unloaded latency.
-    fn observe(&mut self, class: &str, latency: Duration, now: Instant) -> f64 {
+    /// Counts a reply of `class` after `latency`, sent with `company` calls in the server.
+    /// A reply to a call sent before the last cut describes the load before it (and, after a
+    /// cut, the slowest calls are the last to come back): it does not move the load average.
+    fn observe(
+        &mut self,
+        class: &str,
+        latency: Duration,
+        company: usize,
+        now: Instant,
+        current: bool,
+    ) -> Reading {
         self.count_reply(now);
         let seconds = latency.as_secs_f64().max(1e-6);
         let seen = self.latency.entry(class.to_owned()).or_insert(Latency {
-            recent: seconds,
-            least: seconds,
+            mean: seconds,
+            long: seconds,
+            replies: 0,
+            least: f64::INFINITY,
+            spread: 0.0,
         });
-        seen.recent = 0.8 * seen.recent + 0.2 * seconds;
-        seen.least = seen.least.min(seen.recent);
-        let ratio = seconds / seen.least;
-        // A quarter of a round trip's replies (the limit's worth) within 4 and 32: a full
+        // The spread before this reply: what this one is measured against.
+        let spread = seen.spread.sqrt();
+        let steady = seen.replies >= 3 && spread < STEADY;
+        seen.replies += 1;
+        let first = 1.0 / f64::from(seen.replies);
+        let deviation = seconds / seen.mean - 1.0;
+        let recent = first.max(1.0 / RECENT);
+        seen.spread = (1.0 - recent) * seen.spread + recent * deviation * deviation;
+        seen.mean = (1.0 - recent) * seen.mean + recent * seconds;
+        let long = first.max(1.0 / LONG);
+        seen.long = (1.0 - long) * seen.long + long * seconds;
+        // The least the long mean has been, each time raised by how far it may be below the
+        // true mean with the replies it holds (two standard errors): noise alone does not
+        // drag it down.
+        let held = f64::from(seen.replies).min(LONG);
+        let unsure = 2.0 * seen.spread.sqrt() / held.sqrt();
+        if seen.replies >= KNOWN || (seen.replies >= 3 && seen.spread.sqrt() < STEADY) {
+            seen.least = seen.least.min(seen.long * (1.0 + unsure));
+        }
+        // Until a callback's unloaded latency is known, its replies say nothing of load.
+        let ratio = if seen.least.is_finite() {
+            seconds / seen.least
+        } else {
+            1.0
+        };
+        // A quarter of a round trip's replies (the limit's worth) within 8 and 32: a full
         // batch shows within the round trip that filled it.
-        let weight = 1.0 / (self.limit as f64 / 4.0).clamp(4.0, 32.0);
+        let weight = if current {
+            1.0 / (self.limit as f64 / 4.0).clamp(8.0, 32.0)
+        } else {
+            0.0
+        };
         self.load = (1.0 - weight) * self.load + weight * ratio;
         self.last_ratio = ratio;
-        self.load
+        let useful = company as f64 / ratio.max(1.0);
+        self.useful = if self.useful == 0.0 && current {
+            useful
+        } else {
+            (1.0 - weight) * self.useful + weight * useful
+        };
+        Reading {
+            load: self.load,
+            ratio,
+            // What the replies' own spread moves the load average by (two standard deviations
+            // of a moving average of this weight): only a rise past it is the server's doing.
+            slack: 2.0 * spread * (weight / (2.0 - weight)).sqrt(),
+            steady,
+        }
     }
 
     fn count_reply(&mut self, now: Instant) {
@@ -296,7 +404,11 @@ impl Slot<'_> {
         let turn = pace.await;
         drop(guard);
         self.sent = Instant::now();
-        *self.limiter.state().in_server.entry(self.sent).or_default() += 1;
+        let mut state = self.limiter.state();
+        *state.in_server.entry(self.sent).or_default() += 1;
+        state.in_server_count += 1;
+        self.company = state.in_server_count;
+        drop(state);
         self.in_server = true;
         turn
     }
@@ -308,13 +420,19 @@ impl Slot<'_> {
         let limiter = self.limiter;
         let now = Instant::now();
         let mut state = limiter.state();
-        let load = state.observe(class, latency, now);
+        let current = state.cut_at.is_none_or(|cut| self.sent > cut);
+        let reading = state.observe(class, latency, self.company, now, current);
+        let load = reading.load;
         if !limiter.adaptive {
             return;
         }
-        let cut_before = state.cut_at.is_none_or(|cut| self.sent > cut);
-        if load > CUT_ABOVE && cut_before {
-            let target = (state.limit as f64 * (SETTLE / load).max(0.5)).floor() as usize;
+        if !current {
+            return;
+        }
+        if load > CUT_ABOVE + reading.slack {
+            // Toward what the server holds usefully, with room; never below half.
+            let settled = (state.useful * SETTLE).max(state.limit as f64 * 0.5);
+            let target = settled.floor() as usize;
             limiter.set_limit(&mut state, target);
             state.startup = false;
             state.credit = 0.0;
@@ -326,9 +444,34 @@ impl Slot<'_> {
             );
             return;
         }
-        // The start ends at the first reply that took longer than the unloaded latency allows:
-        // growing four times a round trip, the next round trip's would be far past full.
-        if load >= GROW_BELOW || (state.startup && state.last_ratio >= GROW_BELOW) {
+        // The start ends at the first reply that took longer than the unloaded latency allows
+        // (where replies are steady; else when the load average rises past their spread).
+        // Growing five times a round trip, the limit is by then far past full: it goes back to
+        // what the server held usefully when this call was sent (Little's law: the calls in the
+        // server over the latency ratio), with room.
+        let risen = if reading.steady {
+            reading.ratio >= GROW_BELOW
+        } else {
+            load >= GROW_BELOW + reading.slack
+        };
+        if state.startup && risen {
+            // One reply says it where replies are steady; else the average of many.
+            let useful = if reading.steady {
+                self.company as f64 / reading.ratio
+            } else {
+                state.useful
+            };
+            let target = (useful * EXIT_ROOM).ceil() as usize;
+            if target < state.limit {
+                limiter.set_limit(&mut state, target);
+            }
+            state.startup = false;
+            state.credit = 0.0;
+            state.cut_at = Some(now);
+            tracing::debug!(limit = state.limit, "the server is full: calls in flight found");
+            return;
+        }
+        if load >= GROW_BELOW + reading.slack {
             state.startup = false;
             return;
         }
@@ -340,7 +483,13 @@ impl Slot<'_> {
         let whole = state.credit.floor();
         if whole >= 1.0 {
             state.credit -= whole;
-            let target = state.limit + whole as usize;
+            let mut target = state.limit + whole as usize;
+            if state.startup {
+                // Never past a few times what a reply has shown the server to hold at speed:
+                // the next round trip's calls are sent before any of them can say it is full.
+                state.validated = state.validated.max(self.company);
+                target = target.min(state.validated * VALIDATED_ROOM).max(state.limit);
+            }
             limiter.set_limit(&mut state, target);
         }
     }
@@ -391,6 +540,7 @@ impl Drop for Slot<'_> {
             if *count == 0 {
                 state.in_server.remove(&self.sent);
             }
+            state.in_server_count -= 1;
         }
         if let Some(permit) = self.permit.take()
             && state.debt > 0
@@ -409,7 +559,9 @@ mod tests {
 
     /// A call that waits for a place while `others` wait too, and is answered after `latency`.
     async fn reply(limiter: &Limiter, latency: Duration) {
-        let slot = limiter.acquire(0).await;
+        let mut slot = limiter.acquire(0).await;
+        // Sent with the limit's worth of calls in the server.
+        slot.company = limit(limiter);
         tokio::time::advance(latency).await;
         slot.succeeded("reader", latency);
     }
@@ -462,21 +614,43 @@ mod tests {
         }
         let grown = limit(&limiter);
         assert_eq!(grown, START + 40 * STARTUP_GROWTH as usize);
-        // The server is past full: replies take three times as long. The load average climbs
-        // over a round trip's replies; past CUT_ABOVE the limit is cut toward SETTLE, once.
-        let slots: Vec<_> = futures_lite(&limiter, 30).await;
-        for slot in &slots {
+        // The server is past full: replies sent with the whole limit in the server take three
+        // times as long. The first ends the start: the limit goes back to what the server held
+        // usefully (a third of those calls), with room, once: the replies sent before the cut
+        // say nothing more.
+        let mut slots: Vec<_> = futures_lite(&limiter, 30).await;
+        for slot in &mut slots {
+            slot.company = grown;
             slot.succeeded("reader", RTT * 3);
         }
         let cut = limit(&limiter);
-        assert!(cut < grown && cut >= grown / 2, "{grown} → {cut}");
+        assert_eq!(
+            cut,
+            (grown as f64 / 3.0 * EXIT_ROOM).ceil() as usize,
+            "{grown} → {cut}"
+        );
+        drop(slots);
+        // Past the start, a round trip of slow replies cuts toward what the server holds
+        // usefully, and only once.
+        let mut slots: Vec<_> = futures_lite(&limiter, 40).await;
+        for slot in &mut slots {
+            slot.company = cut;
+            slot.succeeded("reader", RTT * 2);
+        }
+        let again = limit(&limiter);
+        assert!(again < cut && again >= cut / 2, "{cut} → {again}");
         drop(slots);
         // A slow callback of its own class is not load: its unloaded latency is its own.
         for _ in 0..20 {
+            tokio::time::advance(Duration::from_millis(1)).await;
             let slot = limiter.acquire(0).await;
             slot.succeeded("compressor", RTT * 50);
         }
-        assert!(limiter.live(Rates::default()).load < CUT_ABOVE);
+        assert!(
+            limiter.live(Rates::default()).load < CUT_ABOVE,
+            "{:?}",
+            limiter.live(Rates::default())
+        );
         limiter.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::endpoint::limited_backoff;
-use super::limiter::Limiter;
+use super::limiter::{Limiter, START, STARTUP_GROWTH, VALIDATED_ROOM};
 use super::pacer::{Exhausted, Pacer};
 use crate::providers::{Allowance, Announced};
 
@@ -51,6 +51,9 @@ pub(super) struct Cell {
     pub calls: usize,
     pub tokens: u64,
     pub ceiling: usize,
+    /// Each reply's latency varies by a log-normal factor of this σ, mean one (replies of
+    /// different lengths); zero for none.
+    pub jitter: f64,
 }
 
 /// What a cell's run did.
@@ -183,6 +186,24 @@ impl Server {
     }
 }
 
+/// A log-normal factor of mean one and spread `sigma`, the same for the same reply
+/// (splitmix64 over the count of calls admitted, Box–Muller).
+fn noise(sigma: f64, served: &Mutex<Served>) -> f64 {
+    if sigma == 0.0 {
+        return 1.0;
+    }
+    let n = served.lock().unwrap().admitted.len() as u64;
+    let uniform = |seed: u64| {
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let (u1, u2) = (uniform(2 * n).max(1e-12), uniform(2 * n + 1));
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (sigma * z - sigma * sigma / 2.0).exp()
+}
+
 /// How long a storm server's replies take.
 const STORM_LATENCY: Duration = Duration::from_millis(5);
 /// How long a 429 takes to come back.
@@ -232,6 +253,7 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
                     let arrival = server.arrive(&mut served.lock().unwrap(), amount, start);
                     match arrival {
                         Arrival::Admitted(latency, announced) => {
+                            let latency = latency.mul_f64(noise(cell.jitter, &served));
                             tokio::time::sleep(latency).await;
                             {
                                 let mut served = served.lock().unwrap();
@@ -281,7 +303,8 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
                 let live = limiter.live(pacer.pace());
                 let served = served.lock().unwrap();
                 eprintln!(
-                    "t={second} admitted {} refused {} limit {} in flight {} pace {:?} {:?}",
+                    "t={second} load {:.2} admitted {} refused {} limit {} in flight {} pace {:?} {:?}",
+                    live.load,
                     served.admitted.len(),
                     served.refused,
                     live.limit,
@@ -389,10 +412,12 @@ pub(super) fn cannot(cell: &Cell) -> Option<String> {
     let (capacity, amount) = cell.server.capacity(cell.tokens);
     let ideal = ideal(cell);
     // The limit grows on replies only (a server that is not there yet, or small, is never
-    // flooded): three times as many calls a round trip from `START`.
+    // flooded): `STARTUP_GROWTH + 1` times as many calls a round trip from `START`, and no
+    // more than `VALIDATED_ROOM` times what the last round trip's replies showed.
     let latency = cell.server.unloaded().as_secs_f64();
     let needed = (capacity / amount * latency).max(1.0) * 0.9;
-    let rounds = (needed / 4.0).log(3.0).ceil().max(0.0);
+    let growth = (STARTUP_GROWTH + 1.0).min(VALIDATED_ROOM as f64);
+    let rounds = (needed / START as f64).log(growth).ceil().max(0.0);
     let slow_growth = (rounds * latency > (0.05 * ideal).max(5.0)).then(|| {
         format!("{needed:.0} calls in flight are needed and growth waits on replies: {rounds} round trips of {latency} s")
     });
@@ -461,6 +486,7 @@ mod tests {
             calls: minute.clamp(300, 12_000),
             tokens,
             ceiling: CEILING,
+            jitter: 0.0,
         }
     }
 
@@ -611,6 +637,22 @@ mod tests {
                 cell(server, 10)
             })
             .collect();
+        // SIM_SAT="capacity,latency_ms,calls;…": saturating servers.
+        let mut cells = cells;
+        for c in std::env::var("SIM_SAT")
+            .unwrap_or_default()
+            .split(';')
+            .filter(|c| !c.is_empty())
+        {
+            let f: Vec<u64> = c.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            let mut cell = saturating(&[f[0] as usize], &[f[1]])[0];
+            cell.calls = f[2] as usize;
+            cells.push(cell);
+        }
+        // SIM_JITTER=σ: every cell's replies vary log-normally.
+        if let Some(sigma) = std::env::var("SIM_JITTER").ok().and_then(|s| s.parse().ok()) {
+            cells.iter_mut().for_each(|cell| cell.jitter = sigma);
+        }
         grid(&cells);
     }
 
@@ -639,6 +681,7 @@ mod tests {
             calls: 1500,
             tokens: 10,
             ceiling: CEILING,
+            jitter: 0.0,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -649,6 +692,30 @@ mod tests {
         println!("{outcome:?}");
         assert!(outcome.to_90 <= 5.0, "{outcome:?}");
         assert!(outcome.goodput >= 0.9, "{outcome:?}");
+    }
+
+    /// Replies of different lengths (latency log-normal, σ = 0.5: a reply a quarter as long as
+    /// the mean and one three times as long are both common) are not load: the endpoint keeps
+    /// growing to what a large hosted limit allows and still finds a local server's batch. (A
+    /// cut once let only the slowest calls come back, whose latency cut again, down to one.)
+    #[test]
+    fn replies_that_vary_in_length_are_not_taken_for_load() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let hosted = Cell {
+            jitter: 0.5,
+            ..cell(bucket(200.0, 12_000.0, None, false, 2000), 10)
+        };
+        let outcome = runtime.block_on(simulate(hosted));
+        assert!(outcome.goodput >= 0.9 && outcome.to_90 <= 5.0, "{outcome:?}");
+        let mut local = saturating(&[64], &[500])[0];
+        local.jitter = 0.5;
+        let outcome = runtime.block_on(simulate(local));
+        // The longest replies of a run end it alone: the bar is lower than for steady replies.
+        assert!(outcome.goodput >= 0.85 && outcome.latency <= 2.0, "{outcome:?}");
     }
 
     #[test]
