@@ -478,13 +478,15 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
         seconds,
         detail: json!({"mb_per_second": (text.len() * rounds) as f64 / seconds / 1e6}),
     });
-    let request = json!({"protocol": "gacc/1", "role": "compressor", "context": text, "goal": "g", "token_budget": 800, "seed": 1, "params": {}});
+    // Written as gacc sends it, read as a built-in or a model prompt reads it.
+    let params = json!({});
+    let request = messages::CompressorRequest::new(&text, Some("g"), 800, 1, &params);
     let started = Instant::now();
     let mut bytes = 0;
     for _ in 0..rounds {
-        let encoded = request.to_string();
+        let encoded = messages::to_bytes(&request);
         bytes += encoded.len();
-        let _: Value = serde_json::from_str(&encoded).unwrap_or(Value::Null);
+        let _ = serde_json::from_slice::<messages::CompressorRequest>(&encoded);
     }
     let seconds = started.elapsed().as_secs_f64();
     out.push(Measurement {

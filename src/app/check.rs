@@ -21,7 +21,7 @@ use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::protocol::messages::{
-    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse,
+    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse, Request,
 };
 use crate::protocol::{Mode, Role};
 
@@ -322,10 +322,9 @@ fn judge_attempt(
         Role::Reader => messages::read::<ReaderResponse>(response).map(|r| r.answer),
         Role::Judge => None,
     };
-    let asked: String = ["context", "memory"]
-        .iter()
-        .filter_map(|f| probe.request[*f].as_str())
-        .collect();
+    let request = Request::read(probe.role, &probe.request).ok();
+    // The text the reply was made from: a compressor's context, a reader's memory.
+    let asked = request.as_ref().map_or("", Request::shared);
     if let Some(text) = text {
         if text.contains('\u{FFFD}') && !asked.contains('\u{FFFD}') {
             notes.push(
@@ -333,9 +332,9 @@ fn judge_attempt(
                     .into(),
             );
         }
-        if probe.role == Role::Compressor {
-            let budget = probe.request["token_budget"].as_u64().unwrap_or(0);
-            match tokenizer.count(text) {
+        if let Some(Request::Compressor(compress)) = &request {
+            let budget = compress.token_budget as u64;
+            match tokenizer.count(&text) {
                 Ok(tokens) if tokens as u64 > budget => notes.push(format!(
                     "the memory is {tokens} tokens for a budget of {budget}: gacc cuts it to {budget}"
                 )),

@@ -18,7 +18,7 @@ use crate::inputs::manifest::{self, CallbackSpec};
 use crate::inputs::records::Source;
 use crate::plan::{MemoryJob, QuestionJob, audited};
 use crate::protocol::messages::{
-    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse,
+    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse, Request,
 };
 use crate::protocol::{Role, Stage};
 use crate::store::cache::{Cache, Kind};
@@ -122,7 +122,7 @@ impl Bounder {
             let params = manifest.reader.params.as_object().unwrap_or(&empty);
             let request = ReaderRequest::new("", "", 0, &manifest.reader.params);
             reader
-                .prompt(&messages::to_value(&request), params)
+                .prompt(&Request::Reader(request), params)
                 .ok()
                 .map(|p| p.max_tokens)
         });
@@ -147,7 +147,7 @@ impl Bounder {
         &mut self,
         identity: String,
         launcher: &ModelLauncher,
-        request: &Value,
+        request: &Request,
         params: &Value,
         extra_input: u64,
     ) {
@@ -242,7 +242,7 @@ impl Walk<'_> {
             let legacy = || plan.legacy_compressor_key(job, goal);
             let answer = cached(self.cache, Role::Compressor, &job.cache_key, legacy);
             let memory =
-                answer.and_then(|r| messages::read::<CompressorResponse>(&r).map(|r| r.memory.to_owned()));
+                answer.and_then(|r| messages::read::<CompressorResponse>(&r).map(|r| r.memory.into_owned()));
             if memory.is_some() {
                 self.count(Stage::Compress, |s| s.cached += 1);
             }
@@ -252,7 +252,7 @@ impl Walk<'_> {
         let name = &job.id.cell.compressor;
         if let (None, Some(launcher)) = (&generation, self.bounder.compressors.get(name).cloned()) {
             let params = &manifest.compressors[name].params;
-            let request = messages::to_value(&CompressorRequest::new(
+            let request = Request::Compressor(CompressorRequest::new(
                 &source.text,
                 goal,
                 job.budget,
@@ -301,7 +301,7 @@ impl Walk<'_> {
             let legacy = || plan.legacy_read_key(job, question, memory_sha256);
             let read = cached(self.cache, Role::Reader, &read_key, legacy);
             let Some(answer) =
-                read.and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.to_owned()))
+                read.and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.into_owned()))
             else {
                 self.bound_question(source, job, question, Pending::Read(&read_key), None);
                 continue;
@@ -346,7 +346,7 @@ impl Walk<'_> {
         };
         let reader = bounder.reader.clone();
         if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
-            let request = messages::to_value(&ReaderRequest::new(
+            let request = Request::Reader(ReaderRequest::new(
                 "",
                 &asked.question,
                 seed,
@@ -369,7 +369,7 @@ impl Walk<'_> {
                     format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
                 ),
             };
-            let request = messages::to_value(&JudgeRequest::new(
+            let request = Request::Judge(JudgeRequest::new(
                 &source.text,
                 &asked.question,
                 &asked.reference,
@@ -411,7 +411,7 @@ impl Walk<'_> {
                 }
             };
             let params = &manifest.judges[&audit.name].params;
-            let request = messages::to_value(&JudgeRequest::new(
+            let request = Request::Judge(JudgeRequest::new(
                 &source.text,
                 &asked.question,
                 &asked.reference,

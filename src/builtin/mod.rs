@@ -5,6 +5,10 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use crate::protocol::Role;
+use crate::protocol::messages::{
+    self, CompressorRequest, CompressorResponse, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse,
+    TokenizerRequest,
+};
 use callbacks::{
     bench_judge, bench_reader, bench_window, contains, exact, extractive, field_lookup, goal_bm25, goal_line,
     identity, normalized, random_sentences, token_f1,
@@ -13,10 +17,10 @@ use callbacks::{
 mod callbacks;
 mod text;
 
-/// A built-in callback: its name, role, and behaviour version (part of its cache identity).
+/// A built-in callback: its name, how it answers (and so its role), and behaviour version
+/// (part of its cache identity).
 struct Builtin {
     name: &'static str,
-    role: Role,
     revision: &'static str,
     summary: &'static str,
     respond: Respond,
@@ -49,106 +53,141 @@ const BM25: &[Param] = &[
     },
 ];
 
-/// How a built-in answers one request.
-pub(crate) type Respond = fn(&Value) -> Result<Value, String>;
+/// How a built-in answers one request: a function from its role's request to its role's
+/// response (SPEC §3), the request read and the response written through the protocol's types.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Respond {
+    Compressor(fn(&CompressorRequest) -> Result<CompressorResponse<'static>, String>),
+    Reader(fn(&ReaderRequest) -> Result<ReaderResponse<'static>, String>),
+    Judge(fn(&JudgeRequest) -> Result<JudgeResponse<'static>, String>),
+}
+
+impl Respond {
+    pub(crate) fn role(self) -> Role {
+        match self {
+            Respond::Compressor(_) => Role::Compressor,
+            Respond::Reader(_) => Role::Reader,
+            Respond::Judge(_) => Role::Judge,
+        }
+    }
+
+    /// The response to `request`, a JSON value, as a JSON value.
+    pub(crate) fn answer(self, request: &Value) -> Result<Value, String> {
+        let role = self.role();
+        match self {
+            Respond::Compressor(respond) => {
+                Ok(messages::to_value(&respond(&messages::request(request, role)?)?))
+            }
+            Respond::Reader(respond) => Ok(messages::to_value(&respond(&messages::request(request, role)?)?)),
+            Respond::Judge(respond) => Ok(messages::to_value(&respond(&messages::request(request, role)?)?)),
+        }
+    }
+
+    /// The response to the request in `bytes`, read straight into its role's type (its texts
+    /// borrowed from the bytes where they hold no escape), as a JSON value.
+    pub(crate) fn answer_bytes(self, bytes: &[u8]) -> Result<Value, String> {
+        let role = self.role();
+        let not = |error: serde_json::Error| format!("the request is not a {role} request: {error}");
+        match self {
+            Respond::Compressor(respond) => Ok(messages::to_value(&respond(
+                &serde_json::from_slice(bytes).map_err(not)?,
+            )?)),
+            Respond::Reader(respond) => Ok(messages::to_value(&respond(
+                &serde_json::from_slice(bytes).map_err(not)?,
+            )?)),
+            Respond::Judge(respond) => Ok(messages::to_value(&respond(
+                &serde_json::from_slice(bytes).map_err(not)?,
+            )?)),
+        }
+    }
+}
 
 const BUILTINS: &[Builtin] = &[
     Builtin {
         name: "identity",
-        role: Role::Compressor,
         revision: "1",
         summary: "the whole context (at r = 1, the full-context baseline)",
-        respond: identity,
+        respond: Respond::Compressor(identity),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "prefix",
-        role: Role::Compressor,
         revision: "1",
         summary: "the source itself, so truncation keeps its first L tokens",
-        respond: identity,
+        respond: Respond::Compressor(identity),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "goal-line",
-        role: Role::Compressor,
         revision: "1",
         summary: "the source lines containing the goal's keyword (its last word)",
-        respond: goal_line,
+        respond: Respond::Compressor(goal_line),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "goal-bm25",
-        role: Role::Compressor,
         revision: "1",
         summary: "the source's sentences ranked by BM25 (params k1, b) against the goal, the best kept in source order until L tokens are used",
-        respond: goal_bm25,
+        respond: Respond::Compressor(goal_bm25),
         in_process: true,
         params: BM25,
     },
     Builtin {
         name: "random-sentences",
-        role: Role::Compressor,
         revision: "1",
         summary: "source sentences drawn at random (seeded), kept in source order until L tokens are used",
-        respond: random_sentences,
+        respond: Respond::Compressor(random_sentences),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "field-lookup",
-        role: Role::Reader,
         revision: "1",
         summary: "the value of the first field=value pair in the memory whose field the question names",
-        respond: field_lookup,
+        respond: Respond::Reader(field_lookup),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "extractive",
-        role: Role::Reader,
         revision: "1",
         summary: "the memory sentence that best matches the question by BM25 (params k1, b)",
-        respond: extractive,
+        respond: Respond::Reader(extractive),
         in_process: true,
         params: BM25,
     },
     Builtin {
         name: "exact",
-        role: Role::Judge,
         revision: "1",
         summary: "the answer equals the reference, ignoring surrounding white space",
-        respond: exact,
+        respond: Respond::Judge(exact),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "normalized",
-        role: Role::Judge,
         revision: "1",
         summary: "equal after SQuAD normalisation (lowercase, no punctuation or articles, single spaces)",
-        respond: normalized,
+        respond: Respond::Judge(normalized),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "contains",
-        role: Role::Judge,
         revision: "1",
         summary: "the normalised reference's words appear, in order and together, in the normalised answer",
-        respond: contains,
+        respond: Respond::Judge(contains),
         in_process: true,
         params: &[],
     },
     Builtin {
         name: "token-f1",
-        role: Role::Judge,
         revision: "1",
         summary: "SQuAD token F1 of answer and reference at least `threshold` (param, default 0.5); the F1 is the score",
-        respond: token_f1,
+        respond: Respond::Judge(token_f1),
         in_process: true,
         params: &[Param {
             name: "threshold",
@@ -158,10 +197,9 @@ const BUILTINS: &[Builtin] = &[
     },
     Builtin {
         name: "bench-window",
-        role: Role::Compressor,
         revision: "1",
         summary: "for gacc bench: about L tokens (4 bytes each) of the context, from an offset set by params.offset",
-        respond: bench_window,
+        respond: Respond::Compressor(bench_window),
         in_process: false,
         params: &[Param {
             name: "offset",
@@ -171,28 +209,25 @@ const BUILTINS: &[Builtin] = &[
     },
     Builtin {
         name: "bench-reader",
-        role: Role::Reader,
         revision: "1",
         summary: "for gacc bench: an answer that differs per memory and question",
-        respond: bench_reader,
+        respond: Respond::Reader(bench_reader),
         in_process: false,
         params: &[],
     },
     Builtin {
         name: "bench-batch-reader",
-        role: Role::Reader,
         revision: "1",
         summary: "for gacc bench: bench-reader as a batching model serves, 50 ms per batch of up to 32 requests (persistent)",
-        respond: bench_reader,
+        respond: Respond::Reader(bench_reader),
         in_process: false,
         params: &[],
     },
     Builtin {
         name: "bench-judge",
-        role: Role::Judge,
         revision: "1",
         summary: "for gacc bench: a verdict that differs per answer",
-        respond: bench_judge,
+        respond: Respond::Judge(bench_judge),
         in_process: false,
         params: &[],
     },
@@ -202,7 +237,7 @@ const BUILTINS: &[Builtin] = &[
 pub(crate) fn names(role: Role) -> Vec<&'static str> {
     BUILTINS
         .iter()
-        .filter(|b| b.role == role)
+        .filter(|b| b.respond.role() == role)
         .map(|b| b.name)
         .collect()
 }
@@ -244,7 +279,7 @@ pub(crate) fn revision(name: &str) -> Option<&'static str> {
 /// Answers one request as the built-in `name` would, in process (for tests and tools).
 pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
     match BUILTINS.iter().find(|b| b.name == name) {
-        Some(builtin) => (builtin.respond)(request),
+        Some(builtin) => builtin.respond.answer(request),
         None if name == TOKENIZER => tokenize(request),
         None => Err(format!("unknown built-in `{name}`")),
     }
@@ -261,16 +296,19 @@ pub(crate) fn in_process(name: &str) -> Option<(&'static str, Respond)> {
 
 /// Every built-in: (name, role, what it does).
 pub(crate) fn catalogue() -> Vec<(&'static str, Role, &'static str)> {
-    BUILTINS.iter().map(|b| (b.name, b.role, b.summary)).collect()
+    BUILTINS
+        .iter()
+        .map(|b| (b.name, b.respond.role(), b.summary))
+        .collect()
 }
 
 /// Serves requests from stdin until it closes: one JSON value in, one JSON line out, flushed,
 /// so the same program serves oneshot and persistent mode. Returns the exit status.
 pub(crate) fn serve(name: &str) -> i32 {
-    let respond = if name == TOKENIZER {
-        tokenize
+    let respond: &dyn Fn(&Value) -> Result<Value, String> = if name == TOKENIZER {
+        &tokenize
     } else if let Some(builtin) = BUILTINS.iter().find(|b| b.name == name) {
-        builtin.respond
+        &|request: &Value| builtin.respond.answer(request)
     } else {
         let all: Vec<_> = BUILTINS.iter().map(|b| b.name).collect();
         eprintln!(
@@ -338,7 +376,7 @@ const BENCH_BATCH_TIME: std::time::Duration = std::time::Duration::from_millis(5
 /// Serves as a batching model does: the requests that have arrived (up to `most`) are taken
 /// together, answered after `takes`, each reply with its request's `id`.
 fn serve_batches(
-    respond: Respond,
+    respond: &dyn Fn(&Value) -> Result<Value, String>,
     most: usize,
     gathered: std::time::Duration,
     takes: std::time::Duration,
@@ -408,18 +446,11 @@ pub(crate) const TOKENIZER: &str = "cl100k_base";
 
 fn tokenize(request: &Value) -> Result<Value, String> {
     let tokenizer = bpe_openai::cl100k_base();
-    match request.get("op").and_then(Value::as_str) {
-        Some("encode") => Ok(json!({"tokens": tokenizer.encode(field(request, "text")?)})),
-        Some("decode") => {
-            let tokens: Vec<u32> = request
-                .get("tokens")
-                .and_then(Value::as_array)
-                .and_then(|t| {
-                    t.iter()
-                        .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-                        .collect()
-                })
-                .ok_or("the request has no `tokens` list of token ids")?;
+    let request: TokenizerRequest = serde::Deserialize::deserialize(request)
+        .map_err(|error| format!("the request is not a tokenizer request: {error}"))?;
+    match request {
+        TokenizerRequest::Encode { text } => Ok(json!({"tokens": tokenizer.encode(&text)})),
+        TokenizerRequest::Decode { tokens } => {
             let vocabulary = tokenizer.bpe.num_tokens() as u32;
             if let Some(token) = tokens.iter().find(|t| **t >= vocabulary) {
                 return Err(format!("token {token} is outside the vocabulary"));
@@ -427,29 +458,5 @@ fn tokenize(request: &Value) -> Result<Value, String> {
             let bytes = tokenizer.bpe.decode_tokens(&tokens);
             Ok(json!({"text": String::from_utf8_lossy(&bytes)}))
         }
-        _ => Err("`op` must be \"encode\" or \"decode\"".into()),
     }
-}
-
-fn field<'a>(request: &'a Value, name: &str) -> Result<&'a str, String> {
-    request
-        .get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("the request has no string field `{name}`"))
-}
-
-fn goal_of(request: &Value) -> Result<Option<&str>, String> {
-    match request.get("goal") {
-        Some(Value::String(goal)) => Ok(Some(goal.as_str())),
-        Some(Value::Null) | None => Ok(None),
-        Some(_) => Err("`goal` must be a string or null".into()),
-    }
-}
-
-fn budget_of(request: &Value) -> Result<usize, String> {
-    request
-        .get("token_budget")
-        .and_then(Value::as_u64)
-        .map(|b| b as usize)
-        .ok_or_else(|| "the request has no whole-number field `token_budget`".to_owned())
 }

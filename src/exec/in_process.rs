@@ -3,8 +3,6 @@
 //! holds by construction, and it costs microseconds where a process costs milliseconds.
 //! `gacc callback NAME` serves the same functions as a program.
 
-use serde_json::Value;
-
 use crate::builtin::{self, Respond};
 use crate::exec::callback::{
     Attempt, AttemptFuture, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
@@ -51,9 +49,7 @@ impl Launcher for InProcess {
 /// One request answered as `gacc callback NAME` answers it, and read back as a process's
 /// stdout is: the same bytes, so the same response, down to a float's last digit.
 fn answer(name: &str, respond: Respond, role: Role, request: &[u8]) -> Attempt {
-    let answered = serde_json::from_slice::<Value>(request)
-        .map_err(|error| format!("the request is not JSON: {error}"))
-        .and_then(|request| respond(&request));
+    let answered = respond.answer_bytes(request);
     let (response, complaint) = builtin::reply(name, answered);
     let status = if complaint.is_some() { 1 } else { 0 };
     let stdout = response.to_string();
@@ -73,7 +69,7 @@ fn answer(name: &str, respond: Respond, role: Role, request: &[u8]) -> Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn answered(name: &str, role: Role, request: Value) -> Attempt {
         let respond = InProcess::of(name).map(|b| b.respond).expect("a rule built-in");

@@ -1,10 +1,14 @@
-//! The messages of SPEC §2–3, typed. Requests: one per role as gacc sends it, borrowing the
-//! texts it carries (a source is written out for each attempt, never copied into a JSON value
-//! first). Each type's fields are declared in the order serde_json writes a map's keys, so a
-//! request's bytes are those gacc has always sent; `FIELDS` names them, for the exposure audit
-//! and the variables a model built-in's template may read. Responses: what gacc reads of each
-//! role's answer (after `exec::callback::check_response` has named any field that is wrong),
-//! borrowed from the JSON value it came in, and the usage any response may report.
+//! The messages of SPEC §2–3, typed both ways. Requests: one per role, as gacc sends it and as
+//! a built-in or a model prompt reads it, borrowing the texts it carries (a source is written
+//! out for each attempt, never copied into a JSON value first; read back, a text borrows from
+//! the request's bytes where it holds no escape). Each type's fields are declared in the order
+//! serde_json writes a map's keys, so a request's bytes are those gacc has always sent; `FIELDS`
+//! names them, for the exposure audit and the variables a model built-in's template may read.
+//! Read, `protocol`, `role`, `seed` and `params` may be left out (a hand-written probe). Responses:
+//! what gacc reads of each role's answer (after `exec::callback::check_response` has named any
+//! field that is wrong), and what a built-in writes, and the usage any response may report.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -12,15 +16,37 @@ use serde_json::{Map, Value};
 use super::{PROTOCOL, Role};
 
 /// A compressor's request: the source, the goal (none under `no-goal`), L and the seed.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CompressorRequest<'a> {
-    pub context: &'a str,
-    pub goal: Option<&'a str>,
-    pub params: &'a Value,
-    protocol: &'static str,
+    #[serde(borrow)]
+    pub context: Cow<'a, str>,
+    #[serde(borrow)]
+    pub goal: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub params: Cow<'a, Value>,
+    #[serde(default = "protocol")]
+    protocol: Cow<'a, str>,
+    #[serde(default = "compressor")]
     role: Role,
+    #[serde(default)]
     pub seed: u64,
     pub token_budget: usize,
+}
+
+fn protocol() -> Cow<'static, str> {
+    Cow::Borrowed(PROTOCOL)
+}
+
+fn compressor() -> Role {
+    Role::Compressor
+}
+
+fn reader() -> Role {
+    Role::Reader
+}
+
+fn judge() -> Role {
+    Role::Judge
 }
 
 impl<'a> CompressorRequest<'a> {
@@ -42,10 +68,10 @@ impl<'a> CompressorRequest<'a> {
         params: &'a Value,
     ) -> Self {
         CompressorRequest {
-            context,
-            goal,
-            params,
-            protocol: PROTOCOL,
+            context: Cow::Borrowed(context),
+            goal: goal.map(Cow::Borrowed),
+            params: Cow::Borrowed(params),
+            protocol: protocol(),
             role: Role::Compressor,
             seed,
             token_budget,
@@ -53,19 +79,33 @@ impl<'a> CompressorRequest<'a> {
     }
 
     /// The request without its source: what the exposure audit reads (SPEC §5).
-    pub(crate) fn without_context(&self) -> Self {
-        CompressorRequest { context: "", ..*self }
+    pub(crate) fn without_context(&self) -> CompressorRequest<'_> {
+        CompressorRequest {
+            context: Cow::Borrowed(""),
+            goal: self.goal.as_deref().map(Cow::Borrowed),
+            params: Cow::Borrowed(&self.params),
+            protocol: protocol(),
+            role: Role::Compressor,
+            seed: self.seed,
+            token_budget: self.token_budget,
+        }
     }
 }
 
 /// A reader's request: one memory and one question.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ReaderRequest<'a> {
-    pub memory: &'a str,
-    pub params: &'a Value,
-    protocol: &'static str,
-    pub question: &'a str,
+    #[serde(borrow)]
+    pub memory: Cow<'a, str>,
+    #[serde(default)]
+    pub params: Cow<'a, Value>,
+    #[serde(default = "protocol")]
+    protocol: Cow<'a, str>,
+    #[serde(borrow)]
+    pub question: Cow<'a, str>,
+    #[serde(default = "reader")]
     role: Role,
+    #[serde(default)]
     pub seed: u64,
 }
 
@@ -75,10 +115,10 @@ impl<'a> ReaderRequest<'a> {
 
     pub(crate) fn new(memory: &'a str, question: &'a str, seed: u64, params: &'a Value) -> Self {
         ReaderRequest {
-            memory,
-            params,
-            protocol: PROTOCOL,
-            question,
+            memory: Cow::Borrowed(memory),
+            params: Cow::Borrowed(params),
+            protocol: protocol(),
+            question: Cow::Borrowed(question),
             role: Role::Reader,
             seed,
         }
@@ -86,16 +126,24 @@ impl<'a> ReaderRequest<'a> {
 }
 
 /// A judge's request: the source, the question, its reference and the reader's answer.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct JudgeRequest<'a> {
-    pub answer: &'a str,
-    pub params: &'a Value,
-    protocol: &'static str,
-    pub question: &'a str,
-    pub reference: &'a str,
+    #[serde(borrow)]
+    pub answer: Cow<'a, str>,
+    #[serde(default)]
+    pub params: Cow<'a, Value>,
+    #[serde(default = "protocol")]
+    protocol: Cow<'a, str>,
+    #[serde(borrow)]
+    pub question: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reference: Cow<'a, str>,
+    #[serde(default = "judge")]
     role: Role,
+    #[serde(default)]
     pub seed: u64,
-    pub source: &'a str,
+    #[serde(borrow)]
+    pub source: Cow<'a, str>,
 }
 
 impl<'a> JudgeRequest<'a> {
@@ -119,14 +167,60 @@ impl<'a> JudgeRequest<'a> {
         params: &'a Value,
     ) -> Self {
         JudgeRequest {
-            answer,
-            params,
-            protocol: PROTOCOL,
-            question,
-            reference,
+            answer: Cow::Borrowed(answer),
+            params: Cow::Borrowed(params),
+            protocol: protocol(),
+            question: Cow::Borrowed(question),
+            reference: Cow::Borrowed(reference),
             role: Role::Judge,
             seed,
-            source,
+            source: Cow::Borrowed(source),
+        }
+    }
+}
+
+/// A request of any role, as read.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Request<'a> {
+    Compressor(CompressorRequest<'a>),
+    Reader(ReaderRequest<'a>),
+    Judge(JudgeRequest<'a>),
+}
+
+impl<'a> Request<'a> {
+    /// `value` read as a request of `role`.
+    pub(crate) fn read(role: Role, value: &'a Value) -> Result<Request<'a>, String> {
+        Ok(match role {
+            Role::Compressor => Request::Compressor(request(value, role)?),
+            Role::Reader => Request::Reader(request(value, role)?),
+            Role::Judge => Request::Judge(request(value, role)?),
+        })
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        match self {
+            Request::Compressor(_) => Role::Compressor,
+            Request::Reader(_) => Role::Reader,
+            Request::Judge(_) => Role::Judge,
+        }
+    }
+
+    /// The text that the calls of one source or memory share, first: a compressor's and a
+    /// judge's source, a reader's memory.
+    pub(crate) fn shared(&self) -> &str {
+        match self {
+            Request::Compressor(request) => &request.context,
+            Request::Reader(request) => &request.memory,
+            Request::Judge(request) => &request.source,
+        }
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        match self {
+            Request::Compressor(request) => request.seed,
+            Request::Reader(request) => request.seed,
+            Request::Judge(request) => request.seed,
         }
     }
 }
@@ -171,6 +265,19 @@ impl<'a> DecodeRequest<'a> {
     }
 }
 
+/// A tokenizer's request as a built-in tokenizer reads it.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub(crate) enum TokenizerRequest<'a> {
+    Encode {
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+    },
+    Decode {
+        tokens: Vec<u32>,
+    },
+}
+
 /// The role a tokenizer's requests name.
 const TOKENIZER_ROLE: &str = "tokenizer";
 
@@ -195,27 +302,63 @@ pub(crate) fn to_value(request: &impl Serialize) -> Value {
 }
 
 /// A compressor's response: its generation, before the cut to L.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CompressorResponse<'a> {
-    pub memory: &'a str,
+    #[serde(borrow)]
+    pub memory: Cow<'a, str>,
 }
 
 /// A reader's response.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ReaderResponse<'a> {
-    pub answer: &'a str,
+    #[serde(borrow)]
+    pub answer: Cow<'a, str>,
 }
 
 /// A judge's response: the verdict, and what it may add.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct JudgeResponse<'a> {
     pub correct: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
-    #[serde(default, borrow)]
-    pub rationale: Option<&'a str>,
-    #[serde(default)]
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Map<String, Value>>,
+}
+
+impl CompressorResponse<'_> {
+    /// A response holding `memory`.
+    pub(crate) fn new(memory: impl Into<String>) -> CompressorResponse<'static> {
+        CompressorResponse {
+            memory: Cow::Owned(memory.into()),
+        }
+    }
+}
+
+impl ReaderResponse<'_> {
+    /// A response holding `answer`.
+    pub(crate) fn new(answer: impl Into<String>) -> ReaderResponse<'static> {
+        ReaderResponse {
+            answer: Cow::Owned(answer.into()),
+        }
+    }
+}
+
+impl JudgeResponse<'_> {
+    /// A bare verdict.
+    pub(crate) fn verdict(correct: bool) -> JudgeResponse<'static> {
+        JudgeResponse {
+            correct,
+            ..JudgeResponse::default()
+        }
+    }
+}
+
+/// A request's role type read from a JSON value, with the message a built-in reports for one
+/// that does not hold it.
+pub(crate) fn request<'a, T: Deserialize<'a>>(request: &'a Value, role: Role) -> Result<T, String> {
+    T::deserialize(request).map_err(|error| format!("the request is not a {role} request: {error}"))
 }
 
 impl CompressorResponse<'_> {
@@ -350,5 +493,42 @@ mod tests {
         assert!(serde_json::from_value::<EncodeResponse>(json!({"tokens": [-1]})).is_err());
         let text = json!({"text": "hé"});
         assert_eq!(read::<DecodeResponse>(&text).unwrap().text, "hé");
+    }
+
+    /// The Python helper builds requests (`python -m gacc_callback try`) and names each role's
+    /// response field: both are held to these types.
+    #[test]
+    fn the_python_helper_speaks_these_types() {
+        let script = r#"
+import json, sys, types
+sys.path.insert(0, sys.argv[1])
+import gacc_callback as g
+out = {"fields": g._FIELD}
+for role in ("compressor", "reader", "judge"):
+    options = types.SimpleNamespace(role=role, seed=7, params="{}", context=None, goal="a goal", budget=12,
+                                    memory=None, question="q?", source=None, reference="r", answer="a")
+    out[role] = g._try_request(options)
+print(json.dumps(out))
+"#;
+        let python = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+        let ran = std::process::Command::new("python3")
+            .args(["-c", script, python])
+            .output();
+        let Some(ran) = ran.ok().filter(|ran| ran.status.success()) else {
+            assert!(
+                std::env::var_os("GACC_REQUIRE_PYTHON").is_none(),
+                "python3 is required and did not run the helper"
+            );
+            eprintln!("skipped: python3 did not run");
+            return;
+        };
+        let out: Value = serde_json::from_slice(&ran.stdout).unwrap();
+        for role in [Role::Compressor, Role::Reader, Role::Judge] {
+            let request = &out[role.as_str()];
+            assert_eq!(keys(request.clone()), request_fields(role), "{role}");
+            let read = Request::read(role, request).unwrap();
+            assert_eq!((read.role(), read.seed()), (role, 7));
+            assert_eq!(out["fields"][role.as_str()], response_fields(role)[0], "{role}");
+        }
     }
 }

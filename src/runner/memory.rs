@@ -276,7 +276,10 @@ pub(super) async fn make_memory<'a>(
     let description = json!({"job": "memory", "compressor_key": job.cache_key, "budget": job.budget});
     let text_key = &measured.memory_sha256;
     if !setup.cache.contains(Kind::Text, text_key) {
-        let text = json!({"memory": &*measured.memory});
+        // A memory's text is kept in the shape of the compressor's response that holds it.
+        let text = messages::to_value(&CompressorResponse {
+            memory: std::borrow::Cow::Borrowed(&measured.memory),
+        });
         if let Err(error) = setup
             .cache
             .put(Kind::Text, text_key, &json!({"job": "text"}), &text)
@@ -308,9 +311,8 @@ pub(super) async fn measure(
     budget: usize,
 ) -> Result<Arc<Measured>, Failure> {
     let setup = &shared.setup;
-    let generation = messages::read::<CompressorResponse>(response)
-        .map_or("", |r| r.memory)
-        .to_owned();
+    let generation =
+        messages::read::<CompressorResponse>(response).map_or_else(String::new, |r| r.memory.into_owned());
     let memo_key = (sha256(&generation), budget);
     if let Some(measured) = shared.measured.locked().get(&memo_key) {
         return Ok(measured.clone());

@@ -180,7 +180,8 @@ impl RunState {
             return Some(text.clone());
         }
         let entry = self.setup.cache.get(Kind::Text, sha256)?;
-        Some(self.intern(sha256, entry.get("memory")?.as_str()?))
+        let text = crate::protocol::messages::read::<crate::protocol::messages::CompressorResponse>(&entry)?;
+        Some(self.intern(sha256, &text.memory))
     }
 
     fn intern(&self, sha256: &str, text: &str) -> Arc<str> {

@@ -141,9 +141,8 @@ pub(super) async fn run_question(
     let Some(response) = outcome.step(shared, job, read, legacy, request).await else {
         return outcome;
     };
-    let answer = messages::read::<ReaderResponse>(&response)
-        .map_or("", |r| r.answer)
-        .to_owned();
+    let answer =
+        messages::read::<ReaderResponse>(&response).map_or_else(String::new, |r| r.answer.into_owned());
     outcome.row.answer = Some(answer.clone());
 
     outcome.jobs = 2;
@@ -169,7 +168,7 @@ pub(super) async fn run_question(
     {
         outcome.row.correct = Some(verdict.correct);
         outcome.row.score = verdict.score;
-        outcome.row.rationale = verdict.rationale.map(str::to_owned);
+        outcome.row.rationale = verdict.rationale.map(std::borrow::Cow::into_owned);
         outcome.row.judge_meta = verdict.meta.map(Value::Object);
     }
     let asked = Asked {

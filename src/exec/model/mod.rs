@@ -16,6 +16,7 @@ use endpoint::{refusal, scrub, without_url};
 
 use std::sync::{Arc, Mutex};
 
+use crate::protocol::messages::{self, Request};
 use serde_json::{Map, Value, json};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
@@ -139,17 +140,31 @@ impl ModelLauncher {
     }
 
     /// The call's messages, rendered from exactly the role's request fields.
-    pub(crate) fn prompt(&self, request: &Value, params: &Map<String, Value>) -> Result<Prompt, FailureKind> {
+    pub(crate) fn prompt(
+        &self,
+        request: &Request,
+        params: &Map<String, Value>,
+    ) -> Result<Prompt, FailureKind> {
         let role = self.call.role;
+        if request.role() != role {
+            return Err(FailureKind::Reported {
+                message: format!(
+                    "a {} request was sent to the {role} `{}`",
+                    request.role(),
+                    self.call.builtin
+                ),
+                retryable: false,
+            });
+        }
+        let fields = messages::to_value(request);
         let mut context = Map::new();
         for name in template_variables(role) {
-            if let Some(value) = request.get(name) {
+            if let Some(value) = fields.get(name) {
                 context.insert(name.to_owned(), value.clone());
             }
         }
-        if role == Role::Judge {
-            let answer = request.get("answer").and_then(Value::as_str).unwrap_or("");
-            context.insert("answer_fence".into(), json!(answer_fence(answer)));
+        if let Request::Judge(judge) = request {
+            context.insert("answer_fence".into(), json!(answer_fence(&judge.answer)));
         }
         let render = |name: &str| {
             self.templates
@@ -166,12 +181,10 @@ impl ModelLauncher {
         };
         let user = render("user")?;
         let system = render("system")?;
-        let default_max = match role {
-            Role::Compressor => {
-                compressor_max_tokens(request.get("token_budget").and_then(Value::as_u64).unwrap_or(0))
-            }
-            Role::Reader => READER_MAX_TOKENS,
-            Role::Judge => JUDGE_MAX_TOKENS,
+        let default_max = match request {
+            Request::Compressor(compress) => compressor_max_tokens(compress.token_budget as u64),
+            Request::Reader(_) => READER_MAX_TOKENS,
+            Request::Judge(_) => JUDGE_MAX_TOKENS,
         };
         let max_tokens = params
             .get("max_tokens")
@@ -179,19 +192,13 @@ impl ModelLauncher {
             .unwrap_or(default_max);
         // The prefix that calls share (a source's text for its compressor and judge calls,
         // a memory for its goal's questions): on Anthropic, cached when it is long.
-        let shared = match role {
-            Role::Compressor => "context",
-            Role::Reader => "memory",
-            Role::Judge => "source",
-        };
         let tokens = |text: &str| self.tokenizer.count(text).unwrap_or(0);
-        let cache_split = request.get(shared).and_then(Value::as_str).and_then(|prefix| {
-            self.endpoint
-                .spec
-                .api
-                .provider()
-                .cache_split(&user, prefix, &tokens)
-        });
+        let cache_split = self
+            .endpoint
+            .spec
+            .api
+            .provider()
+            .cache_split(&user, request.shared(), &tokens);
         Ok(Prompt {
             system,
             user,
@@ -261,6 +268,10 @@ impl ModelLauncher {
     async fn answer(&self, callback: &Callback, key: &str, request: &[u8]) -> Result<Value, FailureKind> {
         let request: Value =
             serde_json::from_slice(request).map_err(|error| FailureKind::InvalidJson(error.to_string()))?;
+        let request = Request::read(self.call.role, &request).map_err(|message| FailureKind::Reported {
+            message,
+            retryable: false,
+        })?;
         let empty = Map::new();
         let params = callback.params.as_object().unwrap_or(&empty);
         let prompt = self.prompt(&request, params)?;
@@ -270,10 +281,7 @@ impl ModelLauncher {
             return Err(rejected);
         }
         self.costs.reserve(most_cost)?;
-        let seed = request
-            .get("seed")
-            .and_then(Value::as_u64)
-            .and_then(|seed| SeedRule::of(Some(&self.call), &callback.params).sent(seed));
+        let seed = SeedRule::of(Some(&self.call), &callback.params).sent(request.seed());
         let body = providers::body(
             self.endpoint.spec.api,
             &self.endpoint.spec.model,
@@ -506,10 +514,14 @@ mod tests {
         ModelLauncher::new(endpoint, call, Arc::new(CostGuard::new(None)), tokenizer).unwrap()
     }
 
+    /// The prompt `launcher` makes of `request`, read as its role's request.
+    fn prompted(launcher: &ModelLauncher, request: Value) -> Prompt {
+        let request = Request::read(launcher.call.role, &request).unwrap();
+        launcher.prompt(&request, &Map::new()).unwrap()
+    }
+
     fn rendered(builtin: &str, request: Value) -> String {
-        let prompt = launcher(builtin, Api::OPENAI_CHAT)
-            .prompt(&request, &Map::new())
-            .unwrap();
+        let prompt = prompted(&launcher(builtin, Api::OPENAI_CHAT), request);
         format!(
             "max_tokens: {}\n--- system ---\n{}\n--- user ---\n{}\n",
             prompt.max_tokens, prompt.system, prompt.user
@@ -554,19 +566,15 @@ mod tests {
     fn a_long_memory_is_marked_for_anthropics_prompt_cache() {
         let launcher = launcher("llm-reader", Api::ANTHROPIC_MESSAGES);
         let memory = "The harbour master logs every ship that docks after dusk. ".repeat(120);
-        let prompt = launcher
-            .prompt(
-                &json!({"memory": memory, "question": "Who logs ships?"}),
-                &Map::new(),
-            )
-            .unwrap();
+        let prompt = prompted(
+            &launcher,
+            json!({"memory": memory, "question": "Who logs ships?"}),
+        );
         let split = prompt.cache_split.expect("a long memory is a cached prefix");
         assert!(
             prompt.user[..split].contains(memory.trim()) && prompt.user[split..].contains("Who logs ships?")
         );
-        let short = launcher
-            .prompt(&json!({"memory": "short", "question": "q"}), &Map::new())
-            .unwrap();
+        let short = prompted(&launcher, json!({"memory": "short", "question": "q"}));
         assert_eq!(short.cache_split, None);
     }
 
