@@ -16,7 +16,9 @@ use endpoint::{refusal, scrub, without_url};
 
 use std::sync::{Arc, Mutex};
 
-use crate::protocol::messages::{self, Request};
+use std::borrow::Cow;
+
+use crate::protocol::messages::{self, CompressorResponse, JudgeResponse, ReaderResponse, Request};
 use serde_json::{Map, Value, json};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
@@ -368,9 +370,13 @@ impl ModelLauncher {
                 if reply.cut_at_max_tokens {
                     meta["cut_at_max_tokens"] = json!(true);
                 }
-                json!({"memory": reply.text})
+                messages::to_value(&CompressorResponse {
+                    memory: Cow::Borrowed(&reply.text),
+                })
             }
-            Role::Reader => json!({"answer": reply.text.trim()}),
+            Role::Reader => messages::to_value(&ReaderResponse {
+                answer: Cow::Borrowed(reply.text.trim()),
+            }),
             Role::Judge => {
                 let raw = match &reply.tool_input {
                     Some(input) => input.to_string(),
@@ -382,11 +388,10 @@ impl ModelLauncher {
                         message,
                         retryable: false,
                     })?;
-                let mut verdict = json!({"correct": correct});
-                if let Some(rationale) = rationale {
-                    verdict["rationale"] = json!(rationale);
-                }
-                verdict
+                messages::to_value(&JudgeResponse {
+                    rationale: rationale.map(Cow::Owned),
+                    ..JudgeResponse::verdict(correct)
+                })
             }
         };
         response["usage"] = usage;
