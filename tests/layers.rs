@@ -445,3 +445,64 @@ fn only_a_providers_file_speaks_its_wire_format() {
     );
     assert!(wire_words("// OpenAI's x-ratelimit-* headers").is_empty());
 }
+
+/// Where code indexes a request or a response (a binding so named) by one of SPEC §3's field
+/// names: `request["memory"]`, `response.get("answer")`, `request.pointer("/goal")`.
+fn message_indexing(code: &str) -> Vec<String> {
+    const FIELDS: &[&str] = &[
+        "context",
+        "goal",
+        "token_budget",
+        "seed",
+        "params",
+        "memory",
+        "question",
+        "answer",
+        "reference",
+        "source",
+        "correct",
+        "score",
+        "rationale",
+    ];
+    let mut found = Vec::new();
+    for line in code.lines() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for binding in ["request", "response", "reply"] {
+            for field in FIELDS {
+                for form in [
+                    format!("{binding}[\"{field}\"]"),
+                    format!("{binding}.get(\"{field}\")"),
+                    format!("{binding}.pointer(\"/{field}"),
+                ] {
+                    if line.contains(&form) {
+                        found.push(form);
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_protocol_reads_a_message_by_its_field_names() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, code) in modules(&src) {
+        if module == "protocol" || module.starts_with("protocol::") {
+            continue;
+        }
+        for form in message_indexing(&code) {
+            found.push(format!("{module}: {form}"));
+        }
+    }
+    assert!(found.is_empty(), "outside src/protocol/: {found:#?}");
+    // The check sees an indexed message, and passes over comments.
+    assert_eq!(
+        message_indexing("let m = response[\"memory\"].as_str();"),
+        ["response[\"memory\"]"]
+    );
+    assert!(message_indexing("// request.get(\"question\")").is_empty());
+}

@@ -2,6 +2,7 @@
 //! input, or a JSON object with a boolean `correct`), else the last `GRADE: C` / `GRADE: I`
 //! line. Anything else is no verdict: a failed call, never an incorrect answer.
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::providers::Reply;
@@ -24,10 +25,17 @@ pub(crate) fn verdict(reply: &Reply) -> Result<(bool, Option<String>), String> {
     ))
 }
 
+/// A structured verdict: the judge response's `correct` (a boolean) and its `rationale` where
+/// that is text; a rationale of another kind is passed over, not a lost verdict.
 fn structured(value: &Value) -> Option<(bool, Option<String>)> {
-    let correct = value.get("correct")?.as_bool()?;
-    let rationale = value.get("rationale").and_then(Value::as_str).map(str::to_owned);
-    Some((correct, rationale))
+    #[derive(serde::Deserialize)]
+    struct Structured {
+        correct: bool,
+        #[serde(default)]
+        rationale: Value,
+    }
+    let found = Structured::deserialize(value).ok()?;
+    Some((found.correct, found.rationale.as_str().map(str::to_owned)))
 }
 
 /// The reply as one JSON object, also inside a ```json fence.
