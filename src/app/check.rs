@@ -455,10 +455,12 @@ fn probes(callback: &Callback) -> Vec<Probe> {
         Role::Judge => {
             let judge = |source: &str, answer: &str| {
                 messages::to_value(&JudgeRequest::new(
-                    source,
-                    "Who logs the ships?",
-                    "the harbour master",
-                    answer,
+                    messages::Judged {
+                        source,
+                        question: "Who logs the ships?",
+                        reference: "the harbour master",
+                        answer,
+                    },
                     PROBE_SEED,
                     params,
                 ))

@@ -370,10 +370,12 @@ impl Walk<'_> {
                 ),
             };
             let request = Request::Judge(JudgeRequest::new(
-                &source.text,
-                &asked.question,
-                &asked.reference,
-                answer.unwrap_or(""),
+                messages::Judged {
+                    source: &source.text,
+                    question: &asked.question,
+                    reference: &asked.reference,
+                    answer: answer.unwrap_or(""),
+                },
                 seed,
                 &manifest.judge.params,
             ));
@@ -412,10 +414,12 @@ impl Walk<'_> {
             };
             let params = &manifest.judges[&audit.name].params;
             let request = Request::Judge(JudgeRequest::new(
-                &source.text,
-                &asked.question,
-                &asked.reference,
-                text,
+                messages::Judged {
+                    source: &source.text,
+                    question: &asked.question,
+                    reference: &asked.reference,
+                    answer: text,
+                },
                 seed,
                 params,
             ));

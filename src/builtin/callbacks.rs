@@ -229,7 +229,13 @@ mod tests {
         reference: &str,
         params: Value,
     ) -> Reply<Verdict<'static>> {
-        respond(&Judge::new("s", "q", reference, answer, 0, &params))
+        let judged = crate::protocol::messages::Judged {
+            source: "s",
+            question: "q",
+            reference,
+            answer,
+        };
+        respond(&Judge::new(judged, 0, &params))
     }
 
     fn verdict(respond: fn(&Judge) -> Reply<Verdict<'static>>, answer: &str, reference: &str) -> bool {

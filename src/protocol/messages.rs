@@ -158,14 +158,15 @@ impl<'a> JudgeRequest<'a> {
         "source",
     ];
 
-    pub(crate) fn new(
-        source: &'a str,
-        question: &'a str,
-        reference: &'a str,
-        answer: &'a str,
-        seed: u64,
-        params: &'a Value,
-    ) -> Self {
+    /// The request judging `judged`, named field by field: four texts in a row are too easily
+    /// passed in the wrong order.
+    pub(crate) fn new(judged: Judged<'a>, seed: u64, params: &'a Value) -> Self {
+        let Judged {
+            source,
+            question,
+            reference,
+            answer,
+        } = judged;
         JudgeRequest {
             answer: Cow::Borrowed(answer),
             params: Cow::Borrowed(params),
@@ -223,6 +224,15 @@ impl<'a> Request<'a> {
             Request::Judge(request) => request.seed,
         }
     }
+}
+
+/// What a judge is asked about: the source, the question, its reference and the reader's answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Judged<'a> {
+    pub source: &'a str,
+    pub question: &'a str,
+    pub reference: &'a str,
+    pub answer: &'a str,
 }
 
 /// An external tokenizer's request (SPEC §2): `encode` a text.
@@ -437,7 +447,16 @@ mod tests {
         let params = json!({"k1": 1.2});
         let compressor = CompressorRequest::new("the sky is blue", None, 3, 42, &params);
         let reader = ReaderRequest::new("m", "q?", 42, &params);
-        let judge = JudgeRequest::new("s", "q?", "r", "a", 42, &params);
+        let judge = JudgeRequest::new(
+            Judged {
+                source: "s",
+                question: "q?",
+                reference: "r",
+                answer: "a",
+            },
+            42,
+            &params,
+        );
         for (bytes, fields, role) in [
             (to_bytes(&compressor), CompressorRequest::FIELDS, Role::Compressor),
             (to_bytes(&reader), ReaderRequest::FIELDS, Role::Reader),

@@ -154,10 +154,12 @@ pub(super) async fn run_question(
     };
     let request = || {
         messages::to_bytes(&JudgeRequest::new(
-            &source.text,
-            &question.question,
-            &question.reference,
-            &answer,
+            messages::Judged {
+                source: &source.text,
+                question: &question.question,
+                reference: &question.reference,
+                answer: &answer,
+            },
             job.id.seed,
             &judge.params,
         ))
@@ -203,10 +205,12 @@ async fn audit(shared: &RunState, asked: &Asked<'_>, answer: &str) -> BTreeMap<S
         let key = setup.plan.audit_key(judge, job, asked.question_job, answer);
         let request = || {
             messages::to_bytes(&JudgeRequest::new(
-                &asked.source.text,
-                &question.question,
-                &question.reference,
-                answer,
+                messages::Judged {
+                    source: &asked.source.text,
+                    question: &question.question,
+                    reference: &question.reference,
+                    answer,
+                },
                 job.id.seed,
                 &callback.params,
             ))
