@@ -346,6 +346,8 @@ pub(super) fn models(loaded: &Loaded, planning: bool) -> Result<Models, Error> {
         .into_iter()
         .filter_map(|(_, _, spec)| spec.model.as_ref().map(|m| m.endpoint.as_str()))
         .collect();
+    // The experiment's earlier runs, newest first: read once, when an endpoint first needs them.
+    let mut earlier_runs = None;
     for name in named {
         let Some(spec) = loaded.manifest.models.get(name) else {
             continue;
@@ -358,12 +360,15 @@ pub(super) fn models(loaded: &Loaded, planning: bool) -> Result<Models, Error> {
         match endpoint {
             Ok(mut endpoint) => {
                 if !planning {
-                    let runs = loaded.project.join("runs").join(&loaded.manifest.name);
-                    let earlier = crate::store::run_record::newest_first(&runs)
-                        .into_iter()
-                        .find_map(|(_, run)| run.endpoints.get(name).filter(|e| e.requests > 0).cloned());
+                    let earlier = earlier_runs
+                        .get_or_insert_with(|| {
+                            let runs = loaded.project.join("runs").join(&loaded.manifest.name);
+                            crate::store::run_record::newest_first(&runs)
+                        })
+                        .iter()
+                        .find_map(|(_, run)| run.endpoints.get(name).filter(|e| e.requests > 0));
                     if let Some(earlier) = earlier {
-                        endpoint.resume(&earlier);
+                        endpoint.resume(earlier);
                     }
                 }
                 endpoints.insert(name.to_owned(), Arc::new(endpoint));
