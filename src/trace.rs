@@ -2,7 +2,8 @@
 //! must never fail the run, so write errors are ignored. Events go through a buffer (a
 //! million-job run writes a million events) that reaches the file at least every
 //! `FLUSH_EVERY`, so a crash loses at most that last moment. Every line, here and on the
-//! terminal, has the registered secrets taken out (`crate::secrets`).
+//! terminal, has the registered secrets taken out (`crate::secrets`). The run's own events are
+//! typed ([`TraceEvent`]); other events (warnings, an endpoint's pace) are free text.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -11,6 +12,11 @@ use std::sync::Mutex;
 
 use crate::parallel::Locked;
 use tracing_subscriber::fmt::MakeWriter;
+
+pub(crate) mod event;
+
+use event::Level;
+pub(crate) use event::TraceEvent;
 
 static TRACE_FILE: Mutex<Option<BufWriter<File>>> = Mutex::new(None);
 
@@ -120,55 +126,42 @@ fn redacted(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// The target of "job finished" events sent through `tracing`, which only the terminal
-/// (`-vv`, `RUST_LOG`) receives: the trace file gets each one from [`job_finished`].
-pub(crate) const JOB_TARGET: &str = "gacc::job";
+/// The target of typed events sent through `tracing`, which only the terminal receives: the
+/// trace file gets each one from [`record`].
+pub(crate) const EVENT_TARGET: &str = "gacc::event";
 
-/// One finished job, as the trace records it.
-pub(crate) struct JobFinished<'a> {
-    pub job: &'a str,
-    pub stage: &'a str,
-    pub cache_key: &'a str,
-    pub compressor: &'a str,
-    pub duration_ms: f64,
-    pub cache_hit: bool,
-    pub skipped: bool,
-    pub failed: bool,
-}
-
-/// Appends a "job finished" event to the trace, written as the JSON layer writes every other
-/// event (same fields, same order, same timestamp format). A paper-scale run finishes most of
-/// a million jobs; formatting each through the layer cost more than a cached job itself.
-pub(crate) fn job_finished(event: &JobFinished) {
-    let mut line = Vec::with_capacity(384);
-    line.extend_from_slice(b"{\"timestamp\":\"");
-    line.extend_from_slice(crate::clock::utc_timestamp_micros(std::time::SystemTime::now()).as_bytes());
-    line.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"job finished\"");
-    let name = |line: &mut Vec<u8>, name: &str| {
-        line.extend_from_slice(b",\"");
-        line.extend_from_slice(name.as_bytes());
-        line.extend_from_slice(b"\":");
-    };
-    let text = |line: &mut Vec<u8>, field: &str, value: &str| {
-        name(line, field);
-        let _ = serde_json::to_writer(&mut *line, value);
-    };
-    text(&mut line, "job", event.job);
-    text(&mut line, "stage", event.stage);
-    text(&mut line, "cache_key", event.cache_key);
-    text(&mut line, "compressor", event.compressor);
-    name(&mut line, "duration_ms");
-    let _ = serde_json::to_writer(&mut line, &event.duration_ms);
-    for (field, value) in [
-        ("cache_hit", event.cache_hit),
-        ("skipped", event.skipped),
-        ("failed", event.failed),
-    ] {
-        name(&mut line, field);
-        line.extend_from_slice(if value { b"true" } else { b"false" });
-    }
-    line.extend_from_slice(b"}\n");
+/// Records `event`: its line in the trace file, and on the terminal where its filter (`-v`,
+/// `RUST_LOG`) lets it through. Written directly, not through the JSON layer: a paper-scale
+/// run records most of a million jobs, and formatting each through the layer cost more than a
+/// cached job itself.
+pub(crate) fn record(event: &TraceEvent) {
+    let timestamp = crate::clock::utc_timestamp_micros(std::time::SystemTime::now());
+    let line = event.line(&timestamp);
+    let line = redacted(&line);
     if let Some(file) = TRACE_FILE.locked().as_mut() {
         let _ = file.write_all(&line);
+    }
+    show(event);
+}
+
+/// Shows `event` on the terminal only, where its filter lets it through (a job served from the
+/// cache, at `-vv`: the trace has no line of it).
+pub(crate) fn show(event: &TraceEvent) {
+    match event.level() {
+        Level::Debug => {
+            if tracing::enabled!(target: EVENT_TARGET, tracing::Level::DEBUG) {
+                tracing::debug!(target: EVENT_TARGET, "{event}");
+            }
+        }
+        Level::Info => {
+            if tracing::enabled!(target: EVENT_TARGET, tracing::Level::INFO) {
+                tracing::info!(target: EVENT_TARGET, "{event}");
+            }
+        }
+        Level::Warn => {
+            if tracing::enabled!(target: EVENT_TARGET, tracing::Level::WARN) {
+                tracing::warn!(target: EVENT_TARGET, "{event}");
+            }
+        }
     }
 }

@@ -214,3 +214,38 @@ fn a_job_served_without_a_call_is_told_from_the_run_folder() {
     assert!(text.contains("served without a call in this run"), "{text}");
     assert!(text.contains("questions: 3 answered from it"), "{text}");
 }
+
+/// A trace written before events were typed (`tests/data/trace-before-events`, made by gacc
+/// 39b4d17 on the fixture with a reader that fails on one question) reviews exactly as it
+/// did then: the summary, the failures, a job's story, as text and as JSON.
+#[test]
+fn a_trace_written_before_typed_events_reviews_as_it_did() {
+    let scratch = Scratch::empty();
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/trace-before-events");
+    let job = std::fs::read_to_string(data.join("job")).unwrap();
+    for (args, expected) in [
+        (vec![], "expected.txt"),
+        (vec!["--format", "json"], "expected.json"),
+        (vec!["--job", job.trim()], "expected-job.txt"),
+        (vec!["--job", job.trim(), "--format", "json"], "expected-job.json"),
+    ] {
+        let output = scratch
+            .gacc()
+            .arg("trace")
+            .arg(&data)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let expected = std::fs::read_to_string(data.join(expected)).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            expected,
+            "gacc trace {args:?}"
+        );
+    }
+}

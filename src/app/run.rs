@@ -31,6 +31,7 @@ use crate::store::run_folder::{
     DATASET, MANIFEST, MEMORIES, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
 };
 use crate::store::run_record::{EndpointRecord, RunRecord};
+use crate::trace::TraceEvent;
 
 /// How a run is asked for on the command line.
 #[derive(Debug, Clone, Default)]
@@ -197,7 +198,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let views = views.and(write_views(&folder, &document, &[&markdown]));
     folder.forget_unshared();
     folder.point_latest();
-    tracing::info!(folder = %folder.path().display(), failures, "run finished");
+    crate::trace::record(&TraceEvent::RunFinished {
+        folder: folder.path().to_string_lossy(),
+        failures: failures as u64,
+    });
     crate::trace::close();
     let mut summary_json = summary_of_report(&report);
     summary_json["folder"] = json!(folder.path());
@@ -245,7 +249,10 @@ fn start_folder(
 ) -> Result<(RunFolder, String, PlanWriter), Error> {
     let folder = RunFolder::create(runs, started_at, &prepared.resolved_sha256)?;
     let _ = crate::trace::open(&folder.file(TRACE));
-    tracing::info!(manifest = %options.manifest.display(), folder = %folder.path().display(), "run started");
+    crate::trace::record(&TraceEvent::RunStarted {
+        manifest: options.manifest.to_string_lossy(),
+        folder: folder.path().to_string_lossy(),
+    });
     folder.write(MANIFEST, resolved_manifest(prepared).as_bytes())?;
     let dataset_digest = write_json_lines_hashed(&folder.file(DATASET), &prepared.dataset.sources)?;
     let plan_writer = {
@@ -463,7 +470,9 @@ fn execute(
             );
         }
         runner::trace_stages(progress);
-        tracing::warn!(folder = %folder.path().display(), "run interrupted");
+        crate::trace::record(&TraceEvent::RunInterrupted {
+            folder: folder.path().to_string_lossy(),
+        });
         crate::trace::close();
         return Err(Error::Interrupted {
             resume: resume_command(options),
@@ -566,11 +575,10 @@ impl Phases {
         let now = Instant::now();
         self.seconds
             .push((name.to_owned(), (now - self.last).as_secs_f64()));
-        tracing::info!(
-            phase = name,
-            seconds = (now - self.last).as_secs_f64(),
-            "phase finished"
-        );
+        crate::trace::record(&TraceEvent::PhaseFinished {
+            phase: std::borrow::Cow::Borrowed(name),
+            seconds: (now - self.last).as_secs_f64(),
+        });
         self.last = now;
     }
 }

@@ -561,10 +561,10 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         .with_span_list(false)
         .with_target(false)
         .with_writer(crate::trace::TRACE_SINK)
-        // Finished jobs reach the trace file directly (trace::job_finished).
+        // Typed events reach the trace file directly (trace::record).
         .with_filter(EnvFilter::new(format!(
             "gacc=debug,{}=off",
-            crate::trace::JOB_TARGET
+            crate::trace::EVENT_TARGET
         )));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(crate::trace::TERMINAL_SINK)

@@ -2,6 +2,7 @@
 //! backoff, redaction of passed-through secrets, and the check of each response against its
 //! role. How an attempt is made is its `Launcher`'s business.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use crate::exec::program::Program;
 use crate::protocol::EXIT_TEMPFAIL;
 use crate::protocol::Role;
 use crate::protocol::messages;
+use crate::trace::TraceEvent;
 
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -198,15 +200,15 @@ impl Callback {
                 let mut outcome = self.launcher.attempt(self, key, &bytes).await;
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
                 redact_attempt(&mut outcome);
-                tracing::debug!(
-                    callback = %self.name,
+                crate::trace::record(&TraceEvent::CallbackAttempt {
+                    callback: Cow::Borrowed(&self.name),
                     attempt,
-                    duration_ms = started.elapsed().as_millis() as u64,
-                    request_bytes = bytes.len(),
-                    ok = outcome.result.is_ok(),
-                    stderr = %outcome.stderr_tail,
-                    "callback attempt"
-                );
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    request_bytes: bytes.len() as u64,
+                    ok: outcome.result.is_ok(),
+                    stderr: Cow::Borrowed(&outcome.stderr_tail),
+                    key: Some(Cow::Borrowed(key)),
+                });
                 outcome
             };
             match outcome.result {
@@ -219,7 +221,11 @@ impl Callback {
                         && (attempt <= self.retries
                             || (attempt == 1 && matches!(kind, FailureKind::WorkerDied(_)))) =>
                 {
-                    tracing::warn!(callback = %self.name, attempt, reason = %kind, "retrying");
+                    crate::trace::record(&TraceEvent::Retrying {
+                        callback: Cow::Borrowed(&self.name),
+                        attempt,
+                        reason: Cow::Owned(kind.to_string()),
+                    });
                     tokio::time::sleep(backoff(attempt)).await;
                 }
                 Err(kind) => {

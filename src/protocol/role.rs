@@ -41,7 +41,8 @@ impl fmt::Display for Role {
 
 /// The stages of the job graph, one per role: a memory is compressed, then each of its
 /// questions is read and judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Stage {
     Compress,
     Read,

@@ -15,6 +15,7 @@ use crate::protocol::Stage;
 use crate::report::stats::percentile;
 use crate::report::stored::text as shown;
 use crate::store::run_folder::{MEMORIES, PLAN, RESULTS, RunFolder, TRACE};
+use crate::trace::TraceEvent;
 
 /// How many of the slowest calls a review lists.
 pub(crate) const SLOWEST: usize = 10;
@@ -74,78 +75,126 @@ fn text(event: &Value, field: &str) -> Option<String> {
     event.get(field).and_then(|v| v.as_str().map(str::to_owned))
 }
 
-/// The key a call event belongs to: its own `job` field, or the span it ran in.
-fn key_of(event: &Value) -> Option<String> {
-    text(event, "job")
-        .or_else(|| text(event, "cache_key"))
-        .or_else(|| {
-            event
-                .pointer("/span/key")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+/// One line of the trace: as written (for a job's story, which shows every field of every
+/// event) and as read.
+struct Recorded {
+    line: Value,
+    event: TraceEvent<'static>,
 }
 
-fn matches(event: &Value, filter: &Filter) -> bool {
-    let stage_ok = filter
-        .stage
-        .as_ref()
-        .is_none_or(|s| text(event, "stage").is_none_or(|e| &e == s));
-    let callback_ok = filter.callback.as_ref().is_none_or(|c| {
-        text(event, "callback")
-            .or_else(|| text(event, "compressor").map(|n| format!("compressors.{n}")))
-            .is_none_or(|e| &e == c)
-    });
+impl Recorded {
+    fn of(line: Value) -> Recorded {
+        Recorded {
+            event: TraceEvent::read(&line),
+            line,
+        }
+    }
+
+    /// The call key an event belongs to: a call attempt's own, or (a trace of an older gacc,
+    /// or free text) the span it ran in.
+    fn call_key(&self) -> Option<String> {
+        if let TraceEvent::CallbackAttempt { key: Some(key), .. } = &self.event {
+            return Some(key.to_string());
+        }
+        (self.line.pointer("/span/key"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    /// Whether the event is of job (or key) `prefix`.
+    fn is_of(&self, prefix: &str) -> bool {
+        let named = match &self.event {
+            TraceEvent::JobFinished { job, cache_key, .. } => {
+                [Some(job.to_string()), Some(cache_key.to_string())]
+            }
+            TraceEvent::JobFailed { job, .. } => [Some(job.to_string()), None],
+            // Free text names its job as it likes.
+            _ => [text(&self.line, "job"), text(&self.line, "cache_key")],
+        };
+        (named.into_iter().chain([self.call_key()]))
+            .flatten()
+            .any(|key| key.starts_with(prefix))
+    }
+}
+
+/// The stage and the callback an event is of, where it names them.
+fn stage_and_callback(event: &TraceEvent) -> (Option<Stage>, Option<String>) {
+    match event {
+        TraceEvent::CallbackAttempt { callback, .. } | TraceEvent::Retrying { callback, .. } => {
+            (None, Some(callback.to_string()))
+        }
+        TraceEvent::JobFailed { stage, callback, .. } => (Some(*stage), Some(callback.to_string())),
+        TraceEvent::JobFinished {
+            stage, compressor, ..
+        } => (Some(*stage), Some(format!("compressors.{compressor}"))),
+        TraceEvent::StageFinished { stage, .. } => (Some(*stage), None),
+        _ => (None, None),
+    }
+}
+
+fn matches(event: &TraceEvent, filter: &Filter) -> bool {
+    let (stage, callback) = stage_and_callback(event);
+    let stage_ok = (filter.stage.as_ref()).is_none_or(|s| stage.is_none_or(|e| e.as_str() == s));
+    let callback_ok = (filter.callback.as_ref()).is_none_or(|c| callback.is_none_or(|e| &e == c));
     stage_ok && callback_ok
 }
 
 /// Reviews `trace.jsonl` in a run folder.
 pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let text_of = RunFolder::open(folder).read_text(TRACE)?;
-    let events: Vec<Value> = text_of
+    let events: Vec<Recorded> = text_of
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
+        .map(Recorded::of)
         .collect();
     let mut calls: Vec<Call> = Vec::new();
     let mut failures = Vec::new();
     let mut retries = 0;
     let mut cache: BTreeMap<String, CacheHits> = BTreeMap::new();
     let mut story = Vec::new();
-    let summarised = events.iter().any(|e| e["message"] == "stage finished");
-    for event in &events {
-        if let Some(job) = &filter.job {
-            let keys = [key_of(event), text(event, "cache_key"), text(event, "job")];
-            if keys.iter().flatten().any(|k| k.starts_with(job.as_str())) {
-                story.push(event.clone());
-            }
+    let summarised = (events.iter()).any(|e| matches!(e.event, TraceEvent::StageFinished { .. }));
+    for recorded in &events {
+        if let Some(job) = &filter.job
+            && recorded.is_of(job)
+        {
+            story.push(recorded.line.clone());
         }
-        if !matches(event, filter) {
+        if !matches(&recorded.event, filter) {
             continue;
         }
-        match event.get("message").and_then(Value::as_str) {
-            Some("callback attempt") => calls.push(Call {
-                callback: text(event, "callback").unwrap_or_default(),
-                duration_ms: event["duration_ms"].as_f64().unwrap_or(0.0),
-                ok: event["ok"].as_bool().unwrap_or(false),
-                attempt: event["attempt"].as_u64().unwrap_or(1),
-                key: key_of(event),
-                request_bytes: event["request_bytes"].as_u64(),
+        match &recorded.event {
+            TraceEvent::CallbackAttempt {
+                callback,
+                attempt,
+                duration_ms,
+                request_bytes,
+                ok,
+                ..
+            } => calls.push(Call {
+                callback: callback.to_string(),
+                duration_ms: *duration_ms as f64,
+                ok: *ok,
+                attempt: u64::from(*attempt),
+                key: recorded.call_key(),
+                request_bytes: Some(*request_bytes),
             }),
-            Some("job failed") => failures.push(event.clone()),
-            Some("retrying") => retries += 1,
+            TraceEvent::JobFailed { .. } => failures.push(recorded.line.clone()),
+            TraceEvent::Retrying { .. } => retries += 1,
             // A trace of an older gacc has a line per job and no stage summaries.
-            Some("job finished") if !summarised => {
-                let stage = text(event, "stage").unwrap_or_default();
-                let hits = cache.entry(stage).or_default();
+            TraceEvent::JobFinished { stage, cache_hit, .. } if !summarised => {
+                let hits = cache.entry(stage.as_str().to_owned()).or_default();
                 hits.jobs += 1;
-                hits.hits += usize::from(event["cache_hit"].as_bool().unwrap_or(false));
+                hits.hits += usize::from(*cache_hit);
             }
-            Some("stage finished") => {
-                let stage = text(event, "stage").unwrap_or_default();
-                let count = |field: &str| event[field].as_u64().unwrap_or(0) as usize;
-                let hits = cache.entry(stage).or_default();
-                hits.jobs += count("finished");
-                hits.hits += count("cached");
+            TraceEvent::StageFinished {
+                stage,
+                finished,
+                cached,
+                ..
+            } => {
+                let hits = cache.entry(stage.as_str().to_owned()).or_default();
+                hits.jobs += *finished as usize;
+                hits.hits += *cached as usize;
             }
             _ => {}
         }
@@ -368,15 +417,20 @@ pub(crate) fn render(review: &Review, filter: &Filter) -> String {
         review.retries
     ));
     for failure in &review.failures {
+        let TraceEvent::JobFailed {
+            job,
+            stage,
+            callback,
+            reason,
+            attempts,
+            stderr,
+        } = TraceEvent::read(failure)
+        else {
+            continue;
+        };
         out.push_str(&format!(
-            "  {} {} job {}: {} (attempts {})\n",
-            text(failure, "stage").unwrap_or_default(),
-            text(failure, "callback").unwrap_or_default(),
-            text(failure, "job").unwrap_or_default(),
-            text(failure, "reason").unwrap_or_default(),
-            failure["attempts"]
+            "  {stage} {callback} job {job}: {reason} (attempts {attempts})\n"
         ));
-        let stderr = text(failure, "stderr").unwrap_or_default();
         for line in stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev() {
             out.push_str(&format!("      stderr: {line}\n"));
         }

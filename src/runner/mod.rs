@@ -326,17 +326,17 @@ pub(crate) fn trace_stages(progress: &progress::Progress) {
             load(&counts.skipped),
             load(&counts.failed),
         );
-        tracing::info!(
-            stage = stage.as_str(),
-            planned = load(&counts.total),
-            finished = done + failed,
-            called = done - cached - shared - skipped,
-            cached,
-            shared,
-            skipped,
-            failed,
-            "stage finished"
-        );
+        let count = |n: usize| n as u64;
+        crate::trace::record(&crate::trace::TraceEvent::StageFinished {
+            stage,
+            planned: count(load(&counts.total)),
+            finished: count(done + failed),
+            called: count(done - cached - shared - skipped),
+            cached: count(cached),
+            shared: count(shared),
+            skipped: count(skipped),
+            failed: count(failed),
+        });
     }
 }
 

@@ -1,5 +1,6 @@
 //! The rows a job leaves: its result row, its failure row, and its trace line (when it called).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use std::sync::atomic::Ordering;
@@ -11,6 +12,7 @@ use crate::inputs::records::Source;
 use crate::plan::{MemoryJob, QuestionJob};
 use crate::protocol::Stage;
 use crate::store::ledger::{FailureRow, ResultRow};
+use crate::trace::TraceEvent;
 
 pub(super) fn result_row(
     job: &MemoryJob,
@@ -49,15 +51,14 @@ pub(super) fn failure_row(
     failure: &Failure,
     question_id: Option<&str>,
 ) -> FailureRow {
-    tracing::warn!(
-        job = key,
-        stage = stage.as_str(),
-        callback,
-        reason = %failure.kind,
-        attempts = failure.attempts,
-        stderr = %failure.stderr_tail,
-        "job failed"
-    );
+    crate::trace::record(&TraceEvent::JobFailed {
+        job: Cow::Borrowed(key),
+        stage,
+        callback: Cow::Borrowed(callback),
+        reason: Cow::Owned(failure.kind.to_string()),
+        attempts: failure.attempts,
+        stderr: Cow::Borrowed(&failure.stderr_tail),
+    });
     FailureRow {
         job: key.to_owned(),
         stage: stage.as_str().to_owned(),
@@ -95,36 +96,26 @@ pub(super) fn finished(
     };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let cache_hit = matches!(origin, Some(Origin::Cache | Origin::RunState));
-    let skipped = origin == Some(Origin::Skipped);
-    let failed = failure.is_some();
     // A job served without a call gets no line of its own: each stage's summary counts it,
     // and `gacc trace --job` tells its story from the run folder's other files. The job's
-    // seed, condition, ratio and source are in plan.json.gz under its key.
-    if !cache_hit {
-        crate::trace::job_finished(&crate::trace::JobFinished {
-            job: &key(),
-            stage: stage.as_str(),
-            cache_key,
-            compressor: &job.id.cell.compressor,
-            duration_ms,
-            cache_hit,
-            skipped,
-            failed,
-        });
+    // seed, condition, ratio and source are in plan.json.gz under its key. The terminal shows
+    // every job only when asked to (`-vv`, `RUST_LOG`).
+    if cache_hit && !tracing::enabled!(target: crate::trace::EVENT_TARGET, tracing::Level::INFO) {
+        return;
     }
-    // The terminal shows every job only when asked to (`-vv`, `RUST_LOG`).
-    if tracing::enabled!(target: crate::trace::JOB_TARGET, tracing::Level::INFO) {
-        tracing::info!(
-            target: crate::trace::JOB_TARGET,
-            job = key(),
-            stage = stage.as_str(),
-            cache_key,
-            compressor = job.id.cell.compressor.as_str(),
-            duration_ms,
-            cache_hit,
-            skipped,
-            failed,
-            "job finished"
-        );
+    let event = TraceEvent::JobFinished {
+        job: Cow::Owned(key()),
+        stage,
+        cache_key: Cow::Borrowed(cache_key),
+        compressor: Cow::Borrowed(&job.id.cell.compressor),
+        duration_ms,
+        cache_hit,
+        skipped: origin == Some(Origin::Skipped),
+        failed: failure.is_some(),
+    };
+    if cache_hit {
+        crate::trace::show(&event);
+    } else {
+        crate::trace::record(&event);
     }
 }
