@@ -332,7 +332,7 @@ fn without_keys(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     rows.into_iter()
         .map(|mut row| {
             let fields = row.as_object_mut().unwrap();
-            for key in ["memory_key", "key", "cache_key", "cached"] {
+            for key in ["memory_key", "key", "cache_key", "cached", "calls"] {
                 fields.remove(key);
             }
             row

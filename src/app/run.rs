@@ -27,10 +27,11 @@ use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
 use crate::runner::{self, Progress};
 use crate::store::cache::Cache;
 use crate::store::ledger::MemoryText;
+use crate::store::row_sink::{RowSink, Written};
 use crate::store::run_folder::{
-    DATASET, MANIFEST, MEMORIES, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
+    DATASET, MANIFEST, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
 };
-use crate::store::run_record::{EndpointRecord, RunRecord};
+use crate::store::run_record::{EndpointRecord, RunRecord, RunStatus};
 use crate::trace::TraceEvent;
 
 /// How a run is asked for on the command line.
@@ -138,15 +139,29 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         fail_fast: options.fail_fast,
         memories: recount.feed(),
         jobs_in_flight: jobs_in_flight(&prepared, &models),
+        rows: Some(RowSink::create(&folder)?),
     };
     phases.end("write manifest, dataset and plan");
-    let outcome = execute(setup, &progress, options, &folder)?;
+    let in_flight = RunRecord {
+        started: utc_timestamp(started_at, true),
+        manifest: options.manifest.display().to_string(),
+        cache: cache_shown(&prepared),
+        ..RunRecord::here()
+    };
+    let mut outcome = execute(setup, &progress, options, (&folder, in_flight))?;
+    // The ledger and the results were written as they folded.
+    let rows = outcome.written.take().unwrap_or_else(|| {
+        Err(Error::Io {
+            path: folder.file(RESULTS),
+            message: "the rows were not written".into(),
+        })
+    })?;
     if let Some(slurm) = &opened.slurm {
         slurm.finish();
     }
     phases.end("execute jobs");
 
-    let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer)?;
+    let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer, rows)?;
     let unmatched = unmatched_labels(&prepared, &outcome);
     let hints = denial_hints(
         &report.failures,
@@ -177,6 +192,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         seconds: started.elapsed().as_secs_f64(),
         manifest: options.manifest.display().to_string(),
         cache: cache_shown(&prepared),
+        progress: None,
         calls: serde_json::to_value(&this_run).unwrap_or_default(),
         paid: serde_json::to_value(&paid).unwrap_or_default(),
         failures,
@@ -445,16 +461,23 @@ fn execute(
     setup: runner::Setup,
     progress: &Arc<Progress>,
     options: &RunOptions,
-    folder: &RunFolder,
+    (folder, in_flight): (&RunFolder, RunRecord),
 ) -> Result<runner::Outcome, Error> {
     let runtime = crate::parallel::runtime(None).map_err(io(Path::new("tokio runtime")))?;
+    let live = LiveRecord {
+        folder: folder.clone(),
+        record: in_flight,
+        progress: progress.clone(),
+    };
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
+        let following = tokio::spawn(live.clone().follow());
         let outcome = tokio::select! {
             outcome = runner::execute(setup) => Some(outcome),
             _ = tokio::signal::ctrl_c() => None,
         };
         display.abort();
+        following.abort();
         outcome
     });
     // Calls still running in the background (none once the plan is done) are not waited for.
@@ -470,6 +493,7 @@ fn execute(
             );
         }
         runner::trace_stages(progress);
+        live.write(RunStatus::Interrupted);
         crate::trace::record(&TraceEvent::RunInterrupted {
             folder: folder.path().to_string_lossy(),
         });
@@ -484,15 +508,16 @@ fn execute(
     Ok(outcome)
 }
 
-/// Writes the ledger, the memory texts and the results (on threads of their own) while the
-/// report is built, and waits for the plan file; the report, the memory texts, and the
-/// SHA-256 of the results and of the memory texts.
+/// Writes the memory texts (on a thread of its own) while the report is built, and waits for
+/// the plan file (the ledger and the results were written as they folded, `rows`); the report,
+/// the memory texts, and the SHA-256 of the results and of the memory texts.
 fn write_rows(
     prepared: &Prepared,
     folder: &RunFolder,
     outcome: &runner::Outcome,
     recount: report::Recount,
     plan_writer: PlanWriter,
+    rows: Written,
 ) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
@@ -536,24 +561,51 @@ fn write_rows(
     };
     let texts = crate::store::ledger::memory_texts(&outcome.ledger);
     let (written, report) = std::thread::scope(|scope| {
-        let results = scope.spawn(|| write_json_lines_hashed(&folder.file(RESULTS), &outcome.results));
-        let ledger = scope.spawn(|| {
-            write_json_lines_hashed(&folder.file(MEMORIES), &outcome.ledger)?;
-            folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts))
-        });
+        let texts = scope.spawn(|| folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts)));
         let report = report::build(&inputs, outcome, recount);
         let written = (
             plan_writer.join().unwrap_or_else(|_| Err(stopped(PLAN))),
-            ledger.join().unwrap_or_else(|_| Err(stopped(MEMORIES))),
-            results.join().unwrap_or_else(|_| Err(stopped(RESULTS))),
+            texts.join().unwrap_or_else(|_| Err(stopped(MEMORY_TEXTS))),
         );
         (written, report)
     });
-    let (plan, ledger, results) = written;
+    let (plan, texts_digest) = written;
     plan?;
-    let texts_digest = ledger?;
-    Ok((report, texts, [results?, texts_digest]))
+    Ok((report, texts, [rows.results_sha256, texts_digest?]))
 }
+
+/// `run.json` while a run is in flight: its record so far, with its progress.
+#[derive(Clone)]
+struct LiveRecord {
+    folder: RunFolder,
+    record: RunRecord,
+    progress: Arc<Progress>,
+}
+
+impl LiveRecord {
+    /// Writes `run.json` now and then every `LIVE_EVERY` until aborted.
+    async fn follow(self) {
+        loop {
+            self.write(RunStatus::Running);
+            tokio::time::sleep(LIVE_EVERY).await;
+        }
+    }
+
+    /// Writes `run.json` with the progress so far (whole: a reader never sees half of one).
+    fn write(&self, status: RunStatus) {
+        let record = RunRecord {
+            progress: Some(self.progress.live(status)),
+            seconds: self.progress.started.elapsed().as_secs_f64(),
+            ..self.record.clone()
+        };
+        if let Err(error) = self.folder.write(RUN, pretty(&record).as_bytes()) {
+            tracing::warn!(%error, "could not write the run's progress");
+        }
+    }
+}
+
+/// How often `run.json` shows a run in flight anew.
+const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a run's time went, phase by phase, for `run.json`.
 struct Phases {

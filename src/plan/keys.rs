@@ -130,6 +130,25 @@ pub(crate) fn memory_key(job: &MemoryJob, tokenizer_identity: &Value, truncation
     }))
 }
 
+/// What a text's proven token count (cache kind `count`) is bound to besides the text: the
+/// tokenizer's identity and gacc's.
+pub(crate) fn count_identity(tokenizer: &dyn Tokenizer) -> String {
+    let identity = tokenizer.identity();
+    serde_json::json!({
+        "gacc": env!("CARGO_PKG_VERSION"),
+        "name": identity.name,
+        "builtin": identity.builtin,
+        "revision": identity.revision,
+        "vocabulary_sha256": identity.vocabulary_sha256,
+    })
+    .to_string()
+}
+
+/// The cache key of the proven count of the text whose SHA-256 is `text_sha256`.
+pub(crate) fn count_key(identity: &str, text_sha256: &str) -> String {
+    sha256(format!("count\n{identity}\n{text_sha256}"))
+}
+
 /// The job key of a memory: unique in a plan, the same in every plan of the experiment.
 pub(crate) fn memory_job(
     seed: u64,

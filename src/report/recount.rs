@@ -7,6 +7,7 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::Locked;
+use crate::plan::keys::{count_identity, count_key};
 use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::LedgerRow;
 
@@ -41,15 +42,7 @@ struct Counter {
 
 impl Counter {
     fn new(tokenizer: Arc<dyn Tokenizer>, proven: Cache) -> Counter {
-        let identity = tokenizer.identity();
-        let identity = serde_json::json!({
-            "gacc": env!("CARGO_PKG_VERSION"),
-            "name": identity.name,
-            "builtin": identity.builtin,
-            "revision": identity.revision,
-            "vocabulary_sha256": identity.vocabulary_sha256,
-        })
-        .to_string();
+        let identity = count_identity(tokenizer.as_ref());
         Counter {
             tokenizer,
             proven,
@@ -59,7 +52,7 @@ impl Counter {
 
     /// The cache key of a text's proven count.
     fn key(&self, text_sha256: &str) -> String {
-        sha256(format!("count\n{}\n{text_sha256}", self.identity))
+        count_key(&self.identity, text_sha256)
     }
 
     fn count(&self, text: &Arc<str>) -> Counted {

@@ -19,12 +19,24 @@ use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
 use crate::parallel::Locked;
 use crate::plan::MemoryJob;
+use crate::plan::keys::count_key;
 use crate::protocol::messages::{self, CompressorRequest, CompressorResponse};
 use crate::protocol::{Role, Stage, TruncationMode};
 use crate::store::cache::Kind;
-use crate::store::ledger::LedgerRow;
+use crate::store::ledger::{CallKeys, LedgerRow};
+use crate::store::row_sink::RowLines;
 
+/// Memory job `index` and its questions, with its rows' lines when the run writes them (made
+/// here, on the job's own task, so that folding rows in plan order stays cheap).
 pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOutcome {
+    let mut outcome = memory_and_questions(shared, index).await;
+    if shared.writes_rows {
+        outcome.lines = Some(RowLines::of(outcome.ledger.as_ref(), &outcome.results));
+    }
+    outcome
+}
+
+async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOutcome {
     let setup = &shared.setup;
     let job = &setup.plan.memories[index];
     let source = &setup.dataset.sources[job.source];
@@ -42,11 +54,17 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
         exposure_violation,
         calls: Vec::new(),
         jobs: Vec::new(),
+        lines: None,
     };
 
     let started = Instant::now();
     let made = if job.budget == 0 {
-        Ok((Arc::new(Measured::empty()), Origin::Skipped, Usage::default()))
+        Ok((
+            Arc::new(Measured::empty()),
+            Origin::Skipped,
+            Usage::default(),
+            CallKeys::new(),
+        ))
     } else {
         outcome.jobs.push(Role::Compressor);
         make_memory(shared, callback, job, request).await
@@ -54,7 +72,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
     let progress = setup.progress.stage(Role::Compressor);
     let ended = made
         .as_ref()
-        .map(|(_, origin, _)| *origin)
+        .map(|(_, origin, ..)| *origin)
         .map_err(|(failure, _)| failure);
     finished(
         progress,
@@ -65,7 +83,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
         started,
         ended,
     );
-    let (measured, origin, usage) = match made {
+    let (measured, origin, usage, calls) = match made {
         Ok(made) => made,
         Err((failure, culprit)) => {
             outcome.failures.push(failure_row(
@@ -78,14 +96,8 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
             ));
             let reason = format!("the memory was not made: {culprit} {}", failure.kind);
             for question in &job.questions {
-                outcome.results.push(result_row(
-                    job,
-                    source,
-                    question,
-                    None,
-                    None,
-                    Some(reason.clone()),
-                ));
+                let row = result_row(job, source, question, None, None, Some(reason.clone()));
+                outcome.results.push((row, CallKeys::new()));
             }
             return outcome;
         }
@@ -95,7 +107,7 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
             .calls
             .push((Role::Compressor, job.cache_key.clone(), usage));
     }
-    outcome.ledger = Some(ledger_row(job, &measured, setup.truncation, origin));
+    outcome.ledger = Some((ledger_row(job, &measured, setup.truncation, origin), calls));
 
     answer_questions(shared, index, &measured, &mut outcome).await;
     outcome
@@ -161,7 +173,7 @@ async fn answer_questions(
         }
     }
     for question in answered.into_iter().flatten() {
-        outcome.results.push(question.row);
+        outcome.results.push((question.row, question.keys));
         outcome.failures.extend(question.failure);
         outcome.calls.extend(question.calls);
         outcome
@@ -236,6 +248,29 @@ impl Measured {
     }
 }
 
+/// The cache entries a memory rests on (`CallKeys`): of its compressor call, its cut memory
+/// and its text, those the cache holds; and the recount's proven count of its text (which the
+/// recount writes as the run goes).
+fn memory_calls(shared: &RunState, job: &MemoryJob, memory_key: String, measured: &Measured) -> CallKeys {
+    let cache = &shared.setup.cache;
+    let entries = [
+        (Kind::Compressor, job.cache_key.clone()),
+        (Kind::Memory, memory_key),
+        (Kind::Text, measured.memory_sha256.clone()),
+    ];
+    let mut calls: CallKeys = (entries.into_iter())
+        .filter(|(kind, key)| cache.contains(*kind, key))
+        .map(|(kind, key)| (kind.as_str().to_owned(), key))
+        .collect();
+    let count = count_key(&shared.count_identity, &measured.memory_sha256);
+    calls.insert(Kind::Count.as_str().to_owned(), count);
+    calls
+}
+
+/// A memory made: its counts, where it came from, what its call reported, and the cache
+/// entries it rests on.
+type Made = (Arc<Measured>, Origin, Usage, CallKeys);
+
 /// Makes a memory: from the cache of truncated memories, or by obtaining the generation
 /// (cache or call) and cutting it to its budget, which is then stored for next time.
 pub(super) async fn make_memory<'a>(
@@ -243,7 +278,7 @@ pub(super) async fn make_memory<'a>(
     callback: &'a Callback,
     job: &MemoryJob,
     request: CompressorRequest<'_>,
-) -> Result<(Arc<Measured>, Origin, Usage), (Failure, &'a str)> {
+) -> Result<Made, (Failure, &'a str)> {
     let setup = &shared.setup;
     let memory_key = setup.plan.memory_key(job, setup.truncation);
     if let Some((measured, usage)) = setup
@@ -253,7 +288,8 @@ pub(super) async fn make_memory<'a>(
         .and_then(|entry| Measured::from_json(shared, entry))
     {
         shared.calls.found(Role::Compressor);
-        return Ok((Arc::new(measured), Origin::Cache, usage));
+        let calls = memory_calls(shared, job, memory_key, &measured);
+        return Ok((Arc::new(measured), Origin::Cache, usage, calls));
     }
     let request = || messages::to_bytes(&request);
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
@@ -293,7 +329,8 @@ pub(super) async fn make_memory<'a>(
     {
         tracing::error!(key = memory_key, %error, "could not write the cache entry");
     }
-    Ok((measured, origin, usage))
+    let calls = memory_calls(shared, job, memory_key, &measured);
+    Ok((measured, origin, usage, calls))
 }
 
 /// The text of the goal `job`'s compressor is shown, if any.

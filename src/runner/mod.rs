@@ -27,7 +27,8 @@ use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::protocol::TruncationMode;
 use crate::store::cache::{Cache, Kind};
-use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
+use crate::store::ledger::{CallKeys, FailureRow, LedgerRow, ResultRow};
+use crate::store::row_sink::{RowLines, RowSink, Written};
 use calls::CallBook;
 use memory::{Measured, run_memory};
 
@@ -88,6 +89,8 @@ pub(crate) struct Setup {
     /// Memory jobs in flight at once, when the default window is too small: a provider batch
     /// gathers every call that is ready, so a batch endpoint wants them all.
     pub jobs_in_flight: Option<usize>,
+    /// Where each memory's rows are written as they fold (the run folder's row files).
+    pub rows: Option<RowSink>,
 }
 
 /// What a run produced, in plan order.
@@ -111,6 +114,8 @@ pub(crate) struct Outcome {
     pub compressor_calls: BTreeMap<String, Distinct>,
     /// Why the run stopped before its plan was done, if it did.
     pub stop: Option<Stop>,
+    /// What the row sink wrote, when there was one.
+    pub written: Option<Result<Written, crate::error::Error>>,
 }
 
 /// Memory jobs in flight per slot of run concurrency (each with all its questions).
@@ -134,6 +139,10 @@ pub(super) struct RunState {
     memories: Mutex<HashMap<String, Arc<str>>>,
     /// Tokenizing runs on at most this many threads at once (it is CPU work).
     tokenizing: Semaphore,
+    /// What the recount's proven counts are bound to (a ledger row names its memory's).
+    count_identity: String,
+    /// Whether each memory's task writes its rows' lines (the run has a row sink).
+    writes_rows: bool,
     /// Set by the first failure under `--fail-fast`, a refused key or the spending cap: no
     /// new call starts.
     stopped: std::sync::atomic::AtomicBool,
@@ -195,8 +204,11 @@ impl RunState {
 
 /// The result of one memory job and its questions.
 pub(super) struct MemoryOutcome {
-    ledger: Option<LedgerRow>,
-    results: Vec<ResultRow>,
+    /// The memory's row and its questions', each with the cache entries it rests on.
+    ledger: Option<(LedgerRow, CallKeys)>,
+    results: Vec<(ResultRow, CallKeys)>,
+    /// Those rows as their files hold them, when the run writes them.
+    lines: Option<RowLines>,
     failures: Vec<FailureRow>,
     exposure_violation: bool,
     calls: Vec<(Role, String, Usage)>,
@@ -207,8 +219,12 @@ pub(super) struct MemoryOutcome {
 pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();
+    let mut rows = run.rows.take();
     count_jobs(&run.progress, &run.plan);
+    let count_identity = crate::plan::keys::count_identity(run.tokenizer.as_ref());
     let shared = Arc::new(RunState {
+        count_identity,
+        writes_rows: rows.is_some(),
         run_limit: Semaphore::new(run.concurrency.max(1)),
         setup: run,
         calls: CallBook::default(),
@@ -240,29 +256,56 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             tasks.spawn(async move { (index, run_memory(&shared, index).await) });
             next += 1;
         }
-        match tasks.join_next().await {
+        // Rows folded a while ago reach their files even while no job finishes.
+        let due = rows.as_ref().and_then(RowSink::due);
+        let joined = tokio::select! {
+            joined = tasks.join_next() => joined,
+            () = sleep_until(due), if due.is_some() => {
+                rows.as_mut().map(RowSink::flush);
+                continue;
+            }
+        };
+        match joined {
             None => break,
             Some(Ok((index, memory))) => outcomes[index] = Some(memory),
             Some(Err(error)) => tracing::error!(%error, "a job task stopped unexpectedly"),
         }
+        let mut folding = Folding {
+            outcome: &mut outcome,
+            distinct: &mut distinct,
+            memories: memories.as_ref(),
+            rows: rows.as_mut(),
+        };
         while folded < next && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
-                let id = &shared.setup.plan.memories[folded].id;
-                fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
+                folding.fold(&shared.setup.plan.memories[folded].id, memory);
             }
             folded += 1;
         }
     }
+    let mut folding = Folding {
+        outcome: &mut outcome,
+        distinct: &mut distinct,
+        memories: memories.as_ref(),
+        rows: rows.as_mut(),
+    };
     // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
     for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
         if let Some(memory) = memory {
-            let id = &shared.setup.plan.memories[index].id;
-            fold(&mut outcome, &mut distinct, id, memory, memories.as_ref());
+            folding.fold(&shared.setup.plan.memories[index].id, memory);
         }
     }
+    outcome.written = rows.map(RowSink::finish);
     trace_stages(&shared.setup.progress);
     settle(&mut outcome, distinct, &shared);
     outcome
+}
+
+/// Sleeps until `due` (which the caller has checked is set).
+async fn sleep_until(due: Option<std::time::Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+    }
 }
 
 /// Each stage's total jobs, for the progress line.
@@ -399,6 +442,25 @@ struct DistinctCalls {
     memories: std::collections::HashSet<usize>,
 }
 
+/// Where finished memories go, in plan order: the outcome, the distinct calls, the recount
+/// (each distinct memory text) and the row files.
+struct Folding<'a> {
+    outcome: &'a mut Outcome,
+    distinct: &'a mut DistinctCalls,
+    memories: Option<&'a std::sync::mpsc::Sender<Arc<str>>>,
+    rows: Option<&'a mut RowSink>,
+}
+
+impl Folding<'_> {
+    /// Adds one memory's rows, failures and calls to the run's outcome.
+    fn fold(&mut self, id: &crate::protocol::MemoryId, memory: MemoryOutcome) {
+        if let (Some(rows), Some(lines)) = (self.rows.as_deref_mut(), &memory.lines) {
+            rows.memory(lines);
+        }
+        fold(self.outcome, self.distinct, id, memory, self.memories);
+    }
+}
+
 /// Adds one memory's rows, failures and calls to the run's outcome.
 fn fold(
     outcome: &mut Outcome,
@@ -407,15 +469,17 @@ fn fold(
     memory: MemoryOutcome,
     memories: Option<&std::sync::mpsc::Sender<Arc<str>>>,
 ) {
-    if let (Some(memories), Some(row)) = (memories, &memory.ledger)
+    if let (Some(memories), Some((row, _))) = (memories, &memory.ledger)
         && distinct
             .memories
             .insert(Arc::as_ptr(&row.memory) as *const u8 as usize)
     {
         let _ = memories.send(row.memory.clone());
     }
-    outcome.ledger.extend(memory.ledger);
-    outcome.results.extend(memory.results);
+    outcome.ledger.extend(memory.ledger.map(|(row, _)| row));
+    outcome
+        .results
+        .extend(memory.results.into_iter().map(|(row, _)| row));
     for failure in memory.failures {
         if failure.reason == FailureKind::Cancelled.to_string() {
             outcome.cancelled += 1;
@@ -557,6 +621,7 @@ mod tests {
             fail_fast,
             memories: None,
             jobs_in_flight: None,
+            rows: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! or found per role, and the usage callbacks report.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::protocol::Role;
 use crate::protocol::messages::{self, ReportedUsage};
+use crate::store::run_record::{EndpointLive, LiveProgress, RunStatus, StageCounts};
 
 /// CallBook made, served from the cache, shared and failed, per role, in this run.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -139,5 +140,48 @@ pub(crate) struct StageProgress {
 impl Progress {
     pub(crate) fn stage(&self, role: Role) -> &StageProgress {
         &self.stages[role as usize]
+    }
+
+    /// What the run has done so far, as `run.json` shows it while the run goes.
+    pub(crate) fn live(&self, state: RunStatus) -> LiveProgress {
+        let load = |counter: &AtomicUsize| counter.load(Ordering::Relaxed);
+        let stages = crate::protocol::Stage::ALL
+            .into_iter()
+            .map(|stage| {
+                let counts = self.stage(stage.role());
+                let failed = load(&counts.failed);
+                let counts = StageCounts {
+                    cached: load(&counts.cached),
+                    finished: load(&counts.done) + failed,
+                    failed,
+                    planned: load(&counts.total),
+                    shared: load(&counts.shared),
+                    skipped: load(&counts.skipped),
+                };
+                (stage.as_str().to_owned(), counts)
+            })
+            .collect();
+        let endpoints = (self.endpoints.iter())
+            .map(|endpoint| {
+                let live = endpoint.live();
+                let state = EndpointLive {
+                    in_flight: live.in_flight,
+                    limit: live.limit,
+                    pace_rpm: live.pace.requests.map(|r| (r * 600.0).round() / 10.0),
+                    peak_in_flight: live.peak,
+                    rate_limited: live.rate_limited,
+                    throughput: (live.throughput * 10.0).round() / 10.0,
+                };
+                (endpoint.name.clone(), state)
+            })
+            .collect();
+        LiveProgress {
+            audited: load(&self.audited),
+            endpoints,
+            seconds: self.started.elapsed().as_secs_f64(),
+            stages,
+            state,
+            updated: crate::clock::utc_timestamp(std::time::SystemTime::now(), true),
+        }
     }
 }

@@ -17,10 +17,12 @@ use crate::inputs::records::{Question, Source};
 use crate::plan::{MemoryJob, QuestionJob, audited, keys};
 use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
 use crate::protocol::{Role, Stage};
-use crate::store::ledger::{FailureRow, ResultRow};
+use crate::store::ledger::{CallKeys, FailureRow, ResultRow};
 
 pub(super) struct QuestionOutcome {
     pub(super) row: ResultRow,
+    /// The cache entries the row rests on.
+    pub(super) keys: CallKeys,
     pub(super) failure: Option<FailureRow>,
     pub(super) calls: Vec<(Role, String, Usage)>,
     /// Steps that needed a call: 1 (read) or 2 (read and judge).
@@ -81,8 +83,9 @@ impl QuestionOutcome {
         );
         match made {
             Ok((response, _)) => {
-                self.calls
-                    .push((step.stage.role(), step.cache_key, Usage::of(&response)));
+                let role = step.stage.role();
+                self.keys.insert(role.as_str().to_owned(), step.cache_key.clone());
+                self.calls.push((role, step.cache_key, Usage::of(&response)));
                 Some(response)
             }
             Err(failure) => {
@@ -117,6 +120,7 @@ pub(super) async fn run_question(
     let (reader, judge) = (&setup.callbacks.reader, &setup.callbacks.judge);
     let mut outcome = QuestionOutcome {
         row: result_row(job, source, question_job, None, None, None),
+        keys: CallKeys::new(),
         failure: None,
         calls: Vec::new(),
         jobs: 1,
@@ -179,7 +183,7 @@ pub(super) async fn run_question(
         source,
         question,
     };
-    outcome.row.audits = audit(shared, &asked, &answer).await;
+    outcome.row.audits = audit(shared, &asked, &answer, &mut outcome.keys).await;
     outcome
 }
 
@@ -193,8 +197,14 @@ struct Asked<'a> {
 
 /// The verdicts of the audit judges whose sample holds this answer (SPEC §10): judge calls of
 /// their own, cached and paced like any, which leave the row's own verdict alone. A call that
-/// gives no verdict is an abstention (null), warned about in the trace.
-async fn audit(shared: &RunState, asked: &Asked<'_>, answer: &str) -> BTreeMap<String, Option<bool>> {
+/// gives no verdict is an abstention (null), warned about in the trace. Each call answered is
+/// named in `calls`.
+async fn audit(
+    shared: &RunState,
+    asked: &Asked<'_>,
+    answer: &str,
+    calls: &mut CallKeys,
+) -> BTreeMap<String, Option<bool>> {
     let setup = &shared.setup;
     let (job, question) = (asked.job, asked.question);
     let mut verdicts = BTreeMap::new();
@@ -218,6 +228,7 @@ async fn audit(shared: &RunState, asked: &Asked<'_>, answer: &str) -> BTreeMap<S
         let description = || json!({"job": "audit", "judge": judge.name, "cache_key": key});
         let verdict = match obtain(shared, callback, &key, || None, description, request).await {
             Ok((response, origin)) => {
+                calls.insert(callback.name.clone(), key);
                 let progress = &setup.progress;
                 progress.audited.fetch_add(1, Ordering::Relaxed);
                 if origin != super::calls::Origin::Called {

@@ -7,6 +7,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, TruncationMode};
 
+/// The cache entries a row rests on (SPEC §12), each under the kind of entry it is (an audit
+/// judge's, `judges.<name>`, is a judge entry): a memory's `compressor` call, its cut `memory`, its
+/// `text` and the recount's proven `count` of it; a question's `reader` and `judge` calls and
+/// each audit judge's (`judges.<name>`). A row names only entries its run found or wrote: a
+/// pack of the run carries exactly these.
+pub(crate) type CallKeys = BTreeMap<String, String>;
+
+/// A row as `memories.jsonl` and `results.jsonl` hold it: its fields, then `calls`, the cache
+/// entries it rests on. The keys are written, not kept: a run holds every row until its
+/// report is built, and at paper scale their keys would be most of its memory.
+#[derive(Debug, Serialize)]
+pub(crate) struct WithCalls<'a, T> {
+    #[serde(flatten)]
+    pub row: &'a T,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub calls: &'a CallKeys,
+}
+
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct LedgerRow {

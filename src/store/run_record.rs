@@ -27,6 +27,10 @@ pub(crate) struct RunRecord {
     pub paid: Value,
     /// The run's phases and their seconds, in order.
     pub phases: Vec<(String, f64)>,
+    /// While the run is in flight, what it has done so far (rewritten about every second);
+    /// left in place by a run that was interrupted or crashed. A finished run has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<LiveProgress>,
     /// Per callback (its manifest key): the files its command runs and their SHA-256, as
     /// hashed into its identity; the next run says which changed.
     pub scripts: BTreeMap<String, BTreeMap<String, String>>,
@@ -54,6 +58,62 @@ pub(crate) struct EndpointRecord {
     pub retries: u64,
     pub sustained_rpm: Option<f64>,
     pub sustained_tpm: Option<f64>,
+}
+
+/// A run in flight, as `run.json` shows it while it goes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct LiveProgress {
+    /// Audit judgements given so far (their number is known only as they come).
+    pub audited: usize,
+    /// Per model endpoint: what it is doing now.
+    pub endpoints: BTreeMap<String, EndpointLive>,
+    /// Seconds since the jobs started.
+    pub seconds: f64,
+    /// Per stage (`compress`, `read`, `judge`): its jobs so far.
+    pub stages: BTreeMap<String, StageCounts>,
+    pub state: RunStatus,
+    /// When this record was written (UTC).
+    pub updated: String,
+}
+
+/// Whether a run in flight is still going.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RunStatus {
+    #[default]
+    Running,
+    /// Stopped by Ctrl-C: `gacc run` of the same manifest goes on from the cache.
+    Interrupted,
+}
+
+/// One stage's jobs: planned, and of those finished, how each was served.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct StageCounts {
+    /// Served from the cache.
+    pub cached: usize,
+    /// Finished, failed ones included.
+    pub finished: usize,
+    pub failed: usize,
+    pub planned: usize,
+    /// Served by an identical call of this run.
+    pub shared: usize,
+    /// Nothing to call (`L = 0`).
+    pub skipped: usize,
+}
+
+/// One model endpoint in flight: calls in flight and its live limit, the most it has had,
+/// its 429s, replies a second lately and the pace in force (requests a minute).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct EndpointLive {
+    pub in_flight: usize,
+    pub limit: usize,
+    pub pace_rpm: Option<f64>,
+    pub peak_in_flight: usize,
+    pub rate_limited: u64,
+    pub throughput: f64,
 }
 
 impl RunRecord {
