@@ -89,6 +89,17 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
             stderr_tail: String::new(),
         },
     };
+    // A callback stopped by SIGTERM is most likely ending with its task (`scancel`, a node
+    // going down, the time limit), and this process with it: whether its response is written
+    // first is a race. None is written, so the call is settled by the task's state as Slurm
+    // tells it (CANCELLED, TIMEOUT, NODE_FAIL …), the same way every time.
+    if matches!(attempt.result, Err(FailureKind::Signal(libc::SIGTERM))) {
+        eprintln!(
+            "gacc array-task: {} {key}: stopped by SIGTERM; the task's state settles it",
+            callback.name
+        );
+        return Ok(false);
+    }
     let outcome = match &attempt.result {
         Ok(_) => "answered".to_owned(),
         Err(kind) => format!("failed: {kind}"),
