@@ -402,6 +402,7 @@ const WIRE_WORDS: &[&str] = &[
     "\"prompt_tokens\"",
     "\"input_file_id\"",
     "\"processing_status\"",
+    "insufficient_quota",
 ];
 
 /// The wire words in code, comments left out.
@@ -432,12 +433,30 @@ fn only_a_providers_file_speaks_its_wire_format() {
         }
     }
     assert!(found.is_empty(), "outside src/providers/: {found:#?}");
-    // The registry names each provider once, and each has its file.
+    // Each provider's file is a module of the registry, and the registry lists it.
     let registry = std::fs::read_to_string(src.join("providers/mod.rs")).unwrap();
-    for file in ["openai", "anthropic"] {
-        assert!(src.join(format!("providers/{file}.rs")).exists());
-        assert!(registry.contains(&format!("mod {file};")), "{file}");
+    let mut files = 0;
+    for entry in std::fs::read_dir(src.join("providers")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "mod" || name == "hostile" {
+            continue;
+        }
+        assert!(registry.contains(&format!("mod {name};")), "{name}");
+        let code = std::fs::read_to_string(&path).unwrap();
+        let provider = code
+            .split("impl Provider for ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next());
+        if let Some(provider) = provider {
+            assert!(
+                registry.contains(&format!("&{name}::{provider}")),
+                "{name}::{provider} is not in PROVIDERS"
+            );
+        }
+        files += 1;
     }
+    assert!(files >= 2, "{files} provider files");
     // The check sees a provider's detail where it does not belong, and passes over comments.
     assert_eq!(
         wire_words("let url = format!(\"{base}/chat/completions\");"),

@@ -166,6 +166,36 @@ fn a_refused_key_stops_the_run_at_once_and_names_its_variable() {
 }
 
 #[test]
+fn an_account_out_of_credit_stops_the_run_at_once_and_is_not_waited_on_as_a_rate_limit() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            out_of_credit: true,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "max_concurrency = 4", "");
+    let started = std::time::Instant::now();
+    let (status, _, stderr) = run(&scratch, &manifest, &[]);
+    assert_ne!(status, 0, "{stderr}");
+    // A rate limit would be retried for minutes; this is refused by the first replies.
+    assert!(
+        api.requests() <= 4,
+        "{} requests after a 429 for quota",
+        api.requests()
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{stderr}");
+    assert!(
+        stderr.contains("429")
+            && stderr.contains("exceeded your current quota")
+            && stderr.contains("models.mock"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the run stopped"), "{stderr}");
+}
+
+#[test]
 fn a_judge_reply_without_a_verdict_is_a_failed_call_not_a_wrong_answer() {
     let scratch = Scratch::new();
     let api = MockApi::start(

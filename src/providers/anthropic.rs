@@ -27,14 +27,13 @@ impl Provider for AnthropicMessages {
         false
     }
 
-    fn call_url(&self, base: &str) -> String {
+    fn call_url(&self, base: &str, _model: &str) -> String {
         format!("{base}/v1/messages")
     }
 
-    fn auth_headers(&self, key: Option<&str>) -> Vec<(&'static str, String)> {
-        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
-        headers.extend(key.map(|key| ("x-api-key", key.to_owned())));
-        headers
+    fn sign(&self, http: &mut Http, key: Option<&str>) {
+        http.headers.push(("anthropic-version", VERSION.to_owned()));
+        http.headers.extend(key.map(|key| ("x-api-key", key.to_owned())));
     }
 
     /// After the line that ends the shared prefix, when the prefix is long enough to cache.
@@ -48,7 +47,8 @@ impl Provider for AnthropicMessages {
         })
     }
 
-    fn messages(&self, prompt: &Prompt, body: &mut Map<String, Value>) {
+    fn fill(&self, prompt: &Prompt, body: &mut Map<String, Value>) {
+        body.insert("max_tokens".into(), json!(prompt.max_tokens));
         if !prompt.system.is_empty() {
             body.insert("system".into(), json!(prompt.system));
         }

@@ -1,6 +1,7 @@
-//! The model APIs gacc speaks (SPEC §8, §9), one file each behind `Provider`: the URL of a
-//! call, its auth headers, its body, what a reply says (text, verdict, usage, served model),
-//! the rate limits a reply announces, and the provider's batch API as data. Nothing here
+//! The model APIs gacc speaks (SPEC §8, §9), one file each behind `Provider`: a call's URL
+//! and body, how it is signed, what a reply says (text, verdict, usage, served model), what a
+//! status means (a rate limit, a refused key, an account out of credit) and which limit a 429
+//! exhausted, the rate limits a reply announces, and the provider's batch API as data. Nothing here
 //! makes a request: `exec::model` sends what a provider describes, so each provider is a pure
 //! translation, tested on recorded JSON. A new provider is a file here and a line in
 //! `PROVIDERS`.
@@ -18,26 +19,45 @@ mod openai;
 /// Every provider, by the `api` name a manifest gives it.
 const PROVIDERS: &[&dyn Provider] = &[&openai::OpenaiChat, &anthropic::AnthropicMessages];
 
-/// One model API's wire format.
+/// One model API's wire format: everything of a call that is not HTTP itself.
 pub(crate) trait Provider: Sync {
     /// Its `api` name in a manifest (`openai-chat`).
     fn name(&self) -> &'static str;
     /// Whether its requests take a `seed` (SPEC §8, "Seeds and identical requests").
     fn takes_seed(&self) -> bool;
-    /// The URL of one call.
-    fn call_url(&self, base: &str) -> String;
-    /// The headers that carry the key (and the API's version).
-    fn auth_headers(&self, key: Option<&str>) -> Vec<(&'static str, String)>;
+    /// The URL of one call (with `model` where the API names it in the path).
+    fn call_url(&self, base: &str, model: &str) -> String;
+    /// Adds the headers that carry the key (and the API's version) to a request.
+    fn sign(&self, http: &mut Http, key: Option<&str>);
     /// Where the user message may be cut into a prefix the provider caches and the rest, the
     /// prefix being the text calls share (`tokens` counts it); None where the provider caches
     /// by itself, or not at all.
     fn cache_split(&self, user: &str, prefix: &str, tokens: &dyn Fn(&str) -> usize) -> Option<usize>;
-    /// Its messages and structured output into `body` (the rest of the body is common).
-    fn messages(&self, prompt: &Prompt, body: &mut Map<String, Value>);
+    /// Its messages, the most tokens a reply may write, and the judge's structured output,
+    /// into `body` (`model`, the callback's params and the seed are common: see `body`).
+    fn fill(&self, prompt: &Prompt, body: &mut Map<String, Value>);
+    /// One call as the HTTP client sends it, before `sign`.
+    fn request(&self, base: &str, model: &str, body: &Value) -> Http {
+        Http::post_json(self.call_url(base, model), body)
+    }
     /// What a 200 reply's body says, or what is wrong with it.
     fn reply(&self, body: &Value) -> Result<Reply, String>;
     /// The limits a reply's headers announce (`header` gives a header's value by name).
     fn announced(&self, header: &dyn Fn(&str) -> Option<String>) -> Announced;
+    /// What a reply's status and body mean for the call and for the endpoint's later calls
+    /// (redirects are refused before a provider is asked).
+    fn class(&self, status: u16, _body: &str) -> Class {
+        Class::of(status)
+    }
+    /// Which limit a 429 exhausted: what the headers show at zero, else what its message says.
+    fn exhausted(&self, announced: &Announced, message: &str) -> Exhausted {
+        let empty = |allowance: Option<Allowance>| allowance.is_some_and(|a| a.remaining < 1.0);
+        match (empty(announced.requests), empty(announced.tokens)) {
+            (true, false) => Exhausted::Requests,
+            (false, true) => Exhausted::Tokens,
+            _ => Exhausted::from_message(message),
+        }
+    }
     /// The batch API: its requests as data, its answers read.
     fn batches(&self) -> &dyn Batches;
     /// Whether a call may write the provider's prompt cache, billed above plain input (an
@@ -45,6 +65,61 @@ pub(crate) trait Provider: Sync {
     fn writes_prompt_cache(&self) -> bool {
         false
     }
+}
+
+/// What a reply's HTTP status means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// A reply to read.
+    Answered,
+    /// A rate limit: the call waits and goes again, and the pace slows.
+    RateLimited,
+    /// Worth another try (a timeout, a conflict, a server error).
+    Transient,
+    /// The key, the model or the account is refused: every later call would be too.
+    Rejected,
+    /// This request is refused (a 400, a 413): another try would be refused the same way.
+    Refused,
+}
+
+impl Class {
+    /// By the status alone, as HTTP means it.
+    pub(crate) fn of(status: u16) -> Class {
+        match status {
+            200..=299 => Class::Answered,
+            429 => Class::RateLimited,
+            408 | 409 | 500..=599 => Class::Transient,
+            401 | 403 | 404 => Class::Rejected,
+            _ => Class::Refused,
+        }
+    }
+}
+
+/// Which limit a 429 was about, as far as the provider said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exhausted {
+    Requests,
+    Tokens,
+    /// It did not say: both rates are learned.
+    Unknown,
+}
+
+impl Exhausted {
+    /// From the 429's message (OpenAI: "… on tokens per min (TPM) …", "… on requests per min").
+    pub(crate) fn from_message(message: &str) -> Exhausted {
+        let message = message.to_ascii_lowercase();
+        match (message.contains("token"), message.contains("request")) {
+            (true, false) => Exhausted::Tokens,
+            (false, true) => Exhausted::Requests,
+            _ => Exhausted::Unknown,
+        }
+    }
+}
+
+/// The bearer token of OpenAI-like APIs.
+fn bearer(http: &mut Http, key: Option<&str>) {
+    http.headers
+        .extend(key.map(|key| ("authorization", format!("Bearer {key}"))));
 }
 
 /// A provider's batch API (SPEC §9).
@@ -60,6 +135,17 @@ pub(crate) trait Batches: Sync {
     /// One result line: how it came out (`succeeded`, `errored`, `expired` …) and the reply's
     /// body, or `(message, retryable)`; None for a request to submit again.
     fn result(&self, line: &Value) -> ResultLine;
+    /// The id a batch's creation (or a listing) gives it.
+    fn id(&self, reply: &Value) -> Option<String> {
+        text_of(reply.get("id"))
+    }
+    /// The batches of a listing (`list_url`'s reply).
+    fn listed<'a>(&self, list: &'a Value) -> Vec<&'a Value> {
+        list.get("data")
+            .and_then(Value::as_array)
+            .map(|batches| batches.iter().collect())
+            .unwrap_or_default()
+    }
     /// Where the account's recent batches are listed.
     fn list_url(&self, base: &str) -> String;
     /// Whether a listed batch is the one submitted as `lost` (found after a kill lost its id).
@@ -111,18 +197,28 @@ pub(crate) struct Ended {
     pub results: Vec<String>,
 }
 
-/// A request for the HTTP client: POST when it has a body, else GET; auth is added by the
-/// caller.
+/// A request for the HTTP client: POST when it has a body (content type, bytes), else GET.
+/// A provider's `sign` adds its auth headers.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Http {
     pub url: String,
+    pub headers: Vec<(&'static str, String)>,
     pub body: Option<(String, Vec<u8>)>,
 }
 
 impl Http {
+    pub(crate) fn get(url: String) -> Http {
+        Http {
+            url,
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
     fn post_json(url: String, body: &Value) -> Http {
         Http {
             url,
+            headers: Vec::new(),
             body: Some(("application/json".to_owned(), body.to_string().into_bytes())),
         }
     }
@@ -226,8 +322,9 @@ pub(crate) struct Prompt {
     pub verdict: bool,
 }
 
-/// The request body: the rendered messages, `max_tokens`, structured output for a judge, the
-/// callback's other params as they are, and `seed` as the seed rule says (SPEC §8).
+/// The request body: the model, what the provider fills in (messages, the most tokens,
+/// structured output for a judge), the callback's other params as they are, and `seed` as the
+/// seed rule says (SPEC §8).
 pub(crate) fn body(
     api: Api,
     model: &str,
@@ -237,8 +334,7 @@ pub(crate) fn body(
 ) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("max_tokens".into(), json!(prompt.max_tokens));
-    api.provider().messages(prompt, &mut body);
+    api.provider().fill(prompt, &mut body);
     // The callback's params go in as they are and win (`response_format`, `temperature`, …);
     // `model` and `structured` are gacc's own, and `seed` is the seed rule's.
     for (key, value) in params {
@@ -519,6 +615,82 @@ mod tests {
         );
         assert_eq!(body["tool_choice"]["name"], "verdict");
         assert!(body.get("system").is_none());
+    }
+
+    #[test]
+    fn a_429_says_which_limit_it_is_by_its_headers_else_its_message() {
+        let openai =
+            "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000";
+        assert_eq!(Exhausted::from_message(openai), Exhausted::Tokens);
+        assert_eq!(
+            Exhausted::from_message("Rate limit reached for requests"),
+            Exhausted::Requests
+        );
+        assert_eq!(
+            Exhausted::from_message("Too Many Requests; tokens exhausted"),
+            Exhausted::Unknown
+        );
+        assert_eq!(Exhausted::from_message("slow down"), Exhausted::Unknown);
+        let empty = Allowance {
+            limit: 10.0,
+            remaining: 0.0,
+            reset: Duration::from_secs(1),
+        };
+        let requests_empty = Announced {
+            requests: Some(empty),
+            tokens: Some(Allowance {
+                remaining: 5.0,
+                ..empty
+            }),
+        };
+        for provider in PROVIDERS {
+            // The headers win over the message.
+            assert_eq!(provider.exhausted(&requests_empty, openai), Exhausted::Requests);
+            assert_eq!(
+                provider.exhausted(&Announced::default(), openai),
+                Exhausted::Tokens
+            );
+        }
+    }
+
+    #[test]
+    fn a_status_is_classed_and_an_account_out_of_credit_is_no_rate_limit() {
+        let quota = r#"{"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "code": "insufficient_quota"}}"#;
+        let busy = r#"{"error": {"message": "Rate limit reached for requests", "type": "requests"}}"#;
+        for provider in PROVIDERS {
+            assert_eq!(provider.class(200, ""), Class::Answered);
+            assert_eq!(provider.class(429, busy), Class::RateLimited);
+            assert_eq!(provider.class(429, "not json"), Class::RateLimited);
+            assert_eq!(provider.class(503, ""), Class::Transient);
+            assert_eq!(provider.class(401, ""), Class::Rejected);
+            assert_eq!(provider.class(400, ""), Class::Refused);
+        }
+        assert_eq!(Api::OPENAI_CHAT.provider().class(429, quota), Class::Rejected);
+        // Anthropic has no such 429: its word for it is a 400 or a 403.
+        assert_eq!(
+            Api::ANTHROPIC_MESSAGES.provider().class(429, quota),
+            Class::RateLimited
+        );
+    }
+
+    #[test]
+    fn a_request_is_signed_by_its_provider() {
+        let body = json!({"model": "m"});
+        let mut openai = Api::OPENAI_CHAT.provider().request("http://h/v1", "m", &body);
+        Api::OPENAI_CHAT.provider().sign(&mut openai, Some("k"));
+        assert_eq!(openai.url, "http://h/v1/chat/completions");
+        assert_eq!(openai.headers, [("authorization", "Bearer k".to_owned())]);
+        let mut anthropic = Api::ANTHROPIC_MESSAGES.provider().request("http://h", "m", &body);
+        Api::ANTHROPIC_MESSAGES.provider().sign(&mut anthropic, None);
+        assert_eq!(anthropic.url, "http://h/v1/messages");
+        assert_eq!(
+            anthropic.headers,
+            [("anthropic-version", "2023-06-01".to_owned())],
+            "no key, no key header"
+        );
+        let (content_type, bytes) = anthropic.body.unwrap();
+        assert_eq!(content_type, "application/json");
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), body);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Allowance, Announced, Batches, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine, Tokens,
-    count, go_duration, header_number, text_of, verdict_schema,
+    Allowance, Announced, Batches, Class, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine,
+    Tokens, bearer, count, go_duration, header_number, text_of, verdict_schema,
 };
 
 pub(super) struct OpenaiChat;
@@ -20,14 +20,12 @@ impl Provider for OpenaiChat {
         true
     }
 
-    fn call_url(&self, base: &str) -> String {
+    fn call_url(&self, base: &str, _model: &str) -> String {
         format!("{base}/chat/completions")
     }
 
-    fn auth_headers(&self, key: Option<&str>) -> Vec<(&'static str, String)> {
-        key.map(|key| ("authorization", format!("Bearer {key}")))
-            .into_iter()
-            .collect()
+    fn sign(&self, http: &mut Http, key: Option<&str>) {
+        bearer(http, key);
     }
 
     /// OpenAI-format servers cache shared prefixes by themselves.
@@ -35,7 +33,8 @@ impl Provider for OpenaiChat {
         None
     }
 
-    fn messages(&self, prompt: &Prompt, body: &mut Map<String, Value>) {
+    fn fill(&self, prompt: &Prompt, body: &mut Map<String, Value>) {
+        body.insert("max_tokens".into(), json!(prompt.max_tokens));
         let mut messages = Vec::new();
         if !prompt.system.is_empty() {
             messages.push(json!({"role": "system", "content": prompt.system}));
@@ -96,33 +95,73 @@ impl Provider for OpenaiChat {
         })
     }
 
-    /// `x-ratelimit-limit-*`, `-remaining-*` and `-reset-*` (resets as Go durations).
     fn announced(&self, header: &dyn Fn(&str) -> Option<String>) -> Announced {
-        let allowance = |what: &str| {
-            Some(Allowance {
-                limit: header_number(header, &format!("x-ratelimit-limit-{what}"))?,
-                remaining: header_number(header, &format!("x-ratelimit-remaining-{what}"))?,
-                reset: header(&format!("x-ratelimit-reset-{what}")).and_then(|t| go_duration(t.trim()))?,
-            })
-        };
-        Announced {
-            requests: allowance("requests"),
-            tokens: allowance("tokens"),
-        }
+        announced(header)
+    }
+
+    fn class(&self, status: u16, body: &str) -> Class {
+        class(status, body)
     }
 
     fn batches(&self) -> &dyn Batches {
-        self
+        &CHAT_BATCHES
     }
 }
 
-impl Batches for OpenaiChat {
+/// `x-ratelimit-limit-*`, `-remaining-*` and `-reset-*` (resets as Go durations), as OpenAI's
+/// APIs announce them.
+pub(super) fn announced(header: &dyn Fn(&str) -> Option<String>) -> Announced {
+    let allowance = |what: &str| {
+        Some(Allowance {
+            limit: header_number(header, &format!("x-ratelimit-limit-{what}"))?,
+            remaining: header_number(header, &format!("x-ratelimit-remaining-{what}"))?,
+            reset: header(&format!("x-ratelimit-reset-{what}")).and_then(|t| go_duration(t.trim()))?,
+        })
+    };
+    Announced {
+        requests: allowance("requests"),
+        tokens: allowance("tokens"),
+    }
+}
+
+/// A status as HTTP means it, but a 429 for an account out of credit (`insufficient_quota`)
+/// is no rate limit: no wait brings the credit back, so the endpoint stops, as for a refused
+/// key.
+pub(super) fn class(status: u16, body: &str) -> Class {
+    if status == 429 && out_of_credit(body) {
+        Class::Rejected
+    } else {
+        Class::of(status)
+    }
+}
+
+/// Whether an error body says the account has no credit left (OpenAI's `insufficient_quota`,
+/// as its `code` or its `type`).
+fn out_of_credit(body: &str) -> bool {
+    let Ok(value) = serde_json::from_str::<Value>(body) else {
+        return false;
+    };
+    ["/error/code", "/error/type"]
+        .iter()
+        .any(|at| value.pointer(at).and_then(Value::as_str) == Some("insufficient_quota"))
+}
+
+/// OpenAI's batch API (`/files` and `/batches`) for the calls of one endpoint path.
+pub(super) struct OpenaiBatches {
+    /// The path each request line names (`/v1/chat/completions`).
+    pub(super) path: &'static str,
+}
+
+const CHAT_BATCHES: OpenaiBatches = OpenaiBatches {
+    path: "/v1/chat/completions",
+};
+
+impl Batches for OpenaiBatches {
     /// The requests as a JSON Lines file, uploaded as multipart form data.
     fn upload(&self, base: &str, batch: &NewBatch<'_>) -> Option<Http> {
         let mut lines = String::new();
         for (key, body) in &batch.requests {
-            let line =
-                json!({"custom_id": key, "method": "POST", "url": "/v1/chat/completions", "body": body});
+            let line = json!({"custom_id": key, "method": "POST", "url": self.path, "body": body});
             lines.push_str(&line.to_string());
             lines.push('\n');
         }
@@ -143,6 +182,7 @@ impl Batches for OpenaiChat {
         form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
         Some(Http {
             url: format!("{base}/files"),
+            headers: Vec::new(),
             body: Some((format!("multipart/form-data; boundary={boundary}"), form)),
         })
     }
@@ -154,7 +194,7 @@ impl Batches for OpenaiChat {
             .ok_or("the upload's reply has no id")?;
         let body = json!({
             "input_file_id": file_id,
-            "endpoint": "/v1/chat/completions",
+            "endpoint": self.path,
             "completion_window": batch.window,
             "metadata": {"gacc_submission": batch.submission},
         });

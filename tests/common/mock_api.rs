@@ -45,6 +45,8 @@ pub struct Behaviour {
     pub malformed_first: u64,
     /// Every request answers 401.
     pub unauthorized: bool,
+    /// Every model request answers OpenAI's 429 for an account out of credit.
+    pub out_of_credit: bool,
     /// Each reply waits this long.
     pub delay: Duration,
     /// The judge replies without a verdict.
@@ -360,6 +362,12 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
                 .then(|| value.trim().to_owned())
         })
         .unwrap_or_default();
+    if behaviour.out_of_credit {
+        counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+        let body = json!({"error": {"message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}});
+        return (429, "Retry-After: 1\r\n".into(), body.to_string().into_bytes());
+    }
     if behaviour.echo_key && behaviour.unauthorized {
         return error(401, &format!("Incorrect API key provided: {key}"));
     }

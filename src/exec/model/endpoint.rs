@@ -11,11 +11,11 @@ use serde_json::Value;
 
 use super::batch;
 use super::limiter::{Limiter, Live};
-use super::pacer::{Exhausted, Pacer, Rates};
+use super::pacer::{Pacer, Rates};
 use crate::exec::callback::FailureKind;
 use crate::inputs::models::ModelSpec;
 use crate::parallel::Locked;
-use crate::providers::{self, Allowance, Announced, Reply};
+use crate::providers::{self, Announced, Class, Http, Reply};
 
 /// The most of a reply body gacc reads.
 const MAX_REPLY_BYTES: usize = 16 << 20;
@@ -153,24 +153,27 @@ impl Endpoint {
     }
 
     pub(super) fn url(&self) -> String {
-        self.spec
-            .api
-            .provider()
-            .call_url(self.spec.base_url.trim_end_matches('/'))
+        self.spec.api.provider().call_url(self.base(), &self.spec.model)
     }
 
-    pub(super) fn request(&self, body: &Value) -> reqwest::RequestBuilder {
-        let request = self
-            .client
-            .post(self.url())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string());
-        self.authorised(request)
+    /// The base URL, without a trailing slash.
+    pub(super) fn base(&self) -> &str {
+        self.spec.base_url.trim_end_matches('/')
     }
 
-    /// A request with the endpoint's key and headers.
-    pub(super) fn authorised(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        for (name, value) in self.spec.api.provider().auth_headers(self.key.as_deref()) {
+    /// A request a provider describes, signed with the endpoint's key, and the endpoint's own
+    /// headers.
+    pub(super) fn http(&self, mut http: Http) -> reqwest::RequestBuilder {
+        self.spec.api.provider().sign(&mut http, self.key.as_deref());
+        let mut request = match http.body {
+            Some((content_type, body)) => self
+                .client
+                .post(http.url)
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(body),
+            None => self.client.get(http.url),
+        };
+        for (name, value) in http.headers {
             request = request.header(name, value);
         }
         for (name, value) in &self.spec.headers {
@@ -233,7 +236,7 @@ impl Endpoint {
                 } => {
                     limited += 1;
                     self.pacer.announced(ticket, announced);
-                    let exhausted = exhausted(&announced, &message);
+                    let exhausted = self.spec.api.provider().exhausted(&announced, &message);
                     let needed = self.pacer.limited(ticket, exhausted, self.pace_latency());
                     slot.rate_limited(needed, started.elapsed());
                     // Only this call waits the provider's word, and a jittered backoff that
@@ -330,7 +333,12 @@ impl Endpoint {
     }
 
     async fn exchange(&self, body: &Value) -> Exchange {
-        let response = match self.request(body).send().await {
+        let request = self
+            .spec
+            .api
+            .provider()
+            .request(self.base(), &self.spec.model, body);
+        let response = match self.http(request).send().await {
             Ok(response) => response,
             Err(error) => {
                 let why = if error.is_timeout() {
@@ -357,8 +365,15 @@ impl Endpoint {
             Err(why) => return Exchange::Transient { wait, why },
         };
         let message = || providers::error_message(&text);
-        match status {
-            200..=299 => match serde_json::from_str::<Value>(&text) {
+        if (300..=399).contains(&status) {
+            // Every later call would be sent to the same place.
+            return Exchange::Rejected {
+                status,
+                message: refusal(status, &headers, &text),
+            };
+        }
+        match self.spec.api.provider().class(status, &text) {
+            Class::Answered => match serde_json::from_str::<Value>(&text) {
                 Ok(value) => match self.spec.api.provider().reply(&value) {
                     Ok(reply) => Exchange::Answered(reply, announced),
                     Err(why) => Exchange::Transient {
@@ -371,25 +386,20 @@ impl Endpoint {
                     why: format!("a reply that is not JSON ({error})"),
                 },
             },
-            429 => Exchange::RateLimited {
+            Class::RateLimited => Exchange::RateLimited {
                 wait,
                 message: message(),
                 announced,
             },
-            408 | 409 | 500..=599 => Exchange::Transient {
+            Class::Transient => Exchange::Transient {
                 wait,
                 why: format!("{status}: {}", message()),
             },
-            401 | 403 | 404 => Exchange::Rejected {
+            Class::Rejected => Exchange::Rejected {
                 status,
                 message: message(),
             },
-            // Every later call would be sent to the same place.
-            300..=399 => Exchange::Rejected {
-                status,
-                message: refusal(status, &headers, &text),
-            },
-            _ => Exchange::Refused {
+            Class::Refused => Exchange::Refused {
                 status,
                 message: message(),
             },
@@ -514,16 +524,6 @@ pub(crate) fn describe_pace(live: &Live) -> String {
         (true, n) => format!(", {n} × 429"),
         (false, 0) => format!(", pace{text}"),
         (false, n) => format!(", pace{text} ({n} × 429)"),
-    }
-}
-
-/// Which limit a 429 exhausted: what the headers show at zero, else what its message says.
-fn exhausted(announced: &Announced, message: &str) -> Exhausted {
-    let empty = |allowance: Option<Allowance>| allowance.is_some_and(|a| a.remaining < 1.0);
-    match (empty(announced.requests), empty(announced.tokens)) {
-        (true, false) => Exhausted::Requests,
-        (false, true) => Exhausted::Tokens,
-        _ => Exhausted::from_message(message),
     }
 }
 

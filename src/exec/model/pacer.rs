@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::parallel::Locked;
-use crate::providers::{Allowance, Announced};
+use crate::providers::{Allowance, Announced, Exhausted};
 
 /// The pace is this share of the rate the provider admitted (or announced).
 const BELOW: f64 = 0.98;
@@ -79,27 +79,6 @@ impl Rates {
         let of = |rate: Option<f64>, amount: f64| rate.map_or(0.0, |r| amount / r.max(MIN_RATE));
         let seconds = of(self.requests, 1.0).max(of(self.tokens, tokens));
         Duration::from_secs_f64(seconds.min(3600.0))
-    }
-}
-
-/// Which limit a 429 was about, as far as the provider said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exhausted {
-    Requests,
-    Tokens,
-    /// It did not say: both rates are learned.
-    Unknown,
-}
-
-impl Exhausted {
-    /// From the 429's message (OpenAI: "… on tokens per min (TPM) …", "… on requests per min").
-    pub(crate) fn from_message(message: &str) -> Exhausted {
-        let message = message.to_ascii_lowercase();
-        match (message.contains("token"), message.contains("request")) {
-            (true, false) => Exhausted::Tokens,
-            (false, true) => Exhausted::Requests,
-            _ => Exhausted::Unknown,
-        }
     }
 }
 
@@ -696,22 +675,6 @@ mod tests {
             (low..=high).contains(&learned),
             "learned {learned}/s from ten a second"
         );
-    }
-
-    #[test]
-    fn a_429_says_which_limit_it_is() {
-        let openai =
-            "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000";
-        assert_eq!(Exhausted::from_message(openai), Exhausted::Tokens);
-        assert_eq!(
-            Exhausted::from_message("Rate limit reached for requests"),
-            Exhausted::Requests
-        );
-        assert_eq!(
-            Exhausted::from_message("Too Many Requests; tokens exhausted"),
-            Exhausted::Unknown
-        );
-        assert_eq!(Exhausted::from_message("slow down"), Exhausted::Unknown);
     }
 
     #[test]

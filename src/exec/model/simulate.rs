@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use super::endpoint::limited_backoff;
 use super::limiter::{Limiter, START, STARTUP_GROWTH, VALIDATED_ROOM};
-use super::pacer::{Exhausted, Pacer};
-use crate::providers::{Allowance, Announced};
+use super::pacer::Pacer;
+use crate::providers::{Allowance, Announced, Exhausted};
 
 /// A simulated server.
 #[derive(Debug, Clone, Copy)]

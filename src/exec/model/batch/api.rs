@@ -9,10 +9,6 @@ use super::{Ended, Queued, Record};
 use crate::exec::model::{Endpoint, refusal, scrub, without_url};
 use crate::providers::{Http, Lost, NewBatch, Refusal};
 
-fn base(endpoint: &Endpoint) -> String {
-    endpoint.spec.base_url.trim_end_matches('/').to_owned()
-}
-
 async fn send_json(endpoint: &Endpoint, request: reqwest::RequestBuilder) -> Result<Value, Refusal> {
     let response = request
         .send()
@@ -38,7 +34,7 @@ pub(super) async fn create(
     record: &Record,
     requests: &[Queued],
 ) -> Result<String, Refusal> {
-    let base = base(endpoint);
+    let base = endpoint.base();
     let batches = endpoint.spec.api.provider().batches();
     let window = endpoint
         .batcher
@@ -50,39 +46,26 @@ pub(super) async fn create(
         submission: &record.submission,
         window: &window,
     };
-    let uploaded = match batches.upload(&base, &batch) {
-        Some(upload) => Some(send_json(endpoint, request(endpoint, upload)).await?),
+    let uploaded = match batches.upload(base, &batch) {
+        Some(upload) => Some(send_json(endpoint, endpoint.http(upload)).await?),
         None => None,
     };
     let create = batches
-        .create(&base, &batch, uploaded.as_ref())
+        .create(base, &batch, uploaded.as_ref())
         .map_err(|message| (message, false))?;
-    let reply = send_json(endpoint, request(endpoint, create)).await?;
-    reply
-        .get("id")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    let reply = send_json(endpoint, endpoint.http(create)).await?;
+    batches
+        .id(&reply)
         .ok_or(("the batch's reply has no id".to_owned(), false))
-}
-
-/// The HTTP request a provider describes, authorised.
-fn request(endpoint: &Endpoint, http: Http) -> reqwest::RequestBuilder {
-    match http.body {
-        Some((content_type, body)) => endpoint
-            .authorised(endpoint.client.post(http.url))
-            .header(reqwest::header::CONTENT_TYPE, content_type)
-            .body(body),
-        None => endpoint.authorised(endpoint.client.get(http.url)),
-    }
 }
 
 /// A batch's state: None while it runs, its results once it ended.
 pub(super) async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, String> {
-    let base = base(endpoint);
+    let base = endpoint.base();
     let batches = endpoint.spec.api.provider().batches();
     let id = record.batch_id.as_deref().unwrap_or_default();
-    let state = get_json(endpoint, &batches.state_url(&base, id)).await?;
-    let Some(ended) = batches.ended(&base, id, &state) else {
+    let state = get_json(endpoint, &batches.state_url(base, id)).await?;
+    let Some(ended) = batches.ended(base, id, &state) else {
         return Ok(None);
     };
     let mut results = HashMap::new();
@@ -98,14 +81,14 @@ pub(super) async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<
 
 /// A JSON document the provider serves at `url` (authorised), or why not.
 async fn get_json(endpoint: &Endpoint, url: &str) -> Result<Value, String> {
-    send_json(endpoint, endpoint.authorised(endpoint.client.get(url)))
+    send_json(endpoint, endpoint.http(Http::get(url.to_owned())))
         .await
         .map_err(|(message, _)| message)
 }
 
 async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
     let response = endpoint
-        .authorised(endpoint.client.get(url))
+        .http(Http::get(url.to_owned()))
         .send()
         .await
         .map_err(|error| without_url(&error))?;
@@ -123,7 +106,7 @@ async fn fetch_text(endpoint: &Endpoint, url: &str) -> Result<String, String> {
 /// batches as its provider can tell it.
 pub(super) async fn find_lost(endpoint: &Endpoint, record: &Record) -> Option<String> {
     let batches = endpoint.spec.api.provider().batches();
-    let list = get_json(endpoint, &batches.list_url(&base(endpoint)))
+    let list = get_json(endpoint, &batches.list_url(endpoint.base()))
         .await
         .ok()?;
     let lost = Lost {
@@ -131,11 +114,11 @@ pub(super) async fn find_lost(endpoint: &Endpoint, record: &Record) -> Option<St
         requests: record.keys.len(),
         created: &record.created,
     };
-    list.get("data")
-        .and_then(Value::as_array)?
-        .iter()
+    batches
+        .listed(&list)
+        .into_iter()
         .filter(|batch| batches.is_lost(batch, &lost))
-        .find_map(|batch| batch.get("id").and_then(Value::as_str).map(str::to_owned))
+        .find_map(|batch| batches.id(batch))
 }
 
 /// Cancels a recorded batch at its provider (`gacc batches cancel`).
@@ -150,8 +133,11 @@ pub(crate) async fn cancel(record: &Record, client: &reqwest::Client) -> Result<
         .as_deref()
         .ok_or("the batch has no provider id yet")?;
     let provider = record.api.provider();
-    let mut request = client.post(provider.batches().cancel_url(base, id));
-    for (name, value) in provider.auth_headers(key.as_deref()) {
+    // A POST with no body: signed as the provider signs, sent by hand.
+    let mut signed = Http::get(provider.batches().cancel_url(base, id));
+    provider.sign(&mut signed, key.as_deref());
+    let mut request = client.post(signed.url);
+    for (name, value) in signed.headers {
         request = request.header(name, value);
     }
     let response = request.send().await.map_err(|error| without_url(&error))?;
