@@ -336,10 +336,12 @@ pub(crate) fn body(
     body.insert("model".into(), json!(model));
     api.provider().fill(prompt, &mut body);
     // The callback's params go in as they are and win (`response_format`, `temperature`, …);
-    // `model` and `structured` are gacc's own, and `seed` is the seed rule's.
+    // `model` and `structured` are gacc's own, `max_tokens` is the prompt's (checked when the
+    // manifest is loaded, and written by the provider under its API's name), and `seed` is
+    // the seed rule's.
     for (key, value) in params {
         match key.as_str() {
-            "model" | "structured" => {}
+            "model" | "structured" | "max_tokens" => {}
             "seed" => {
                 if let Some(seed) = seed {
                     body.insert(key.clone(), json!(seed));
@@ -581,11 +583,12 @@ mod tests {
 
     #[test]
     fn params_go_into_the_body_and_win() {
+        // The prompt's `max_tokens` is the callback's `params.max_tokens` where it is set.
         let prompt = Prompt {
             system: "s".into(),
             user: "u".into(),
             cache_split: None,
-            max_tokens: 10,
+            max_tokens: 5,
             verdict: true,
         };
         let params = json!({"model": "deepseek", "temperature": 0.0, "response_format": {"type": "json_object"}, "max_tokens": 5});
