@@ -1,5 +1,5 @@
 //! Provider batch APIs (SPEC §9) against the mock's batch routes: the same report as online in
-//! both formats, a gacc killed while its batches run that re-attaches and submits nothing
+//! every format, a gacc killed while its batches run that re-attaches and submits nothing
 //! twice, expired batches and per-request errors, a refused upload, and `gacc batches`.
 
 mod common;
@@ -78,8 +78,8 @@ fn every_request_submitted_once(api: &MockApi) {
 }
 
 #[test]
-fn batches_give_the_online_report_byte_for_byte_in_both_formats() {
-    for format in [Format::OpenAi, Format::Anthropic] {
+fn batches_give_the_online_report_byte_for_byte_in_every_format() {
+    for format in [Format::OpenAi, Format::Anthropic, Format::OpenAiResponses] {
         let scratch = Scratch::new();
         // One mock, so that both runs call the same endpoint (its URL is in the identity).
         let batch_api = MockApi::start(

@@ -29,11 +29,11 @@ fn cells(folder: &std::path::Path) -> Value {
 }
 
 #[test]
-fn the_llm_fixture_gives_the_builtins_metrics_in_both_formats_and_a_rerun_calls_nothing() {
+fn the_llm_fixture_gives_the_builtins_metrics_in_every_format_and_a_rerun_calls_nothing() {
     let scratch = Scratch::new();
     let (status, builtin, stderr) = scratch.run("experiments/fixture.toml", &[]);
     assert_eq!(status, 0, "{stderr}");
-    for format in [Format::OpenAi, Format::Anthropic] {
+    for format in [Format::OpenAi, Format::Anthropic, Format::OpenAiResponses] {
         let api = MockApi::start(format, Behaviour::default());
         let manifest = llm_fixture(&scratch, &api, format, "", "");
         let cache = format!("run.cache=\"cache-{format:?}\"");
@@ -67,7 +67,7 @@ fn the_llm_fixture_gives_the_builtins_metrics_in_both_formats_and_a_rerun_calls_
         assert_no_key(&scratch, &stderr);
         // The key went out only in its header.
         let header = match format {
-            Format::OpenAi => format!("authorization: Bearer {KEY}"),
+            Format::OpenAi | Format::OpenAiResponses => format!("authorization: Bearer {KEY}"),
             Format::Anthropic => format!("x-api-key: {KEY}"),
         };
         assert!(
@@ -82,7 +82,7 @@ fn the_llm_fixture_gives_the_builtins_metrics_in_both_formats_and_a_rerun_calls_
 /// price makes of it.
 #[test]
 fn usage_and_cost_in_the_report_are_what_the_provider_billed() {
-    for format in [Format::OpenAi, Format::Anthropic] {
+    for format in [Format::OpenAi, Format::Anthropic, Format::OpenAiResponses] {
         let scratch = Scratch::new();
         let api = MockApi::start(format, Behaviour::default());
         let manifest = llm_fixture(&scratch, &api, format, "", "");
@@ -473,7 +473,11 @@ fn goodput_benchmark() {
 #[test]
 fn the_cost_preview_adds_up_for_each_api_and_needs_no_key() {
     // PRICE: 1.0 per million input, 4.0 per million output, no cache-write price.
-    for (format, input_price) in [(Format::OpenAi, 1.0), (Format::Anthropic, 1.25)] {
+    for (format, input_price) in [
+        (Format::OpenAi, 1.0),
+        (Format::Anthropic, 1.25),
+        (Format::OpenAiResponses, 1.0),
+    ] {
         let scratch = Scratch::new();
         let api = MockApi::start(format, Behaviour::default());
         let manifest = llm_fixture(&scratch, &api, format, "", "");

@@ -109,13 +109,14 @@ fn workload(scratch: &Scratch, calls: usize, filler: usize) {
     scratch.write("data.jsonl", &lines);
 }
 
-fn manifest(scratch: &Scratch, api: &MockApi, name: &str) -> String {
+fn manifest(scratch: &Scratch, api: &MockApi, format: Format, name: &str) -> String {
     let manifest = format!(
         "name = \"{name}\"\nseeds = [1]\nratios = [1.0]\n[dataset]\npath = \"data.jsonl\"\n\
-         [models.mock]\napi = \"openai-chat\"\nbase_url = \"{}\"\nmodel = \"m\"\nretries = 8\n\
+         [models.mock]\napi = \"{}\"\nbase_url = \"{}\"\nmodel = \"m\"\nretries = 8\n\
          [compressors.all]\nbuiltin = \"identity\"\n[reader]\nbuiltin = \"llm-reader\"\n\
          params = {{ model = \"mock\", temperature = 0.0 }}\n[judge]\nbuiltin = \"exact\"\n\
          [run]\ncache = \"cache-{name}\"\nconcurrency = 32\n",
+        format.api(),
         api.url
     );
     let path = format!("{name}.toml");
@@ -133,9 +134,13 @@ struct Ran {
 }
 
 fn run(scratch: &Scratch, server: Server, calls: usize) -> (Ran, MockApi) {
-    let api = MockApi::start(Format::OpenAi, server.behaviour());
+    run_as(scratch, server, calls, Format::OpenAi)
+}
+
+fn run_as(scratch: &Scratch, server: Server, calls: usize, format: Format) -> (Ran, MockApi) {
+    let api = MockApi::start(format, server.behaviour());
     workload(scratch, calls, server.line_bytes());
-    let manifest = manifest(scratch, &api, &server.name());
+    let manifest = manifest(scratch, &api, format, &server.name());
     let started = Instant::now();
     // The benchmark's `GACC_SET` adds `--set` options (e.g. `models.mock.rpm=1200`).
     let sets: Vec<String> = std::env::var("GACC_SET")
@@ -185,17 +190,20 @@ fn an_untold_request_limit_is_learned_with_no_failed_call_and_no_call_twice() {
 
 #[test]
 fn announced_limits_are_paced_to_and_draw_few_429s() {
-    let scratch = Scratch::empty();
-    let calls = 120;
-    let (ran, api) = run(&scratch, Server::Announced, calls);
-    assert_clean(Server::Announced, &ran, &api, calls);
-    let limited = api.counts().get(&api.counts().rate_limited);
-    assert!(
-        limited as f64 <= 0.05 * calls as f64,
-        "{limited} of {calls} calls drew a 429"
-    );
-    let pace = ran.endpoint["pace_rpm"].as_f64().expect("the announced pace");
-    assert!(pace <= RATE * 60.0, "{}", ran.endpoint);
+    // Both OpenAI APIs announce their limits in the same headers.
+    for format in [Format::OpenAi, Format::OpenAiResponses] {
+        let scratch = Scratch::empty();
+        let calls = 120;
+        let (ran, api) = run_as(&scratch, Server::Announced, calls, format);
+        assert_clean(Server::Announced, &ran, &api, calls);
+        let limited = api.counts().get(&api.counts().rate_limited);
+        assert!(
+            limited as f64 <= 0.05 * calls as f64,
+            "{format:?}: {limited} of {calls} calls drew a 429"
+        );
+        let pace = ran.endpoint["pace_rpm"].as_f64().expect("the announced pace");
+        assert!(pace <= RATE * 60.0, "{format:?}: {}", ran.endpoint);
+    }
 }
 
 #[test]
@@ -410,7 +418,7 @@ fn gacc_plan_says_how_long_from_rpm_or_the_last_run() {
     let scratch = Scratch::empty();
     let api = MockApi::start(Format::OpenAi, Server::Requests.behaviour());
     workload(&scratch, 40, 0);
-    let manifest = manifest(&scratch, &api, "timed");
+    let manifest = manifest(&scratch, &api, Format::OpenAi, "timed");
     let plan = |extra: &[&str]| {
         let output = scratch
             .gacc()

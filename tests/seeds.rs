@@ -83,7 +83,8 @@ fn greedy_model_callbacks_send_each_distinct_request_once_for_all_seeds() {
 
 #[test]
 fn sampled_openai_requests_carry_each_seed_and_anthropic_ones_are_each_their_own_call() {
-    for format in [Format::OpenAi, Format::Anthropic] {
+    // The Responses API takes no seed either.
+    for format in [Format::OpenAi, Format::Anthropic, Format::OpenAiResponses] {
         let scratch = Scratch::new();
         let api = MockApi::start(format, Behaviour::default());
         let manifest = manifest(&scratch, &api, format, "0.7");
@@ -103,7 +104,7 @@ fn sampled_openai_requests_carry_each_seed_and_anthropic_ones_are_each_their_own
                     assert!([42, 43, 44].contains(&seed), "{body}");
                 }
             }
-            Format::Anthropic => {
+            Format::Anthropic | Format::OpenAiResponses => {
                 // No seed on the wire: the same body once per seed, as three independent calls.
                 assert!(bodies.keys().all(|b| !b.contains("\"seed\"")));
                 assert!(bodies.values().all(|n| *n == 3), "{bodies:?}");

@@ -12,7 +12,7 @@ use crate::mangle::{edits, header_text, hostile_value, mangled, replaced};
 use crate::protocol::messages::MAX_TOKENS;
 
 /// Replies as each provider sends them, to be broken.
-fn replies() -> [(Api, Value); 2] {
+fn replies() -> [(Api, Value); 3] {
     [
         (
             Api::OPENAI_CHAT,
@@ -29,6 +29,15 @@ fn replies() -> [(Api, Value); 2] {
                             {"type": "tool_use", "input": {"correct": false, "rationale": "r"}}],
                 "usage": {"input_tokens": 20, "cache_read_input_tokens": 10,
                           "cache_creation_input_tokens": 0, "output_tokens": 7}}),
+        ),
+        (
+            Api::named("openai-responses").expect("a registered provider"),
+            json!({"model": "gpt-x", "status": "incomplete",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "output": [{"type": "reasoning", "summary": []},
+                           {"type": "message", "content": [{"type": "output_text", "text": "a"}]}],
+                "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 64},
+                          "output_tokens": 3}}),
         ),
     ]
 }
@@ -67,7 +76,7 @@ proptest! {
     /// token counts gacc can sum and price.
     #[test]
     fn a_broken_reply_is_read_with_sane_counts_or_refused(
-        which in 0..2usize,
+        which in 0..3usize,
         at in 0..24usize,
         with in hostile_value(),
     ) {
@@ -110,8 +119,8 @@ proptest! {
     ) {
         // Each header, by the length of its name, gets one of the texts.
         let header = |name: &str| Some(texts[name.len() % texts.len()].clone());
-        for api in [Api::OPENAI_CHAT, Api::ANTHROPIC_MESSAGES] {
-            let announced = api.provider().announced(&header);
+        for provider in super::PROVIDERS {
+            let announced = provider.announced(&header);
             for allowance in [announced.requests, announced.tokens].into_iter().flatten() {
                 prop_assert!(allowance.limit.is_finite() && allowance.limit >= 0.0, "{allowance:?}");
                 prop_assert!(

@@ -15,9 +15,14 @@ mod anthropic;
 #[cfg(test)]
 mod hostile;
 mod openai;
+mod openai_responses;
 
 /// Every provider, by the `api` name a manifest gives it.
-const PROVIDERS: &[&dyn Provider] = &[&openai::OpenaiChat, &anthropic::AnthropicMessages];
+const PROVIDERS: &[&dyn Provider] = &[
+    &openai::OpenaiChat,
+    &anthropic::AnthropicMessages,
+    &openai_responses::OpenaiResponses,
+];
 
 /// One model API's wire format: everything of a call that is not HTTP itself.
 pub(crate) trait Provider: Sync {

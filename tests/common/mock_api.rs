@@ -23,6 +23,24 @@ const MAX_BODY: usize = 64 << 20;
 pub enum Format {
     OpenAi,
     Anthropic,
+    /// OpenAI's Responses API: `/v1/responses`; its batches as chat's.
+    OpenAiResponses,
+}
+
+impl Format {
+    /// Its `api` name in a manifest.
+    pub fn api(self) -> &'static str {
+        match self {
+            Format::OpenAi => "openai-chat",
+            Format::Anthropic => "anthropic-messages",
+            Format::OpenAiResponses => "openai-responses",
+        }
+    }
+
+    /// OpenAI's batch API and its `/v1` base (chat and responses alike).
+    fn openai_like(self) -> bool {
+        self != Format::Anthropic
+    }
 }
 
 /// How the mock misbehaves.
@@ -201,7 +219,7 @@ impl MockApi {
             }
         });
         let url = match format {
-            Format::OpenAi => format!("http://127.0.0.1:{port}/v1"),
+            Format::OpenAi | Format::OpenAiResponses => format!("http://127.0.0.1:{port}/v1"),
             Format::Anthropic => format!("http://127.0.0.1:{port}"),
         };
         MockApi { url, state, port }
@@ -350,6 +368,7 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
     let expected = match state.format {
         Format::OpenAi => "/v1/chat/completions",
         Format::Anthropic => "/v1/messages",
+        Format::OpenAiResponses => "/v1/responses",
     };
     if let Some(location) = &behaviour.redirect {
         return (301, format!("Location: {location}\r\n"), b"moved".to_vec());
@@ -480,6 +499,9 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
     if request.get("model").and_then(Value::as_str).is_none() {
         return error(400, "no model");
     }
+    if let Some(unsupported) = unsupported(state.format, &request) {
+        return error(400, &format!("Unsupported parameter: '{unsupported}'"));
+    }
     if number <= behaviour.fail_first + behaviour.malformed_first {
         return (
             200,
@@ -504,6 +526,10 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
                     reply["content"][0]["text"] = echoed(&reply["content"][0]["text"]);
                 }
             }
+            Format::OpenAiResponses => {
+                let text = &mut reply["output"][0]["content"][0]["text"];
+                *text = echoed(text);
+            }
         }
     }
     if let Some(usage) = &behaviour.usage {
@@ -516,6 +542,16 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
         .unwrap()
         .push((done, done.saturating_sub(arrived)));
     (200, announced, reply.to_string().into_bytes())
+}
+
+/// A field the format's API refuses (another API's name for it), if the request has one.
+fn unsupported(format: Format, request: &Value) -> Option<&'static str> {
+    let refused: &[&'static str] = match format {
+        Format::OpenAi => &["max_output_tokens", "input", "instructions"],
+        Format::Anthropic => &["max_output_tokens"],
+        Format::OpenAiResponses => &["max_tokens", "messages", "seed", "response_format"],
+    };
+    refused.iter().copied().find(|field| request.get(field).is_some())
 }
 
 /// A 429 for the limit `what`, saying to retry after `wait` seconds (or as told).
@@ -606,6 +642,21 @@ fn completion(state: &State, request: &Value, number: u64) -> Value {
                           "cache_creation_input_tokens": 0, "output_tokens": output},
             })
         }
+        Format::OpenAiResponses => json!({
+            "id": format!("resp_{number}"),
+            "object": "response",
+            "status": "completed",
+            "model": served,
+            "output": [
+                {"type": "reasoning", "id": format!("rs_{number}"), "summary": []},
+                {"type": "message", "id": format!("msg_{number}"), "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": text, "annotations": []}]},
+            ],
+            "incomplete_details": null,
+            "usage": {"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+                      "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": input + output},
+        }),
     }
 }
 
@@ -620,6 +671,21 @@ fn messages(format: Format, request: &Value) -> (String, String) {
     let mut user = String::new();
     if format == Format::Anthropic {
         system = text_of(&request["system"]);
+    }
+    if format == Format::OpenAiResponses {
+        system = text_of(&request["instructions"]);
+        let input = match &request["input"] {
+            Value::String(text) => json!([{"role": "user", "content": text}]),
+            other => other.clone(),
+        };
+        for item in input.as_array().into_iter().flatten() {
+            match item["role"].as_str() {
+                Some("system" | "developer") => system.push_str(&text_of(&item["content"])),
+                Some("user") => user.push_str(&text_of(&item["content"])),
+                _ => {}
+            }
+        }
+        return (system, user);
     }
     for message in request["messages"].as_array().into_iter().flatten() {
         match message["role"].as_str() {
@@ -690,7 +756,13 @@ fn batch_route(state: &State, path: &str, body: &[u8]) -> Option<(u16, String, V
     let mut batches = state.batches.lock().unwrap();
     let path = path.split('?').next().unwrap_or(path);
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (state.format, parts.as_slice()) {
+    // Chat's and responses' batches are one API.
+    let format = if state.format.openai_like() {
+        Format::OpenAi
+    } else {
+        state.format
+    };
+    match (format, parts.as_slice()) {
         (Format::OpenAi, ["v1", "files"]) => {
             if behaviour.refuse_batches {
                 return Some(error(400, "the upload was refused: invalid file format"));
@@ -710,9 +782,20 @@ fn batch_route(state: &State, path: &str, body: &[u8]) -> Option<(u16, String, V
         (Format::OpenAi, ["v1", "batches"]) if !body.is_empty() => {
             let request: Value = serde_json::from_slice(body).ok()?;
             let file = batches.files.get(request["input_file_id"].as_str()?)?.clone();
-            let requests: Vec<(String, Value)> = file
+            let lines: Vec<Value> = file
                 .lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect();
+            // Each line, and the batch, name the path of the API the endpoint speaks.
+            let path = match state.format {
+                Format::OpenAiResponses => "/v1/responses",
+                _ => "/v1/chat/completions",
+            };
+            if request["endpoint"] != path || lines.iter().any(|l| l["url"] != path) {
+                return Some(error(400, &format!("a batch for {path} names another endpoint")));
+            }
+            let requests: Vec<(String, Value)> = lines
+                .into_iter()
                 .map(|l| {
                     (
                         l["custom_id"].as_str().unwrap_or("").to_owned(),
@@ -863,7 +946,7 @@ fn advance(state: &State, batches: &mut Batches, id: &str) -> Option<Option<(Str
     };
     let (mut output, mut errors) = (String::new(), String::new());
     for (index, (custom_id, body)) in batch.requests.iter().enumerate() {
-        let anthropic = state.format == Format::Anthropic;
+        let anthropic = !state.format.openai_like();
         if index >= answered {
             if anthropic {
                 let kind = if batch.cancelled { "canceled" } else { "expired" };
@@ -914,10 +997,7 @@ pub const PRICE: &str = "price = { input = 1.0, cached_input = 0.25, output = 4.
 /// mock: `endpoint` and `run` are more lines of `[models.mock]` and `[run]`; the key is read
 /// from `MOCK_API_KEY`.
 pub fn llm_manifest(url: &str, format: Format, endpoint: &str, run: &str) -> String {
-    let api = match format {
-        Format::OpenAi => "openai-chat",
-        Format::Anthropic => "anthropic-messages",
-    };
+    let api = format.api();
     format!(
         r#"name = "llm-fixture"
 seeds = [42, 43, 44]
