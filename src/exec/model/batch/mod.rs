@@ -49,8 +49,7 @@ pub(crate) struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     pub created: String,
-    /// `submitting` (recorded, not yet known to be accepted), `open`, `ended`, `refused`.
-    pub state: String,
+    pub state: BatchState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
     /// Sent as the batch's metadata (OpenAI), to find a batch whose id a kill lost.
@@ -61,16 +60,53 @@ pub(crate) struct Record {
     pub outcome: BTreeMap<String, usize>,
 }
 
-impl Record {
+/// Where a recorded batch stands, as its record names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BatchState {
+    /// Recorded before it was sent: perhaps accepted, its id perhaps lost with a kill.
+    Submitting,
+    /// Accepted and running.
+    Open,
+    /// Ended, its answers read.
+    Ended,
+    /// The provider would not take it.
+    Refused,
+}
+
+impl BatchState {
     /// Whether it may still answer calls: accepted and running, or recorded and perhaps
     /// accepted (a later run re-attaches to both).
+    pub(crate) fn in_flight(self) -> bool {
+        matches!(self, BatchState::Open | BatchState::Submitting)
+    }
+
+    /// Its name in a record and on the terminal.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BatchState::Submitting => "submitting",
+            BatchState::Open => "open",
+            BatchState::Ended => "ended",
+            BatchState::Refused => "refused",
+        }
+    }
+}
+
+impl std::fmt::Display for BatchState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Record {
+    /// Whether it may still answer calls (see `BatchState::in_flight`).
     pub(crate) fn in_flight(&self) -> bool {
-        matches!(self.state.as_str(), "open" | "submitting")
+        self.state.in_flight()
     }
 
     /// Whether `gacc batches cancel` can cancel it: running, with the provider's id known.
     pub(crate) fn cancellable(&self) -> bool {
-        self.state == "open" && self.batch_id.is_some()
+        self.state == BatchState::Open && self.batch_id.is_some()
     }
 
     fn path(folder: &Path, local: &str) -> PathBuf {
@@ -336,7 +372,7 @@ async fn submit(endpoint: &Arc<Endpoint>, requests: Vec<Queued>) {
         model: endpoint.spec.model.clone(),
         api_key_env: endpoint.spec.api_key_env.clone(),
         created: crate::clock::utc_timestamp(now, true),
-        state: "submitting".into(),
+        state: BatchState::Submitting,
         batch_id: None,
         submission: submission[..32].to_owned(),
         keys: requests.iter().map(|q| q.key.clone()).collect(),
@@ -372,7 +408,7 @@ async fn submit(endpoint: &Arc<Endpoint>, requests: Vec<Queued>) {
         }
     };
     record.batch_id = Some(id);
-    record.state = "open".into();
+    record.state = BatchState::Open;
     if let Err(error) = record.save(&batcher.folder) {
         tracing::error!(endpoint = %endpoint.name, %error, "could not record a submitted batch");
     }
@@ -385,7 +421,7 @@ fn fail_batch(endpoint: &Endpoint, record: &mut Record, message: &str) {
     let Some(batcher) = endpoint.batcher.get() else {
         return;
     };
-    record.state = "refused".into();
+    record.state = BatchState::Refused;
     let _ = record.save(&batcher.folder);
     close(batcher, record);
     for key in &record.keys {
@@ -417,13 +453,13 @@ async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
         match find_lost(endpoint, &record).await {
             Some(id) => {
                 record.batch_id = Some(id);
-                record.state = "open".into();
+                record.state = BatchState::Open;
                 let _ = record.save(&batcher.folder);
             }
             None => {
                 // Never accepted: its calls go into the next batch.
                 tracing::warn!(endpoint = %endpoint.name, local = %record.local, "a recorded batch was never accepted; its calls are submitted again");
-                record.state = "refused".into();
+                record.state = BatchState::Refused;
                 let _ = record.save(&batcher.folder);
                 close(batcher, &record);
                 requeue(endpoint, &record.keys, &HashMap::new());
@@ -482,7 +518,7 @@ async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
             )),
         }
     }
-    record.state = "ended".into();
+    record.state = BatchState::Ended;
     record.outcome = outcome;
     if let Err(error) = record.save(&batcher.folder) {
         tracing::error!(endpoint = %endpoint.name, %error, "could not record an ended batch");
@@ -503,5 +539,44 @@ fn requeue(endpoint: &Arc<Endpoint>, keys: &[String], reasons: &HashMap<String, 
     for key in keys {
         let reason = reasons.get(key).cloned().unwrap_or_else(|| "unanswered".into());
         batcher.answer(key, Answer::Again(reason));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_state_is_written_as_records_always_named_it_and_says_what_it_allows() {
+        // (state, its name in a record, in flight, cancellable once its id is known)
+        let table = [
+            (BatchState::Submitting, "submitting", true, false),
+            (BatchState::Open, "open", true, true),
+            (BatchState::Ended, "ended", false, false),
+            (BatchState::Refused, "refused", false, false),
+        ];
+        for (state, name, in_flight, cancellable) in table {
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(name));
+            assert_eq!(serde_json::from_value::<BatchState>(json!(name)).unwrap(), state);
+            assert_eq!(format!("{state:<12}|"), format!("{name:<12}|"));
+            let record = |batch_id: Option<&str>| Record {
+                local: "l".into(),
+                endpoint: "e".into(),
+                api: crate::providers::Api::named("openai-chat").unwrap(),
+                base_url: "http://127.0.0.1:1".into(),
+                model: "m".into(),
+                api_key_env: None,
+                created: "2026-12-03T00:00:00Z".into(),
+                state,
+                batch_id: batch_id.map(str::to_owned),
+                submission: "s".into(),
+                keys: Vec::new(),
+                outcome: BTreeMap::new(),
+            };
+            assert_eq!(record(None).in_flight(), in_flight, "{name}");
+            assert_eq!(record(Some("b")).cancellable(), cancellable, "{name}");
+            assert!(!record(None).cancellable(), "{name}: no id, nothing to cancel");
+        }
+        assert!(serde_json::from_value::<BatchState>(json!("running")).is_err());
     }
 }
