@@ -226,8 +226,9 @@ pub(super) fn callbacks(
         problems: Vec::new(),
         confinements: Vec::new(),
     };
-    let callbacks =
-        Callbacks::of_manifest(&loaded.manifest, |key, role, spec| builder.build(key, role, spec));
+    let callbacks = crate::runner::callbacks_of_manifest(&loaded.manifest, |key, role, spec| {
+        builder.build(key, role, spec)
+    });
     if builder.problems.is_empty() {
         Ok((callbacks, builder.confinements))
     } else {

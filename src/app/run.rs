@@ -547,12 +547,7 @@ fn write_rows(
                 ))
             })
             .collect(),
-        audits: prepared
-            .plan
-            .audits
-            .iter()
-            .map(|a| (a.name.clone(), a.fraction))
-            .collect(),
+        audits: prepared.plan.audit_shares.clone(),
         labels: prepared.labels.as_deref(),
     };
     let stopped = |name: &str| Error::Io {

@@ -20,7 +20,7 @@ use crate::plan::{MemoryJob, QuestionJob, audited};
 use crate::protocol::messages::{
     self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse, Request,
 };
-use crate::protocol::{Role, Stage};
+use crate::protocol::{CallbackSet, Role, Stage};
 use crate::store::cache::{Cache, Kind};
 
 /// `gacc validate`: a one-paragraph summary of a valid manifest.
@@ -91,11 +91,8 @@ pub(super) struct UsdPerMillion {
 
 /// The model built-ins of a manifest, as launchers that can render and bound their prompts.
 struct Bounder {
-    compressors: BTreeMap<String, Arc<ModelLauncher>>,
-    reader: Option<Arc<ModelLauncher>>,
-    judge: Option<Arc<ModelLauncher>>,
-    /// The audit judges that are model built-ins, in the plan's order (none for the others).
-    audits: Vec<Option<Arc<ModelLauncher>>>,
+    /// Each callback's launcher, where it is a model built-in.
+    launchers: CallbackSet<Option<Arc<ModelLauncher>>>,
     /// The most tokens a model reader answers with (an answer not made yet is at most this).
     reader_max_tokens: Option<u64>,
     bounds: BTreeMap<String, CallBounds>,
@@ -116,8 +113,8 @@ impl Bounder {
                 .map(Arc::new)
         };
         let manifest = &prepared.loaded.manifest;
-        let reader = launcher(&manifest.reader);
-        let reader_max_tokens = reader.as_ref().and_then(|reader| {
+        let launchers = manifest.callback_set().map(|_, _, spec| launcher(spec));
+        let reader_max_tokens = launchers.reader.as_ref().and_then(|reader| {
             let empty = serde_json::Map::new();
             let params = manifest.reader.params.as_object().unwrap_or(&empty);
             let request = ReaderRequest::new("", "", 0, &manifest.reader.params);
@@ -127,15 +124,8 @@ impl Bounder {
                 .map(|p| p.max_tokens)
         });
         Ok(Bounder {
-            compressors: (manifest.compressors.iter())
-                .filter_map(|(name, spec)| Some((name.clone(), launcher(spec)?)))
-                .collect(),
-            reader,
+            launchers,
             reader_max_tokens,
-            judge: launcher(&manifest.judge),
-            audits: (manifest.audit_judges().into_iter())
-                .map(|(_, spec, _)| launcher(spec))
-                .collect(),
             bounds: BTreeMap::new(),
             bounded: std::collections::HashSet::new(),
         })
@@ -250,7 +240,10 @@ impl Walk<'_> {
         };
         let source = &dataset.sources[job.source];
         let name = &job.id.cell.compressor;
-        if let (None, Some(launcher)) = (&generation, self.bounder.compressors.get(name).cloned()) {
+        if let (None, Some(launcher)) = (
+            &generation,
+            self.bounder.launchers.compressors.get(name).cloned().flatten(),
+        ) {
             let params = &manifest.compressors[name].params;
             let request = Request::Compressor(CompressorRequest::new(
                 &source.text,
@@ -340,11 +333,11 @@ impl Walk<'_> {
                 "{memory}/{}/{}/{}",
                 question.goal,
                 question.question,
-                plan.reader_seed.key_term(seed)
+                plan.callbacks.reader.seed.key_term(seed)
             ),
             Pending::Read(key) | Pending::Answered(key) => key.to_owned(),
         };
-        let reader = bounder.reader.clone();
+        let reader = bounder.launchers.reader.clone();
         if let (false, Some(reader)) = (matches!(pending, Pending::Answered(_)), &reader) {
             let request = Request::Reader(ReaderRequest::new(
                 "",
@@ -360,13 +353,13 @@ impl Walk<'_> {
                 job.budget as u64,
             );
         }
-        if let Some(judge) = bounder.judge.clone() {
+        if let Some(judge) = bounder.launchers.judge.clone() {
             // An unknown answer: at most the model reader's max_tokens, else the memory's L.
             let (unknown, identity) = match pending {
                 Pending::Answered(key) => (0, key.to_owned()),
                 _ => (
                     bounder.reader_max_tokens.unwrap_or(job.budget as u64),
-                    format!("{read}/judge/{}", plan.judge_seed.key_term(seed)),
+                    format!("{read}/judge/{}", plan.callbacks.judge.seed.key_term(seed)),
                 ),
             };
             let request = Request::Judge(JudgeRequest::new(
@@ -394,25 +387,30 @@ impl Walk<'_> {
         let asked = &source.goals[question.goal].questions[question.question];
         let seed = job.id.seed;
         let longest = self.bounder.reader_max_tokens.unwrap_or(job.budget as u64);
-        for (index, audit) in plan.audits.iter().enumerate() {
-            let Some(launcher) = self.bounder.audits[index].clone() else {
+        for (name, share) in &plan.audit_shares {
+            let (Some(audit), Some(Some(launcher))) = (
+                plan.callbacks.audit(name),
+                self.bounder.launchers.audit(name).cloned(),
+            ) else {
                 continue;
             };
             let (identity, unknown, text) = match answer {
                 Answer::Known(text) => {
                     let key = plan.audit_key(audit, job, question, text);
                     let judged = cached(self.cache, Role::Judge, &key, || None).is_some();
-                    if judged || !audited(seed, &asked.id, text, audit.fraction) {
+                    if judged || !audited(seed, &asked.id, text, *share) {
                         continue;
                     }
                     (key, 0, text)
                 }
                 Answer::Unknown(read) => {
-                    let identity = format!("{read}/audit/{}/{}", audit.name, audit.seed.key_term(seed));
+                    let identity = format!("{read}/audit/{name}/{}", audit.seed.key_term(seed));
                     (identity, longest, "")
                 }
             };
-            let params = &manifest.judges[&audit.name].params;
+            let Some(params) = manifest.judges.get(name).map(|spec| &spec.params) else {
+                continue;
+            };
             let request = Request::Judge(JudgeRequest::new(
                 messages::Judged {
                     source: &source.text,

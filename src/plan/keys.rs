@@ -190,19 +190,19 @@ pub(crate) fn judge_job(read_job: &str) -> String {
 impl Plan {
     /// The reader call's key for a question of `job`, read from the memory with this hash.
     pub(crate) fn read_key(&self, job: &MemoryJob, question: &QuestionJob, memory_sha256: &str) -> String {
-        self.read_key_seeded(job, question, memory_sha256, self.reader_seed)
+        self.read_key_seeded(job, question, memory_sha256, self.callbacks.reader.seed)
     }
 
     /// The judge call's key for a question of `job` answered with `answer`.
     pub(crate) fn judge_key(&self, job: &MemoryJob, question: &QuestionJob, answer: &str) -> String {
-        self.judge_key_seeded(job, question, answer, self.judge_seed)
+        self.judge_key_seeded(job, question, answer, self.callbacks.judge.seed)
     }
 
     /// An audit judge's call for a question of `job` answered with `answer`: a judge call's
     /// key under that judge's identity (the scoring judge's own key when it is the same judge).
     pub(crate) fn audit_key(
         &self,
-        audit: &super::AuditJudge,
+        audit: &super::PlannedCallback,
         job: &MemoryJob,
         question: &QuestionJob,
         answer: &str,
@@ -219,7 +219,7 @@ impl Plan {
         question: &QuestionJob,
         memory_sha256: &str,
     ) -> Option<String> {
-        let legacy = self.reader_seed.legacy();
+        let legacy = self.callbacks.reader.seed.legacy();
         legacy.then(|| self.read_key_seeded(job, question, memory_sha256, SeedRule::EachSeed))
     }
 
@@ -229,17 +229,16 @@ impl Plan {
         question: &QuestionJob,
         answer: &str,
     ) -> Option<String> {
-        let legacy = self.judge_seed.legacy();
+        let legacy = self.callbacks.judge.seed.legacy();
         legacy.then(|| self.judge_key_seeded(job, question, answer, SeedRule::EachSeed))
     }
 
     /// A compressor call's key before seeds reached the model; `goal` is the goal shown.
     pub(crate) fn legacy_compressor_key(&self, job: &MemoryJob, goal: Option<&str>) -> Option<String> {
-        let rule = self.compressor_seeds.get(&job.id.cell.compressor)?;
-        let identity = self.compressor_identities.get(&job.id.cell.compressor)?;
-        rule.legacy().then(|| {
+        let planned = self.callbacks.compressors.get(&job.id.cell.compressor)?;
+        planned.seed.legacy().then(|| {
             compressor_key(
-                &identity.to_string(),
+                &planned.identity_json,
                 &self.tokenizer_identity.to_string(),
                 &self.source_sha256[job.source],
                 goal.map(sha256).as_deref(),
@@ -258,7 +257,7 @@ impl Plan {
     ) -> String {
         let hashes = &self.question_sha256[job.source][question.goal][question.question];
         reader_key_with(
-            &self.reader_identity_json,
+            &self.callbacks.reader.identity_json,
             memory_sha256,
             &hashes.question,
             rule.key_term(job.id.seed),
@@ -273,7 +272,7 @@ impl Plan {
         rule: SeedRule,
     ) -> String {
         let seed = rule.key_term(job.id.seed);
-        self.judge_key_under(&self.judge_identity_json, job, question, answer, seed)
+        self.judge_key_under(&self.callbacks.judge.identity_json, job, question, answer, seed)
     }
 
     /// A judge call's key under the judge identity `identity_json`.

@@ -14,7 +14,7 @@ use crate::inputs::dataset::Dataset;
 use crate::inputs::manifest::{Loaded, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
-use crate::protocol::Ratio;
+use crate::protocol::{CallbackSet, Ratio};
 use crate::protocol::{CellId, Condition, MemoryId};
 use crate::rng::SplitMix64;
 
@@ -58,17 +58,10 @@ pub(crate) struct QuestionJob {
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
     pub memories: Vec<MemoryJob>,
-    /// Cache identity of each compressor, reader and judge.
-    pub compressor_identities: std::collections::BTreeMap<String, Value>,
-    pub reader_identity: Value,
-    pub judge_identity: Value,
-    /// The reader's and judge's identities serialised once, for their cache keys.
-    pub reader_identity_json: String,
-    pub judge_identity_json: String,
-    /// How each callback's keys carry the run's seed (SPEC §8).
-    pub compressor_seeds: BTreeMap<String, crate::inputs::models::SeedRule>,
-    pub reader_seed: crate::inputs::models::SeedRule,
-    pub judge_seed: crate::inputs::models::SeedRule,
+    /// Each callback's cache identity and seed rule, the audit judges' included.
+    pub callbacks: CallbackSet<PlannedCallback>,
+    /// The share of answers each audit judge audits (SPEC §10), in `[audit] judges` order.
+    pub audit_shares: Vec<(String, f64)>,
     pub tokenizer_identity: Value,
     /// Each source's SHA-256, in dataset order.
     pub source_sha256: Vec<String>,
@@ -77,38 +70,38 @@ pub(crate) struct Plan {
     pub held_out_texts: Vec<Vec<String>>,
     /// SHA-256 of each question's text and reference, by [source][goal][question].
     pub question_sha256: Vec<Vec<Vec<QuestionHashes>>>,
-    /// The audit judges (SPEC §10), in `[audit] judges` order.
-    pub audits: Vec<AuditJudge>,
+}
+
+/// What the plan knows of one callback.
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedCallback {
+    /// Its cache identity, and the same serialised once for its cache keys.
+    pub identity: Value,
+    pub identity_json: String,
+    /// How its keys carry the run's seed (SPEC §8).
+    pub seed: crate::inputs::models::SeedRule,
+}
+
+impl PlannedCallback {
+    fn of(spec: &crate::inputs::manifest::CallbackSpec) -> PlannedCallback {
+        let identity = keys::callback_identity(spec);
+        PlannedCallback {
+            identity_json: identity.to_string(),
+            identity,
+            seed: keys::seed_rule(spec),
+        }
+    }
 }
 
 impl Plan {
     /// Each callback's cache identity by its manifest key (`compressors.NAME`, `reader`,
     /// `judge`, `judges.NAME`), as report.json lists them.
     pub(crate) fn callback_identities(&self) -> BTreeMap<String, Value> {
-        let mut identities: BTreeMap<String, Value> = self
-            .compressor_identities
+        self.callbacks
             .iter()
-            .map(|(name, identity)| (format!("compressors.{name}"), identity.clone()))
-            .collect();
-        identities.insert("reader".into(), self.reader_identity.clone());
-        identities.insert("judge".into(), self.judge_identity.clone());
-        for audit in &self.audits {
-            let identity = serde_json::from_str(&audit.identity_json).unwrap_or_default();
-            identities.insert(format!("judges.{}", audit.name), identity);
-        }
-        identities
+            .map(|(key, _, planned)| (key, planned.identity.clone()))
+            .collect()
     }
-}
-
-/// A judge that re-judges a sample of the scoring judge's answers (SPEC §10).
-#[derive(Debug, Clone)]
-pub(crate) struct AuditJudge {
-    /// Its name in `[audit] judges` (its table is `[judges.NAME]`).
-    pub name: String,
-    pub identity_json: String,
-    pub seed: crate::inputs::models::SeedRule,
-    /// The share of answers it audits.
-    pub fraction: f64,
 }
 
 /// Whether an answer is in the sample an audit judge at `fraction` looks at: the SHA-256 of
@@ -151,11 +144,9 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
             "cross-goal shows each goal of a different source, and the dataset has a single source",
         ));
     }
-    let compressor_identities: BTreeMap<String, Value> = manifest
-        .compressors
-        .iter()
-        .map(|(name, spec)| (name.clone(), keys::callback_identity(spec)))
-        .collect();
+    let callbacks = manifest
+        .callback_set()
+        .map(|_, _, spec| PlannedCallback::of(spec));
     let expansion = Expansion::new(manifest, dataset, tokenizer)?;
     let crosses: Vec<(u64, Vec<GoalRef>)> = manifest
         .seeds
@@ -165,46 +156,27 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
     // Each (seed, compressor)'s jobs are made on whichever core is free, then put in order.
     let parts: Vec<_> = crosses
         .iter()
-        .flat_map(|cross| compressor_identities.iter().map(move |c| (cross, c)))
+        .flat_map(|cross| callbacks.compressors.iter().map(move |c| (cross, c)))
         .collect();
-    let compressor_seeds: BTreeMap<String, _> = manifest
-        .compressors
-        .iter()
-        .map(|(name, spec)| (name.clone(), keys::seed_rule(spec)))
-        .collect();
-    let memories: Vec<MemoryJob> = map_in_parallel(&parts, |&(&(seed, ref shown), (name, identity))| {
-        expansion.memories(seed, shown, name, identity, compressor_seeds[name])
+    let memories: Vec<MemoryJob> = map_in_parallel(&parts, |&(&(seed, ref shown), (name, planned))| {
+        expansion.memories(seed, shown, name, &planned.identity, planned.seed)
     })
     .into_iter()
     .flatten()
     .collect();
-    let audits = manifest
+    let audit_shares = manifest
         .audit_judges()
         .into_iter()
-        .map(|(name, spec, fraction)| AuditJudge {
-            name: name.to_owned(),
-            identity_json: keys::callback_identity(spec).to_string(),
-            seed: keys::seed_rule(spec),
-            fraction,
-        })
+        .map(|(name, _, fraction)| (name.to_owned(), fraction))
         .collect();
-    let reader_identity = keys::callback_identity(&manifest.reader);
-    let judge_identity = keys::callback_identity(&manifest.judge);
     Ok(Plan {
         memories,
-        compressor_identities,
-        reader_identity_json: reader_identity.to_string(),
-        judge_identity_json: judge_identity.to_string(),
-        reader_identity,
-        judge_identity,
-        compressor_seeds,
-        reader_seed: keys::seed_rule(&manifest.reader),
-        judge_seed: keys::seed_rule(&manifest.judge),
+        callbacks,
+        audit_shares,
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
         held_out_texts: held_out_by_source(dataset),
-        audits,
     })
 }
 

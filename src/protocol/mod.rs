@@ -1,10 +1,12 @@
 //! The SPEC's nouns and constants (§1, §3): what every stage speaks of. Imports only leaves.
 
+mod callback_set;
 mod cell;
 pub(crate) mod messages;
 mod role;
 mod values;
 
+pub(crate) use callback_set::CallbackSet;
 pub(crate) use cell::{CellId, MemoryId};
 pub(crate) use role::{Role, Stage};
 pub(crate) use values::{BudgetRule, Condition, Mode, Timeout};

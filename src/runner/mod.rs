@@ -24,8 +24,8 @@ use crate::inputs::manifest::{CallbackSpec, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::Locked;
 use crate::plan::Plan;
-use crate::protocol::Role;
 use crate::protocol::TruncationMode;
+use crate::protocol::{CallbackSet, Role};
 use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::{CallKeys, FailureRow, LedgerRow, ResultRow};
 use crate::store::row_sink::{RowLines, RowSink, Written};
@@ -33,42 +33,17 @@ use calls::CallBook;
 use memory::{Measured, run_memory};
 
 /// The callbacks of one run, ready to call.
-#[derive(Debug)]
-pub(crate) struct Callbacks {
-    pub compressors: BTreeMap<String, Callback>,
-    pub reader: Callback,
-    pub judge: Callback,
-    /// The audit judges, in the plan's order (SPEC §10).
-    pub audits: Vec<Callback>,
-}
+pub(crate) type Callbacks = CallbackSet<Callback>;
 
-impl Callbacks {
-    /// One callback per callback table of the manifest, each made by `make` from its key
-    /// (`compressors.NAME`, `reader`, `judge`), its role and its table.
-    pub(crate) fn of_manifest(
-        manifest: &Manifest,
-        mut make: impl FnMut(String, Role, &CallbackSpec) -> Callback,
-    ) -> Callbacks {
-        Callbacks {
-            compressors: manifest
-                .compressors
-                .iter()
-                .map(|(name, spec)| {
-                    (
-                        name.clone(),
-                        make(format!("compressors.{name}"), Role::Compressor, spec),
-                    )
-                })
-                .collect(),
-            reader: make("reader".into(), Role::Reader, &manifest.reader),
-            judge: make("judge".into(), Role::Judge, &manifest.judge),
-            audits: manifest
-                .audit_judges()
-                .into_iter()
-                .map(|(name, spec, _)| make(format!("judges.{name}"), Role::Judge, spec))
-                .collect(),
-        }
-    }
+/// One callback per callback a run calls (`Manifest::callback_set`), each made by `make` from
+/// its key (`compressors.NAME`, `reader`, `judge`, `judges.NAME`), its role and its table.
+pub(crate) fn callbacks_of_manifest(
+    manifest: &Manifest,
+    mut make: impl FnMut(String, Role, &CallbackSpec) -> Callback,
+) -> Callbacks {
+    manifest
+        .callback_set()
+        .map(|key, role, spec| make(key, role, spec))
 }
 
 /// Everything a run shares between its tasks.
@@ -608,7 +583,7 @@ mod tests {
             ..Callback::new(name, role, launcher.clone())
         };
         let manifest = &loaded.manifest;
-        let callbacks = Callbacks::of_manifest(manifest, callback);
+        let callbacks = super::callbacks_of_manifest(manifest, callback);
         Setup {
             plan: Arc::new(plan),
             dataset: Arc::new(dataset),

@@ -208,11 +208,15 @@ async fn audit(
     let setup = &shared.setup;
     let (job, question) = (asked.job, asked.question);
     let mut verdicts = BTreeMap::new();
-    for (judge, callback) in setup.plan.audits.iter().zip(&setup.callbacks.audits) {
-        if !audited(job.id.seed, &question.id, answer, judge.fraction) {
+    for (name, share) in &setup.plan.audit_shares {
+        let (Some(planned), Some(callback)) = (setup.plan.callbacks.audit(name), setup.callbacks.audit(name))
+        else {
+            continue;
+        };
+        if !audited(job.id.seed, &question.id, answer, *share) {
             continue;
         }
-        let key = setup.plan.audit_key(judge, job, asked.question_job, answer);
+        let key = setup.plan.audit_key(planned, job, asked.question_job, answer);
         let request = || {
             messages::to_bytes(&JudgeRequest::new(
                 messages::Judged {
@@ -225,7 +229,7 @@ async fn audit(
                 &callback.params,
             ))
         };
-        let description = || json!({"job": "audit", "judge": judge.name, "cache_key": key});
+        let description = || json!({"job": "audit", "judge": name, "cache_key": key});
         let verdict = match obtain(shared, callback, &key, || None, description, request).await {
             Ok((response, origin)) => {
                 calls.insert(callback.name.clone(), key);
@@ -241,7 +245,7 @@ async fn audit(
                 None
             }
         };
-        verdicts.insert(judge.name.clone(), verdict);
+        verdicts.insert(name.clone(), verdict);
     }
     verdicts
 }

@@ -15,7 +15,7 @@ use crate::inputs::records::SourceRecord;
 mod check;
 mod load;
 pub(crate) mod scripts;
-use crate::protocol::{BudgetRule, Condition, Mode, Role, Timeout};
+use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
 pub(crate) use load::load;
@@ -521,6 +521,25 @@ impl Manifest {
                     .map(|(name, spec)| (format!("judges.{name}"), Role::Judge, spec)),
             )
             .collect()
+    }
+
+    /// The callbacks a run calls: every compressor, the reader, the judge and the audit
+    /// judges of `[audit] judges` (a `[judges.*]` table no audit names is not called).
+    pub(crate) fn callback_set(&self) -> CallbackSet<&CallbackSpec> {
+        CallbackSet {
+            compressors: self
+                .compressors
+                .iter()
+                .map(|(name, spec)| (name.clone(), spec))
+                .collect(),
+            reader: &self.reader,
+            judge: &self.judge,
+            audits: self
+                .audit_judges()
+                .into_iter()
+                .map(|(name, spec, _)| (name.to_owned(), spec))
+                .collect(),
+        }
     }
 
     /// The audit judges in `[audit] judges` order: name, settings and the share they audit.
