@@ -13,6 +13,24 @@ pub enum Error {
     /// The file system refused: names the path.
     #[error("{path}: {message}")]
     Io { path: PathBuf, message: String },
+    /// A run named on the command line (`latest`, `-N`, a folder) that is not there.
+    #[error("{given}: {message}")]
+    NoSuchRun { given: PathBuf, message: String },
+    /// A file gacc wrote under another schema than this gacc reads.
+    #[error("{path}: expected schema {expected}, found {found}")]
+    Schema {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// A thread of gacc's own (`what`: the writer of a file, the reader of a cache) stopped
+    /// before it finished: a bug, named by what it was doing.
+    #[error("{what} stopped unexpectedly")]
+    Stopped { what: String },
+    /// The async runtime or the HTTP client could not be made (the system refused a thread,
+    /// a socket or its certificates).
+    #[error("cannot start {what}: {message}")]
+    Start { what: &'static str, message: String },
     /// Ctrl-C: in-flight calls were killed; finished calls are in the cache.
     #[error("interrupted: every finished call is cached; run `{resume}` again to resume")]
     Interrupted { resume: String },
@@ -22,6 +40,14 @@ pub enum Error {
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |error| Error::Io {
         path: path.to_path_buf(),
+        message: error.to_string(),
+    }
+}
+
+/// The async runtime could not be made.
+pub(crate) fn runtime_error(error: std::io::Error) -> Error {
+    Error::Start {
+        what: "the async runtime",
         message: error.to_string(),
     }
 }

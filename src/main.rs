@@ -496,7 +496,13 @@ fn exit_status(result: Result<Ended, Error>) -> ExitCode {
             eprint!("error: {invalid}");
             ExitCode::from(2)
         }
-        Err(error @ Error::Io { .. }) => {
+        Err(
+            error @ (Error::Io { .. }
+            | Error::NoSuchRun { .. }
+            | Error::Schema { .. }
+            | Error::Stopped { .. }
+            | Error::Start { .. }),
+        ) => {
             eprintln!("error: {error}");
             ExitCode::from(2)
         }

@@ -151,3 +151,38 @@ fn a_folder_that_is_not_a_run_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_of_another_schema_or_none_at_all_is_named_with_exit_status_2() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    // A report.json from a gacc of another schema.
+    let report = folder.join("report.json");
+    let mut value: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let ours = value["schema"].clone();
+    value["schema"] = Value::String("gacc-report/0".into());
+    std::fs::write(&report, value.to_string()).unwrap();
+    let output = scratch
+        .gacc()
+        .args(["diff", folder.to_str().unwrap(), folder.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let ours = ours.as_str().unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "report.json: expected schema {ours}, found gacc-report/0"
+        )),
+        "{stderr}"
+    );
+    // A run named that is not there.
+    let output = scratch.gacc().args(["diff", "-9", "latest"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("`-9` names a run that does not exist"),
+        "{stderr}"
+    );
+}

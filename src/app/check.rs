@@ -89,7 +89,7 @@ pub(crate) fn check(
     let models = models(loaded, false)?;
     let (built, confinements) = callbacks(loaded, &sandboxing, None, &models)?;
     let chosen = chosen(&built, name, manifest)?;
-    let runtime = crate::parallel::runtime(None).map_err(io(Path::new("tokio runtime")))?;
+    let runtime = crate::parallel::runtime(None).map_err(crate::error::runtime_error)?;
     let tokenizer = prepared.tokenizer.clone();
     let checked: Vec<Checked> = runtime.block_on(async {
         let mut checked = Vec::new();

@@ -385,10 +385,10 @@ pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(io(Path::new("tokio runtime")))?;
+        .map_err(crate::error::runtime_error)?;
     let client = crate::exec::model::http_client(std::time::Duration::from_secs(120)).map_err(|message| {
-        Error::Io {
-            path: cache.to_path_buf(),
+        Error::Start {
+            what: "the HTTP client",
             message,
         }
     })?;

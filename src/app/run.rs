@@ -16,7 +16,7 @@ use crate::app::prepare::{
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
 use crate::error::Invalid;
-use crate::error::{Error, io};
+use crate::error::{Error, io, runtime_error};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::files::{json_lines, pretty, write_json_lines_hashed};
 use crate::hash::sha256;
@@ -151,9 +151,8 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut outcome = execute(setup, &progress, options, (&folder, in_flight))?;
     // The ledger and the results were written as they folded.
     let rows = outcome.written.take().unwrap_or_else(|| {
-        Err(Error::Io {
-            path: folder.file(RESULTS),
-            message: "the rows were not written".into(),
+        Err(Error::Stopped {
+            what: format!("the writer of {}", folder.file(RESULTS).display()),
         })
     })?;
     if let Some(slurm) = &opened.slurm {
@@ -463,7 +462,7 @@ fn execute(
     options: &RunOptions,
     (folder, in_flight): (&RunFolder, RunRecord),
 ) -> Result<runner::Outcome, Error> {
-    let runtime = crate::parallel::runtime(None).map_err(io(Path::new("tokio runtime")))?;
+    let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;
     let live = LiveRecord {
         folder: folder.clone(),
         record: in_flight,
@@ -550,9 +549,8 @@ fn write_rows(
         audits: prepared.plan.audit_shares.clone(),
         labels: prepared.labels.as_deref(),
     };
-    let stopped = |name: &str| Error::Io {
-        path: folder.file(name),
-        message: "the writer stopped unexpectedly".into(),
+    let stopped = |name: &str| Error::Stopped {
+        what: format!("the writer of {}", folder.file(name).display()),
     };
     let texts = crate::store::ledger::memory_texts(&outcome.ledger);
     let (written, report) = std::thread::scope(|scope| {

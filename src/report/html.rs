@@ -61,9 +61,8 @@ pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
             Ok::<_, Error>((sources, ledger, texts))
         })();
         let results = results.join().unwrap_or_else(|_| {
-            Err(Error::Io {
-                path: folder.file(RESULTS),
-                message: "the reader stopped unexpectedly".into(),
+            Err(Error::Stopped {
+                what: format!("the reader of {}", folder.file(RESULTS).display()),
             })
         });
         (rows, results)

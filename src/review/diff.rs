@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::inputs::records::Source;
 use crate::report::stats::{Bootstrap, DIFF_RESAMPLES, DIFF_SEED, mcnemar_p, paired_bootstrap};
 use crate::report::stored::{StoredCell, StoredReport, text};
+use crate::store::ledger::ResultRow;
 use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
 pub(crate) const SCHEMA: &str = "gacc.diff/1";
@@ -22,7 +23,7 @@ struct Run {
     folder: PathBuf,
     report: StoredReport,
     manifest: Option<toml::Value>,
-    results: Vec<Value>,
+    results: Vec<ResultRow>,
     questions: HashMap<String, String>,
 }
 
@@ -135,13 +136,10 @@ fn load(path: &Path) -> Result<Run, Error> {
     let folder = RunFolder::open(path);
     let report = StoredReport::of(&folder.read_json(REPORT_JSON)?);
     if report.schema != crate::report::SCHEMA {
-        return Err(Error::Io {
+        return Err(Error::Schema {
             path: folder.file(REPORT_JSON),
-            message: format!(
-                "expected schema {}, found {}",
-                crate::report::SCHEMA,
-                report.schema
-            ),
+            expected: crate::report::SCHEMA.to_string(),
+            found: text(&report.schema),
         });
     }
     let manifest = folder
@@ -238,12 +236,14 @@ impl CellLabel {
     }
 }
 
-fn cell_of(row: &Value) -> CellLabel {
+/// A results row's cell, named as its report cell is (the same fields, as written).
+fn cell_of(row: &ResultRow) -> CellLabel {
+    let written = |value: serde_json::Result<Value>| value.unwrap_or(Value::Null);
     CellLabel::new(
-        &row["compressor"],
-        &row["condition"],
-        &row["ratio"],
-        row.get("budget_tokens"),
+        &Value::String(row.compressor.clone()),
+        &written(serde_json::to_value(row.condition)),
+        &written(serde_json::to_value(row.ratio)),
+        row.budget_tokens.map(Value::from).as_ref(),
     )
 }
 
@@ -253,15 +253,11 @@ type Verdicts = HashMap<(u64, String, String), (bool, String)>;
 fn verdicts(run: &Run) -> HashMap<CellLabel, Verdicts> {
     let mut out: HashMap<CellLabel, Verdicts> = HashMap::new();
     for row in &run.results {
-        let Some(correct) = row["correct"].as_bool() else {
+        let Some(correct) = row.correct else {
             continue;
         };
-        let key = (
-            row["seed"].as_u64().unwrap_or(0),
-            row["goal_id"].as_str().unwrap_or("").to_owned(),
-            row["question_id"].as_str().unwrap_or("").to_owned(),
-        );
-        let answer = row["answer"].as_str().unwrap_or("").to_owned();
+        let key = (row.seed, row.goal_id.clone(), row.question_id.clone());
+        let answer = row.answer.clone().unwrap_or_default();
         out.entry(cell_of(row))
             .or_default()
             .insert(key, (correct, answer));

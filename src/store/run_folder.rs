@@ -264,8 +264,8 @@ pub(crate) fn resolve(given: &Path, runs: &Path) -> Result<RunFolder, Error> {
             .filter(|n| *n > 0),
     };
     let Some(back) = back else {
-        return Err(Error::Io {
-            path: given.to_path_buf(),
+        return Err(Error::NoSuchRun {
+            given: given.to_path_buf(),
             message: "no such run folder (a run is a folder, `latest`, or -N for the N-th newest)".into(),
         });
     };
@@ -273,8 +273,8 @@ pub(crate) fn resolve(given: &Path, runs: &Path) -> Result<RunFolder, Error> {
     all.len()
         .checked_sub(back)
         .and_then(|at| all.into_iter().nth(at))
-        .ok_or_else(|| Error::Io {
-            path: runs.to_path_buf(),
+        .ok_or_else(|| Error::NoSuchRun {
+            given: runs.to_path_buf(),
             message: format!("`{text}` names a run that does not exist: found none that far back"),
         })
 }
