@@ -343,7 +343,7 @@ cmd_down() {
 		local jobs i
 		jobs=$(squeue -h -t PD,R,CG,S -o '%A' 2>/dev/null || true)
 		if [[ -n $jobs ]]; then
-			log "cancelling jobs: $(echo $jobs)"
+			log "cancelling jobs: ${jobs//$'\n'/ }"
 			# shellcheck disable=SC2086
 			scancel $jobs 2>/dev/null || true
 			for ((i = 0; i < 100; i++)); do

@@ -699,4 +699,89 @@ mod tests {
         assert!(outcome.failures.is_empty());
         std::fs::remove_dir_all(&cache).unwrap();
     }
+
+    /// `report.json` is written from `Report` and read back (by `gacc diff`, `gacc runs`,
+    /// `run --json`) as `StoredReport`, two types: what one writes, the other reads, field for
+    /// field, strictly (no field of the stored shape left to its default).
+    #[test]
+    fn a_report_reads_back_as_stored_field_for_field() {
+        use crate::report::stored::{StoredReport, text};
+        use serde::Deserialize;
+        let cache = scratch("round-trip");
+        let sets = ["budgets=[40]", "conditions=[\"own-goal\", \"no-goal\"]"];
+        let outcome = run(setup(&sets, Scripted::new(builtin), &cache, false));
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let (loaded, _) = crate::inputs::manifest::load(&fixture(), &sets).unwrap();
+        let manifest = &loaded.manifest;
+        let dataset = crate::inputs::dataset::load(&loaded).unwrap();
+        let tokenizer: Arc<dyn Tokenizer> = Arc::new(Cl100k::new());
+        let plan = crate::plan::plan(&loaded, &dataset, tokenizer.as_ref()).unwrap();
+        let inputs = crate::report::Inputs {
+            name: &manifest.name,
+            description: manifest.description.as_deref(),
+            manifest_sha256: "ab12",
+            seeds: &manifest.seeds,
+            ratios: &manifest.ratios,
+            budgets: &manifest.budgets,
+            conditions: &manifest.conditions,
+            callbacks: plan.callback_identities(),
+            dataset: &dataset,
+            tokenizer: tokenizer.as_ref(),
+            model_callbacks: Vec::new(),
+            audits: Vec::new(),
+            labels: None,
+        };
+        let recount =
+            crate::report::Recount::start(tokenizer.clone(), &dataset, Cache::open(&cache).unwrap());
+        let report = crate::report::build(&inputs, &outcome, recount);
+        let written = serde_json::to_value(&report).unwrap();
+        let stored = StoredReport::deserialize(&written).expect("a written report is a stored one");
+
+        assert_eq!(stored.schema, crate::report::SCHEMA);
+        assert_eq!(
+            stored.experiment.name.as_deref(),
+            Some(report.experiment.name.as_str())
+        );
+        assert_eq!(
+            stored.experiment.manifest_sha256,
+            report.experiment.manifest_sha256
+        );
+        assert_eq!(stored.experiment.gacc_version, report.experiment.gacc_version);
+        assert_eq!(text(&stored.experiment.conditions[1]), "no-goal");
+        assert_eq!(
+            stored.experiment.conditions.len(),
+            report.experiment.conditions.len()
+        );
+        assert_eq!(stored.tokenizer.name, report.tokenizer.name.as_str());
+        assert_eq!(stored.tokenizer.revision, report.tokenizer.revision.as_str());
+        assert_eq!(
+            stored.tokenizer.identity_verified,
+            report.tokenizer.identity_verified
+        );
+        assert_eq!(stored.dataset.sha256, report.dataset.sha256.as_str());
+        assert_eq!(stored.integrity, serde_json::to_value(&report.integrity).unwrap());
+        assert_eq!(stored.failures.len(), report.failures.len());
+        // Ratio cells and a token budget's cells, each named as written.
+        assert_eq!(stored.cells.len(), report.cells.len());
+        assert!(stored.cells.iter().any(|c| c.budget_tokens.is_some()));
+        assert!(stored.cells.iter().any(|c| c.budget_tokens.is_none()));
+        for (cell, read) in report.cells.iter().zip(&stored.cells) {
+            let id = serde_json::to_value(&cell.id).unwrap();
+            assert_eq!(read.compressor, id["compressor"]);
+            assert_eq!(read.condition, id["condition"]);
+            assert_eq!(read.ratio, id.get("ratio").cloned().unwrap_or(Value::Null));
+            assert_eq!(read.budget_tokens, id.get("budget_tokens").cloned());
+            assert_eq!(read.complete, cell.complete);
+            let spread = |s: Option<crate::report::stats::Spread>| s.map(|s| (s.mean, s.std));
+            assert_eq!(read.micro.map(|s| (s.mean, s.std)), spread(cell.micro));
+            assert_eq!(read.macro_.map(|s| (s.mean, s.std)), spread(cell.macro_));
+            assert_eq!(read.ledger.retained_tokens, cell.ledger.retained_tokens as f64);
+            assert_eq!(read.ledger.unused_budget, cell.ledger.unused_budget as f64);
+        }
+        for (role, usage) in &report.usage {
+            assert_eq!(stored.usage[role.as_str()].cost_usd, usage.cost_usd, "{role:?}");
+        }
+        assert_eq!(stored.usage.len(), report.usage.len());
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
 }

@@ -242,22 +242,43 @@ impl Scratch {
 }
 
 /// Whether `python3` runs here (the Python tests skip, saying so, where it does not).
+/// Whether `python3` runs; with `GACC_REQUIRE_PYTHON=1` (as CI sets it), a missing python3
+/// fails the test instead of skipping it.
 pub fn python3_on_path() -> bool {
-    std::process::Command::new("python3")
+    let found = std::process::Command::new("python3")
         .arg("--version")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    required("GACC_REQUIRE_PYTHON", found, "python3 is not on PATH")
 }
 
-/// Whether this kernel answers Landlock (the probe gacc itself makes).
-#[cfg(not(target_os = "linux"))]
+/// `found`, unless the variable `name` is `1` and it is not: then the test fails, saying so.
+fn required(name: &str, found: bool, missing: &str) -> bool {
+    assert!(
+        found || std::env::var(name).as_deref() != Ok("1"),
+        "{name}=1, but {missing}: the tests that need it would pass without testing anything"
+    );
+    found
+}
+
+/// Whether this kernel answers Landlock (the probe gacc itself makes); with
+/// `GACC_REQUIRE_LANDLOCK=1` (as CI sets it), a kernel without it fails the test instead of
+/// skipping it.
 pub fn landlock_available() -> bool {
+    required(
+        "GACC_REQUIRE_LANDLOCK",
+        kernel_has_landlock(),
+        "this kernel has no Landlock",
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kernel_has_landlock() -> bool {
     false
 }
 
-/// Whether this kernel answers Landlock (the probe gacc itself makes).
 #[cfg(target_os = "linux")]
-pub fn landlock_available() -> bool {
+fn kernel_has_landlock() -> bool {
     // SAFETY: this form of landlock_create_ruleset(2) reads no memory.
     let abi = unsafe {
         libc::syscall(
