@@ -125,13 +125,13 @@ enum Command {
         #[arg(long, default_value = "text")]
         format: TraceFormat,
     },
-    /// Make the calls of one Slurm array task (run by the tasks gacc submits; `worker` is its
+    /// Make the calls of one array task on a cluster node (run by the tasks gacc submits; `worker` is its
     /// name in arrays an earlier gacc submitted).
     #[command(name = "array-task", alias = "worker", hide = true)]
     ArrayTask {
-        /// The array's folder in the Slurm work folder (`batches/<array>`).
+        /// The array's folder in the engine's work folder (`batches/<array>`).
         array: PathBuf,
-        /// The array task (default: SLURM_ARRAY_TASK_ID).
+        /// The array task (default: the index the cluster gives the task in its environment).
         #[arg(long)]
         task: Option<usize>,
     },

@@ -525,3 +525,57 @@ fn only_the_protocol_reads_a_message_by_its_field_names() {
     );
     assert!(message_indexing("// request.get(\"question\")").is_empty());
 }
+
+/// The lines of code (comments left out) that name Slurm, in any case.
+fn naming_slurm(code: &str) -> Vec<String> {
+    code.lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with("//"))
+        .filter(|line| line.to_lowercase().contains("slurm"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Slurm is one engine (`src/exec/slurm/`), registered in `src/exec/mod.rs`; the only other
+/// place that knows it is the manifest, whose `[run.slurm]` table and `executor = "slurm"` are
+/// part of its format (SPEC §2) and are read and checked when it is loaded, before any engine
+/// exists.
+#[test]
+fn only_the_slurm_folder_and_its_registration_name_slurm() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed = |module: &str| {
+        module == "exec::slurm"
+            || module.starts_with("exec::slurm::")
+            || module == "exec"
+            || module == "inputs::manifest"
+            || module.starts_with("inputs::manifest::")
+    };
+    let mut found = Vec::new();
+    let mut code = modules(&src);
+    code.insert(
+        "main".into(),
+        std::fs::read_to_string(src.join("main.rs")).unwrap(),
+    );
+    for (module, code) in code {
+        if allowed(&module) {
+            continue;
+        }
+        for line in naming_slurm(&code) {
+            found.push(format!("{module}: {line}"));
+        }
+    }
+    assert!(found.is_empty(), "outside src/exec/slurm/: {found:#?}");
+    // The registry names it only in its module line and its dispatch.
+    let registry = std::fs::read_to_string(src.join("exec/mod.rs")).unwrap();
+    for line in naming_slurm(&registry) {
+        assert!(
+            line == "mod slurm;" || line.contains("slurm::") || line.contains("ExecutorKind::Slurm"),
+            "src/exec/mod.rs: {line}"
+        );
+    }
+    // The check sees a name in code, whatever its case, and passes over comments.
+    assert_eq!(
+        naming_slurm("let x = Slurm::new();\n// on Slurm\n/// SLURM_ARRAY_TASK_ID\n"),
+        ["let x = Slurm::new();"]
+    );
+}

@@ -16,6 +16,7 @@ use super::prepare::{cache_root, callbacks, models, prepare};
 use super::terminal::{emit, informative_lines};
 use crate::error::{Error, Invalid, io};
 use crate::exec::callback::{Callback, FailureKind};
+use crate::exec::engine::{Engine, Here};
 use crate::exec::process::ProcessLauncher;
 use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
@@ -85,9 +86,10 @@ pub(crate) fn check(
     let runs = loaded.project.join("runs").join(&loaded.manifest.name);
     let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
     let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
-    // A check runs here even for a Slurm experiment: it is about the callback, not the cluster.
+    // A check runs here whatever the run's engine: it is about the callback, not the cluster.
     let models = models(loaded, false)?;
-    let (built, confinements) = callbacks(loaded, &sandboxing, None, &models)?;
+    let here: Arc<dyn Engine> = Arc::new(Here);
+    let (built, confinements) = callbacks(loaded, &sandboxing, &here, &models)?;
     let chosen = chosen(&built, name, manifest)?;
     let runtime = crate::parallel::runtime(None).map_err(crate::error::runtime_error)?;
     let tokenizer = prepared.tokenizer.clone();

@@ -414,9 +414,10 @@ pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
     Ok(if failed > 0 { Ended::Failed } else { Ended::Success })
 }
 
-/// `gacc array-task BATCH`: the calls of one Slurm array task; the exit status.
+/// `gacc array-task BATCH`: the calls of one task of an array a cluster engine submitted;
+/// the exit status.
 pub fn array_task(batch: &Path, task: Option<usize>) -> u8 {
-    match crate::exec::slurm::task::work(batch, task) {
+    match crate::exec::array_task(batch, task) {
         Ok(made) => {
             eprintln!("gacc array-task: {made} call(s) made");
             0

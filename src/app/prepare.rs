@@ -11,12 +11,11 @@ use crate::error::{Error, Invalid, Problem, io};
 use std::collections::BTreeMap;
 
 use crate::exec::callback::{Callback, Launcher};
+use crate::exec::engine::Engine;
 use crate::exec::in_process::InProcess;
 use crate::exec::model::{CostGuard, Endpoint, ModelLauncher};
-use crate::exec::process::ProcessLauncher;
 use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Confinement, Protected, Sandboxing};
-use crate::exec::slurm::{Slurm, SlurmLauncher};
 use crate::hash::sha256;
 use crate::inputs::dataset::{self, Dataset};
 use crate::inputs::labels::{self, Labels};
@@ -108,7 +107,7 @@ fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Er
         )
     })?;
     let resolved_sha256 = sha256(&resolved);
-    // What was run, not how: the same experiment run locally or on Slurm, with any
+    // What was run, not how: the same experiment run here or on a cluster, with any
     // concurrency or cache place, has one identity and one report.json.
     let how = |spec: &CallbackSpec| CallbackSpec {
         mode: crate::protocol::Mode::default(),
@@ -214,13 +213,13 @@ pub(super) type Confinements = Vec<(Role, String, Confinement)>;
 pub(super) fn callbacks(
     loaded: &Loaded,
     sandboxing: &Sandboxing,
-    remote: Option<&Arc<Slurm>>,
+    engine: &Arc<dyn Engine>,
     models: &Models,
 ) -> Result<(Callbacks, Confinements), Error> {
     let mut builder = Builder {
         loaded,
         sandboxing,
-        remote,
+        engine,
         models,
         exe: current_exe()?,
         problems: Vec::new(),
@@ -241,7 +240,7 @@ pub(super) fn callbacks(
 struct Builder<'a> {
     loaded: &'a Loaded,
     sandboxing: &'a Sandboxing,
-    remote: Option<&'a Arc<Slurm>>,
+    engine: &'a Arc<dyn Engine>,
     models: &'a Models,
     exe: PathBuf,
     problems: Vec<Problem>,
@@ -272,7 +271,7 @@ impl Builder<'_> {
         self.program(name, role, spec)
     }
 
-    /// A callback that is a program: in its sandbox, started here or on Slurm.
+    /// A callback that is a program: in its sandbox, started by the run's engine.
     fn program(&mut self, name: String, role: Role, spec: &CallbackSpec) -> Callback {
         let (loaded, sandboxing) = (self.loaded, self.sandboxing);
         let argv = argv(loaded, spec, &self.exe);
@@ -314,13 +313,7 @@ impl Builder<'_> {
             max_inflight: spec.max_inflight.unwrap_or(1).max(1),
         };
         crate::secrets::register_all(&program.passed());
-        let launcher: Arc<dyn Launcher> = match self.remote {
-            Some(slurm) => Arc::new(SlurmLauncher {
-                slurm: slurm.clone(),
-                program,
-            }),
-            None => Arc::new(ProcessLauncher::new(program)),
-        };
+        let launcher = self.engine.launcher(program);
         let run_concurrency = loaded.manifest.run.concurrency;
         configured(name, role, spec, launcher, run_concurrency)
     }
@@ -481,17 +474,12 @@ fn configured(
     }
 }
 
-/// The Slurm executor when the manifest asks for it, its commands checked.
-pub(super) fn slurm_executor(loaded: &Loaded) -> Result<Option<Arc<Slurm>>, Error> {
-    if loaded.manifest.run.executor != manifest::ExecutorKind::Slurm {
-        return Ok(None);
-    }
-    let spec = loaded.manifest.run.slurm.clone().unwrap_or_default();
-    let work = loaded.slurm_work_dir().unwrap_or_default();
-    let place = format!("{}: key `run.executor`", loaded.path.display());
-    Slurm::new(spec, work)
-        .map(|slurm| Some(Arc::new(slurm)))
-        .map_err(|message| Invalid::one(place, message).into())
+/// The engine `run.executor` names, its commands checked.
+pub(super) fn engine(loaded: &Loaded) -> Result<Arc<dyn Engine>, Error> {
+    crate::exec::engine_of(loaded).map_err(|message| {
+        let place = format!("{}: key `run.executor`", loaded.path.display());
+        Invalid::one(place, message).into()
+    })
 }
 
 pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::app::confinement::{denial_hints, enforce_holdout};
 use crate::app::prepare::{
-    Prepared, cache_for, cache_root, callbacks, models, open_cache_early, prepare, slurm_executor,
+    Prepared, cache_for, cache_root, callbacks, engine, models, open_cache_early, prepare,
 };
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
@@ -155,9 +155,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
             what: format!("the writer of {}", folder.file(RESULTS).display()),
         })
     })?;
-    if let Some(slurm) = &opened.slurm {
-        slurm.finish();
-    }
+    opened.engine.finish();
     phases.end("execute jobs");
 
     let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer, rows)?;
@@ -314,7 +312,7 @@ struct Opened {
     runs: PathBuf,
     abi: i32,
     sandboxing: Sandboxing,
-    slurm: Option<Arc<crate::exec::slurm::Slurm>>,
+    engine: Arc<dyn crate::exec::engine::Engine>,
     models: super::prepare::Models,
     callbacks: runner::Callbacks,
     confinements: super::prepare::Confinements,
@@ -344,9 +342,9 @@ fn open(
     let abi = sandbox::kernel_abi();
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
-    let slurm = slurm_executor(&prepared.loaded)?;
+    let engine = engine(&prepared.loaded)?;
     let models = models(&prepared.loaded, false)?;
-    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, slurm.as_ref(), &models)?;
+    let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
     let cache = take_cache(opening, &root, prepared)?;
@@ -359,7 +357,7 @@ fn open(
         runs,
         abi,
         sandboxing,
-        slurm,
+        engine,
         models,
         callbacks,
         confinements,

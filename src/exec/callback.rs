@@ -32,7 +32,7 @@ pub(crate) struct Callback {
     /// What determines its answers: command or built-in name, revision, params.
     pub identity: Value,
     pub limit: Arc<Semaphore>,
-    /// Where and how each attempt is made: in gacc, a process here, a Slurm task, or a model
+    /// Where and how each attempt is made: in gacc, a process here, a cluster's task, or a model
     /// endpoint.
     pub launcher: Arc<dyn Launcher>,
 }
@@ -90,11 +90,18 @@ pub(crate) enum FailureKind {
     /// Not run: `--fail-fast` stopped the run after another job failed.
     #[error("not run: --fail-fast stopped the run after a failure")]
     Cancelled,
-    /// The Slurm task that was to make the call ended without answering it.
-    #[error("Slurm task {task} ended {state} without answering")]
-    Cluster { task: String, state: String },
-    /// `sbatch` refused the array that was to make the call.
-    #[error("sbatch failed: {0}")]
+    /// The task on another machine that was to make the call ended without answering it;
+    /// its engine names the task and says whether another try is worth it.
+    #[error("{task} ended {state} without answering")]
+    Cluster {
+        task: String,
+        state: String,
+        #[serde(default)]
+        retryable: bool,
+    },
+    /// The engine could not hand the call to its cluster; the message says which command
+    /// refused it, and why.
+    #[error("{0}")]
     Submit(String),
     /// A model endpoint refused the key, or has no such model or URL (401, 403, 404): every
     /// later call would fail too, so the run stops.
@@ -116,10 +123,7 @@ impl FailureKind {
             FailureKind::Exit(status) => *status == EXIT_TEMPFAIL,
             FailureKind::Reported { retryable, .. } => *retryable,
             FailureKind::WorkerDied(_) => true,
-            // The node, not the call, failed.
-            FailureKind::Cluster { state, .. } => {
-                matches!(state.as_str(), "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED")
-            }
+            FailureKind::Cluster { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -134,7 +138,7 @@ pub(crate) struct Failure {
 }
 
 /// How one attempt of a call is made: in gacc (a rule built-in), in a process of this machine,
-/// as a Slurm array task, over HTTP to a model endpoint, or (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
+/// as a task on a cluster (an `Engine`), over HTTP to a model endpoint, or (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
 /// `key` is the call's cache key (a provider batch's `custom_id`).
 pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn attempt<'a>(&'a self, callback: &'a Callback, key: &'a str, request: &'a [u8]) -> AttemptFuture<'a>;
@@ -269,7 +273,7 @@ impl FailureKind {
             | FailureKind::Reported { message: text, .. }
             | FailureKind::Rejected { message: text, .. }
             | FailureKind::Provider { message: text, .. } => clean(text),
-            FailureKind::Cluster { task, state } => {
+            FailureKind::Cluster { task, state, .. } => {
                 clean(task);
                 clean(state);
             }

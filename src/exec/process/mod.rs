@@ -55,7 +55,7 @@ impl ProcessLauncher {
     }
 
     /// One attempt in a process of this machine. Nothing a callback says is stored (trace,
-    /// failures, report, a Slurm response file) before it is redacted here.
+    /// failures, report, a cluster task's response file) before it is redacted here.
     pub(crate) async fn attempt_here(&self, callback: &Callback, request: &[u8]) -> Attempt {
         let program = &self.program;
         let mut outcome = match program.mode {

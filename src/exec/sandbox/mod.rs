@@ -184,9 +184,8 @@ impl Protected {
             }
         }
         protected.add(cache, "the cache");
-        // Every call's request waits there, the readers' questions among them.
-        if let Some(work) = loaded.slurm_work_dir() {
-            protected.add(&work, "the Slurm work folder");
+        for (folder, what) in crate::exec::engine_folders(loaded) {
+            protected.add(&folder, what);
         }
         if let Some(runs) = runs {
             protected.add(runs, "the run folders");
@@ -394,7 +393,7 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    /// What another machine needs to start this callback in the same sandbox (a Slurm task).
+    /// What another machine needs to start this callback in the same sandbox (a cluster task).
     pub(crate) fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "read": self.grants.read,

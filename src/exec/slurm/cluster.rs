@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::files::{call_files, tail_of};
 use super::{LIVE_JOBS, Queue, Slurm, Task};
 use crate::exec::callback::{Attempt, FailureKind};
+use crate::exec::remote::{call_files, tail_of};
 use crate::files::write_durably;
 use crate::parallel::Locked;
 use crate::protocol::Role;
@@ -47,8 +47,10 @@ pub(super) fn lost_call(task: &Task, state: &str, time_limit: Option<Duration>) 
     match (state, time_limit) {
         ("TIMEOUT", Some(limit)) => FailureKind::Timeout(limit),
         _ => FailureKind::Cluster {
-            task: task.id(),
+            task: format!("Slurm task {}", task.id()),
             state: state.to_owned(),
+            // The node, not the call, failed.
+            retryable: matches!(state, "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED"),
         },
     }
 }
@@ -160,7 +162,7 @@ impl Slurm {
                 for (key, reply) in calls {
                     let _ = std::fs::remove_file(call_files(&self.calls(), &key).task);
                     let _ = reply.send(Attempt {
-                        result: Err(FailureKind::Submit(message.clone())),
+                        result: Err(FailureKind::Submit(format!("sbatch failed: {message}"))),
                         stderr_tail: String::new(),
                     });
                 }

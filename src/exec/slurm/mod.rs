@@ -29,17 +29,18 @@ use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
+use crate::exec::engine::Engine;
 use crate::exec::program::Program;
 use crate::files::write_durably;
+use crate::inputs::manifest::Loaded;
 
 mod cluster;
-mod files;
 pub(crate) mod task;
 
+use crate::exec::remote::{CallFiles, call_files, call_key, describe, read_response};
 use crate::inputs::manifest::{SlurmResources, SlurmSpec};
 use crate::parallel::Locked;
 use crate::protocol::Role;
-use files::{CallFiles, call_files, call_key, describe, read_response};
 
 /// The Slurm executor of one run.
 pub(crate) struct Slurm {
@@ -129,12 +130,51 @@ impl std::fmt::Debug for Slurm {
     }
 }
 
+/// The work folder of a manifest that runs on Slurm: `run.slurm.work_dir` against the
+/// manifest's folder, else `.gacc/slurm` (relative to the current folder like the default
+/// cache).
+pub(crate) fn work_dir(loaded: &Loaded) -> PathBuf {
+    match loaded
+        .manifest
+        .run
+        .slurm
+        .as_ref()
+        .and_then(|s| s.work_dir.as_ref())
+    {
+        Some(path) => loaded.resolve(path),
+        None => PathBuf::from(".gacc/slurm"),
+    }
+}
+
+/// The Slurm engine of a manifest: its settings, its work folder, its commands checked.
+pub(crate) fn engine(loaded: &Loaded) -> Result<Arc<dyn Engine>, String> {
+    let spec = loaded.manifest.run.slurm.clone().unwrap_or_default();
+    let slurm = Slurm::new(spec, work_dir(loaded))?;
+    Ok(Arc::new(SlurmEngine(Arc::new(slurm))))
+}
+
+/// Slurm as a run's engine: each program's calls made by array tasks.
+struct SlurmEngine(Arc<Slurm>);
+
+impl Engine for SlurmEngine {
+    fn launcher(&self, program: Program) -> Arc<dyn Launcher> {
+        Arc::new(SlurmLauncher {
+            slurm: self.0.clone(),
+            program,
+        })
+    }
+
+    fn finish(&self) {
+        self.0.finish();
+    }
+}
+
 /// The launcher of a callback whose calls run as tasks of Slurm job arrays, each task
 /// starting its program.
 #[derive(Debug, Clone)]
-pub(crate) struct SlurmLauncher {
-    pub slurm: Arc<Slurm>,
-    pub program: Program,
+struct SlurmLauncher {
+    slurm: Arc<Slurm>,
+    program: Program,
 }
 
 impl Launcher for SlurmLauncher {
@@ -149,7 +189,7 @@ impl Launcher for SlurmLauncher {
 
 impl Slurm {
     /// The executor for `spec`, its work folder resolved; checks that Slurm's commands answer.
-    pub(crate) fn new(spec: SlurmSpec, work: PathBuf) -> Result<Slurm, String> {
+    fn new(spec: SlurmSpec, work: PathBuf) -> Result<Slurm, String> {
         for program in ["sbatch", "squeue", "scancel"] {
             match std::process::Command::new(program).arg("--version").output() {
                 Ok(output) if output.status.success() => {}
@@ -247,7 +287,7 @@ impl Slurm {
                 if let Err(error) = write_durably(&files.request, request) {
                     return Attempt {
                         result: Err(FailureKind::Submit(format!(
-                            "cannot write {}: {error}",
+                            "sbatch failed: cannot write {}: {error}",
                             files.request.display()
                         ))),
                         stderr_tail: String::new(),
@@ -371,7 +411,7 @@ impl Slurm {
     }
 
     /// Removes the files of answered calls and of this run's arrays once nothing waits on them.
-    pub(crate) fn finish(&self) {
+    fn finish(&self) {
         let state = self.state.locked();
         let calls = self.calls();
         for key in &state.answered {
@@ -396,8 +436,8 @@ impl Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::remote::response_file;
     use cluster::{lost_call, shell_quote, slurm_time};
-    use files::response_file;
     use serde_json::json;
 
     #[test]

@@ -9,9 +9,9 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::files::{Described, call_files, response_file};
 use crate::exec::callback::{Attempt, Callback, FailureKind};
 use crate::exec::process::ProcessLauncher;
+use crate::exec::remote::{Described, call_files, response_file};
 use crate::files::write_durably;
 
 /// Where Slurm tells an array task its index.

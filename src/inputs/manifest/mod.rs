@@ -556,19 +556,6 @@ impl Manifest {
 }
 
 impl Loaded {
-    /// The Slurm executor's work folder, when the manifest runs on Slurm.
-    pub(crate) fn slurm_work_dir(&self) -> Option<PathBuf> {
-        if self.manifest.run.executor != ExecutorKind::Slurm {
-            return None;
-        }
-        Some(
-            match self.manifest.run.slurm.as_ref().and_then(|s| s.work_dir.as_ref()) {
-                Some(path) => self.resolve(path),
-                None => PathBuf::from(".gacc/slurm"),
-            },
-        )
-    }
-
     /// Resolves a path written in the manifest against the manifest's folder.
     pub(crate) fn resolve(&self, path: &Path) -> PathBuf {
         self.folder.join(path)

@@ -1,5 +1,7 @@
-//! The Slurm work folder's files of one call: its request, the task that makes it, and its
-//! response, each written whole; and the call's name there.
+//! A call made on another machine, as files in a folder both machines see: its request, the
+//! task that makes it, and its response, each written whole; the call's name there; and what
+//! the other machine needs to start its callback. An engine that runs calls elsewhere hands
+//! them over this way (`exec/mod.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -12,13 +14,13 @@ use crate::exec::program::Program;
 use crate::protocol::{Role, STDERR_TAIL_BYTES};
 
 /// The files of one call in the work folder.
-pub(super) struct CallFiles {
-    pub(super) request: PathBuf,
-    pub(super) response: PathBuf,
-    pub(super) task: PathBuf,
+pub(crate) struct CallFiles {
+    pub(crate) request: PathBuf,
+    pub(crate) response: PathBuf,
+    pub(crate) task: PathBuf,
 }
 
-pub(super) fn call_files(calls: &Path, key: &str) -> CallFiles {
+pub(crate) fn call_files(calls: &Path, key: &str) -> CallFiles {
     let folder = calls.join(&key[..2]);
     CallFiles {
         request: folder.join(format!("{key}.request.json")),
@@ -28,14 +30,14 @@ pub(super) fn call_files(calls: &Path, key: &str) -> CallFiles {
 }
 
 /// The last `STDERR_TAIL_BYTES` of a file, or nothing.
-pub(super) fn tail_of(path: &Path) -> String {
+pub(crate) fn tail_of(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     let start = bytes.len().saturating_sub(STDERR_TAIL_BYTES);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
 /// What a task writes for one call: the answer, or why there is none.
-pub(super) fn response_file(attempt: &Attempt) -> Value {
+pub(crate) fn response_file(attempt: &Attempt) -> Value {
     match &attempt.result {
         Ok(response) => json!({"ok": response, "stderr_tail": attempt.stderr_tail}),
         Err(kind) => json!({"error": kind, "stderr_tail": attempt.stderr_tail}),
@@ -43,7 +45,7 @@ pub(super) fn response_file(attempt: &Attempt) -> Value {
 }
 
 /// Reads a response file back into an attempt; a file that is not one is a failure to report.
-pub(super) fn read_response(bytes: &[u8]) -> Attempt {
+pub(crate) fn read_response(bytes: &[u8]) -> Attempt {
     let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
     let stderr_tail = parsed
         .as_ref()
@@ -63,18 +65,18 @@ pub(super) fn read_response(bytes: &[u8]) -> Attempt {
     Attempt { result, stderr_tail }
 }
 
-/// What an array task needs to make a callback's calls on another machine: its name, role
+/// What a task on another machine needs to make a callback's calls on another machine: its name, role
 /// and program. Values of passed-through variables are not written: the task inherits them
 /// from the environment gacc submits from.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Described {
+pub(crate) struct Described {
     pub name: String,
     pub role: Role,
     #[serde(flatten)]
     pub program: Program,
 }
 
-pub(super) fn describe(callback: &Callback, program: &Program) -> Value {
+pub(crate) fn describe(callback: &Callback, program: &Program) -> Value {
     serde_json::to_value(Described {
         name: callback.name.clone(),
         role: callback.role,
@@ -84,7 +86,7 @@ pub(super) fn describe(callback: &Callback, program: &Program) -> Value {
 }
 
 /// A call's name in the work folder: its callback's name and identity, and its request.
-pub(super) fn call_key(callback: &Callback, request: &[u8]) -> String {
+pub(crate) fn call_key(callback: &Callback, request: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     hasher.update(callback.name.as_bytes());
