@@ -1,6 +1,7 @@
-//! UTC timestamps without a calendar crate: run folder names, `run.json`, the trace.
+//! UTC timestamps without a calendar crate: run folder names, `run.json`, the trace; and the
+//! times providers announce (RFC 3339 instants, Go-style durations), read as waits.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// `20261130T054041Z` (or `2026-11-30T05:40:41Z` when `readable`), in UTC.
 pub(crate) fn utc_timestamp(at: SystemTime, readable: bool) -> String {
@@ -52,10 +53,94 @@ pub(crate) fn human_duration(seconds: f64) -> String {
     }
 }
 
+/// The time from now until an RFC 3339 instant (`2026-12-01T20:44:34Z`, offsets and fractions
+/// allowed); zero for one past, none for text that is not one or more than an hour away.
+pub(crate) fn until_rfc3339(text: &str) -> Option<Duration> {
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut parts = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (parts.next()??, parts.next()??, parts.next()??);
+    let (clock, offset) = match time.find(['Z', 'z', '+', '-']) {
+        Some(at) => time.split_at(at),
+        None => return None,
+    };
+    let offset_seconds = match offset.chars().next() {
+        Some('Z' | 'z') => 0,
+        Some(sign) => {
+            let (hours, minutes) = offset[1..].split_once(':')?;
+            let (hours, minutes) = (hours.parse::<i64>().ok()?, minutes.parse::<i64>().ok()?);
+            if !(0..24).contains(&hours) || !(0..60).contains(&minutes) {
+                return None;
+            }
+            let magnitude = hours * 3600 + minutes * 60;
+            if sign == '-' { -magnitude } else { magnitude }
+        }
+        None => return None,
+    };
+    let mut fields = clock.splitn(3, ':');
+    let (hours, minutes) = (
+        fields.next()?.parse::<i64>().ok()?,
+        fields.next()?.parse::<i64>().ok()?,
+    );
+    let seconds = fields.next()?.parse::<f64>().ok()?;
+    // Fields out of their ranges are not a time (and would overflow the arithmetic below).
+    let offset_in_range = offset_seconds.abs() < 24 * 3600;
+    if !(0..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hours)
+        || !(0..=59).contains(&minutes)
+        || !(0.0..61.0).contains(&seconds)
+        || !offset_in_range
+    {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let at = (days * 86_400 + hours * 3600 + minutes * 60 - offset_seconds) as f64 + seconds;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let ahead = at - now;
+    (ahead <= 3600.0).then(|| Duration::from_secs_f64(ahead.max(0.0)))
+}
+
+/// A Go-style duration: `1s`, `6m0s`, `1h2m3.5s`, `20ms`.
+pub(crate) fn go_duration(text: &str) -> Option<Duration> {
+    let mut total = 0.0;
+    let mut number = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let value: f64 = number.parse().ok()?;
+        number.clear();
+        let unit = match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                0.001
+            }
+            ('h', _) => 3600.0,
+            ('m', _) => 60.0,
+            ('s', _) => 1.0,
+            _ => return None,
+        };
+        total += value * unit;
+    }
+    (number.is_empty() && total <= 3600.0).then(|| Duration::from_secs_f64(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn timestamps() {

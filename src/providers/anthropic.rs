@@ -4,9 +4,11 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::clock::until_rfc3339;
+
 use super::{
     Allowance, Announced, Batches, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine, Tokens,
-    count, header_number, text_of, until_rfc3339, verdict_schema,
+    count, header_number, text_of, verdict_schema,
 };
 
 /// Prompts at least this long (cl100k tokens) mark their shared prefix for the prompt cache:

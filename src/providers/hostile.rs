@@ -7,7 +7,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{Api, Lost, error_message, go_duration, until_rfc3339};
+use super::{Api, Lost, error_message};
+use crate::clock::{go_duration, until_rfc3339};
 use crate::mangle::{edits, header_text, hostile_value, mangled, replaced};
 use crate::protocol::messages::MAX_TOKENS;
 

@@ -4,9 +4,11 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::clock::go_duration;
+
 use super::{
     Allowance, Announced, Batches, Class, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine,
-    Tokens, bearer, count, go_duration, header_number, text_of, verdict_schema,
+    Tokens, bearer, count, header_number, text_of, verdict_schema,
 };
 
 pub(super) struct OpenaiChat;

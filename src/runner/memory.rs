@@ -8,8 +8,8 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use super::audit::exposes;
 use super::calls::{Origin, obtain};
+use super::exposure::exposes;
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
 use super::rows::{failure_row, finished, result_row};

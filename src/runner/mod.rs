@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-mod audit;
 mod calls;
+mod exposure;
 mod memory;
 mod progress;
 mod question;

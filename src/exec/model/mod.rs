@@ -449,8 +449,8 @@ mod tests {
             headers.insert(name, value.parse().unwrap());
         }
         assert_eq!(wait(&headers), Some(Duration::from_millis(60_500)));
-        assert_eq!(providers::go_duration("6m0s"), Some(Duration::from_secs(360)));
-        assert_eq!(providers::go_duration("soon"), None);
+        assert_eq!(crate::clock::go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(crate::clock::go_duration("soon"), None);
         assert_eq!(wait(&reqwest::header::HeaderMap::new()), None);
         // Nonsense from a server is no wait, never a panic.
         for nonsense in ["NaN", "inf", "-3", "soon", "1e400"] {
