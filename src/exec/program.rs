@@ -1,7 +1,7 @@
 //! A callback's program (SPEC §3): what the launchers that start processes need, here or on a
 //! cluster node, as data. Values of passed-through variables are never part of it: a process
 //! reads them from gacc's environment when it starts, so a program can be written to a file
-//! (a cluster array's `batch.json`) without a secret.
+//! (a cluster array's `array.json`) without a secret.
 
 use std::path::PathBuf;
 use std::time::Duration;

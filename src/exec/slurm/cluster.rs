@@ -135,7 +135,10 @@ impl Slurm {
             std::fs::create_dir_all(folder.join("logs"))?;
             let parallel = self.resources(role).parallel.unwrap_or(1);
             let description = json!({"callback": **callback, "calls": self.calls(), "parallel": parallel});
-            write_durably(&folder.join("batch.json"), description.to_string().as_bytes())?;
+            write_durably(
+                &folder.join(super::task::DESCRIPTION),
+                description.to_string().as_bytes(),
+            )?;
             for (index, task) in tasks.iter().enumerate() {
                 let keys: String = task.iter().map(|(key, _)| format!("{key}\n")).collect();
                 write_durably(&folder.join("tasks").join(index.to_string()), keys.as_bytes())?;

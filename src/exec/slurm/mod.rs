@@ -7,13 +7,16 @@
 //!
 //! ```text
 //! calls/<ab>/<key>.request.json   a request, written before its array is submitted
-//! calls/<ab>/<key>.task           "<batch> <index>": the array task that makes the call
+//! calls/<ab>/<key>.task           "<array> <index>": the array task that makes the call
 //! calls/<ab>/<key>.response.json  the task's answer, written whole (temporary file + rename)
 //! arrays/<array>/array.json      the callback to run and where the calls are
 //! arrays/<array>/tasks/<index>   the call keys of one array task, one per line
 //! arrays/<array>/job             the Slurm job id, once sbatch has accepted the array
 //! arrays/<array>/logs/<index>.{out,err}
 //! ```
+//!
+//! (An earlier gacc put its arrays in `batches/<array>/`, described by `batch.json`; those are
+//! read there, so a run resumed by a newer gacc still adopts the tasks they run.)
 //!
 //! A call's key is the SHA-256 of its callback's identity and its request, so a gacc that
 //! restarts finds what an earlier one submitted: a response is taken as it is, and a task that
@@ -99,6 +102,22 @@ impl Task {
     /// Slurm's name of the array task, `JOB_INDEX`.
     fn id(&self) -> String {
         format!("{}_{}", self.job, self.index)
+    }
+}
+
+/// The work folder's folder of arrays, and its name before (`batches`, a word the cache uses
+/// for provider batches).
+const ARRAYS: &str = "arrays";
+const EARLIER_ARRAYS: &str = "batches";
+
+/// An array's folder in the work folder `work` (see `Slurm::array_folder`).
+fn array_folder(work: &std::path::Path, array: &str) -> PathBuf {
+    let folder = work.join(ARRAYS).join(array);
+    let earlier = work.join(EARLIER_ARRAYS).join(array);
+    if !folder.exists() && earlier.exists() {
+        earlier
+    } else {
+        folder
     }
 }
 
@@ -211,7 +230,7 @@ impl Slurm {
             None => std::env::current_exe()
                 .map_err(|error| format!("cannot find the gacc executable: {error}"))?,
         };
-        for folder in ["calls", "batches"] {
+        for folder in ["calls", ARRAYS] {
             std::fs::create_dir_all(work.join(folder))
                 .map_err(|error| format!("cannot create the work folder {}: {error}", work.display()))?;
         }
@@ -231,8 +250,10 @@ impl Slurm {
         self.work.join("calls")
     }
 
+    /// An array's folder: `arrays/<array>`, or `batches/<array>` where a gacc before the
+    /// folders were so named submitted it (its tasks may still run, and answer).
     fn array_folder(&self, array: &str) -> PathBuf {
-        self.work.join("batches").join(array)
+        array_folder(&self.work, array)
     }
 
     fn resources(&self, role: Role) -> SlurmResources {
@@ -488,6 +509,25 @@ mod tests {
         );
         assert!(!cancelled.retryable());
         assert!(lost_call(&task, "NODE_FAIL", limit).retryable());
+    }
+
+    #[test]
+    fn an_array_is_in_arrays_and_one_an_earlier_gacc_submitted_is_read_where_it_put_it() {
+        let work = std::env::temp_dir().join(format!("gacc-arrays-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        assert_eq!(array_folder(&work, "a1"), work.join("arrays/a1"), "a new array");
+        std::fs::create_dir_all(work.join("batches/a0")).unwrap();
+        std::fs::write(work.join("batches/a0/batch.json"), "{}").unwrap();
+        assert_eq!(array_folder(&work, "a0"), work.join("batches/a0"));
+        assert_eq!(
+            task::description(&work.join("batches/a0")),
+            work.join("batches/a0/batch.json")
+        );
+        assert_eq!(
+            task::description(&work.join("arrays/a1")),
+            work.join("arrays/a1/array.json")
+        );
+        std::fs::remove_dir_all(&work).unwrap();
     }
 
     #[test]
