@@ -230,18 +230,23 @@ fn write_table(
     columns: &[&str],
     rows: impl Iterator<Item = Map<String, Value>>,
 ) -> std::io::Result<()> {
-    if table == Table::Csv {
-        let header: Vec<String> = columns.iter().map(|c| csv_field(c)).collect();
-        writeln!(out, "{}", header.join(","))?;
-    }
-    for row in rows {
-        let cell = |name: &str| row.get(name).unwrap_or(&Value::Null);
-        match table {
-            Table::Csv => {
-                let fields: Vec<String> = columns.iter().map(|c| csv_field(&csv_text(cell(c)))).collect();
-                writeln!(out, "{}", fields.join(","))?;
+    match table {
+        Table::Csv => {
+            // RFC 4180, quoting a field only when it must (a comma, a quote, a line break).
+            let mut csv = csv::WriterBuilder::new()
+                .quote_style(csv::QuoteStyle::Necessary)
+                .terminator(csv::Terminator::Any(b'\n'))
+                .from_writer(&mut *out);
+            csv.write_record(columns)?;
+            for row in rows {
+                let cell = |name: &str| csv_text(row.get(name).unwrap_or(&Value::Null));
+                csv.write_record(columns.iter().map(|c| cell(c)))?;
             }
-            Table::JsonLines => {
+            csv.flush()?;
+        }
+        Table::JsonLines => {
+            for row in rows {
+                let cell = |name: &str| row.get(name).unwrap_or(&Value::Null);
                 let fields: Vec<String> = columns
                     .iter()
                     .map(|c| format!("{}:{}", Value::from(*c), cell(c)))
@@ -259,15 +264,6 @@ fn csv_text(value: &Value) -> String {
         Value::Null => String::new(),
         Value::String(text) => text.clone(),
         other => other.to_string(),
-    }
-}
-
-/// A field quoted as RFC 4180 asks when it holds a comma, a quote or a line break.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_owned()
     }
 }
 
@@ -342,9 +338,19 @@ mod tests {
 
     #[test]
     fn fields_are_quoted_only_when_they_must_be() {
-        assert_eq!(csv_field("plain"), "plain");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\"\nnow"), "\"say \"\"hi\"\"\nnow\"");
+        let row = |fields: &[(&str, Value)]| -> Map<String, Value> {
+            fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+        };
+        let mut out = Vec::new();
+        let rows = [
+            row(&[("a", "plain".into()), ("b", "a,b".into())]),
+            row(&[("a", "say \"hi\"\nnow".into()), ("b", Value::Null)]),
+        ];
+        write_table(&mut out, Table::Csv, &["a", "b"], rows.into_iter()).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "a,b\nplain,\"a,b\"\n\"say \"\"hi\"\"\nnow\",\n"
+        );
         assert_eq!(csv_text(&Value::Null), "");
         assert_eq!(csv_text(&serde_json::json!(0.15)), "0.15");
         assert_eq!(csv_text(&serde_json::json!(true)), "true");
