@@ -1,6 +1,9 @@
 //! `gacc run` (SPEC §6): prepare, run the plan (resuming from the cache), write the run folder
 //! (SPEC §5) and its views.
 
+mod folder;
+mod record;
+
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -18,21 +21,19 @@ use crate::clock::utc_timestamp;
 use crate::error::Invalid;
 use crate::error::{Error, io, runtime_error};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
-use crate::files::{json_lines, pretty, write_json_lines_hashed};
-use crate::hash::sha256;
+use crate::files::pretty;
 use crate::protocol::Role;
 use crate::report;
-use crate::report::html::{Packing, Rows};
-use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
+use crate::report::view::{RunView, write_views};
 use crate::runner::{self, Progress};
 use crate::store::cache::Cache;
-use crate::store::ledger::MemoryText;
-use crate::store::row_sink::{RowSink, Written};
-use crate::store::run_folder::{
-    DATASET, MANIFEST, MEMORY_TEXTS, PLAN, REPORT_JSON, RESULTS, RUN, RunFolder, TRACE,
-};
-use crate::store::run_record::{EndpointRecord, RunRecord, RunStatus};
+use crate::store::row_sink::RowSink;
+use crate::store::run_folder::{REPORT_JSON, RESULTS, RUN, RunFolder};
+use crate::store::run_record::{RunRecord, RunStatus};
 use crate::trace::TraceEvent;
+
+use folder::{markdown_view, page_key, start_folder, summary_of_report, write_pictures, write_rows};
+use record::{LiveRecord, Phases, cache_shown, endpoint_record, resume_command};
 
 /// How a run is asked for on the command line.
 #[derive(Debug, Clone, Default)]
@@ -66,34 +67,6 @@ pub(crate) struct Finished {
     pub(crate) stop: Option<runner::Stop>,
     /// Whether every view (charts, report.html, report.md) was written.
     pub(crate) views: Result<(), Error>,
-}
-
-/// What each model endpoint did in this run: HTTP requests, retries, 429s, its last limit.
-fn endpoint_record(models: &super::prepare::Models) -> BTreeMap<String, EndpointRecord> {
-    models
-        .endpoints
-        .iter()
-        .map(|(name, endpoint)| {
-            let live = endpoint.live();
-            let per_minute = |rate: Option<f64>| rate.map(|r| (r * 60.0 * 10.0).round() / 10.0);
-            let sustained = endpoint.pacer.sustained().unwrap_or_default();
-            let record = EndpointRecord {
-                requests: endpoint.requests.load(std::sync::atomic::Ordering::Relaxed),
-                retries: endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
-                rate_limited: live.rate_limited,
-                final_limit: live.limit,
-                peak_in_flight: live.peak,
-                // The pace the endpoint ended on (learned, announced or set), and what it
-                // sustained: `gacc plan` estimates the next run's time from it.
-                pace_rpm: per_minute(live.pace.requests),
-                pace_tpm: per_minute(live.pace.tokens),
-                sustained_rpm: per_minute(sustained.requests),
-                sustained_tpm: per_minute(sustained.tokens),
-                batches: endpoint.batches().map(|b| b.done),
-            };
-            (name.clone(), record)
-        })
-        .collect()
 }
 
 /// Where a cache keeps the records of its provider batches.
@@ -248,52 +221,6 @@ fn unmatched_labels(prepared: &Prepared, outcome: &runner::Outcome) -> Vec<crate
     (prepared.labels.as_ref()).map_or_else(Vec::new, |labels| labels.unmatched(answers))
 }
 
-/// The plan's file, written while the jobs run.
-type PlanWriter = std::thread::JoinHandle<Result<String, Error>>;
-
-/// Makes the run's folder and opens its trace, and writes what the run starts from: the
-/// resolved manifest, the dataset (its digest returned) and, on a thread of its own while the
-/// jobs run (it is large at scale), the plan.
-fn start_folder(
-    runs: &Path,
-    started_at: SystemTime,
-    prepared: &Prepared,
-    options: &RunOptions,
-) -> Result<(RunFolder, String, PlanWriter), Error> {
-    let folder = RunFolder::create(runs, started_at, &prepared.resolved_sha256)?;
-    let _ = crate::trace::open(&folder.file(TRACE));
-    crate::trace::record(&TraceEvent::RunStarted {
-        manifest: options.manifest.to_string_lossy(),
-        folder: folder.path().to_string_lossy(),
-    });
-    folder.write(MANIFEST, resolved_manifest(prepared).as_bytes())?;
-    let dataset_digest = write_json_lines_hashed(&folder.file(DATASET), &prepared.dataset.sources)?;
-    let plan_writer = {
-        let (plan, dataset) = (prepared.plan.clone(), prepared.dataset.clone());
-        let folder = folder.clone();
-        std::thread::spawn(move || folder.write_shared_gzip(PLAN, |out| plan.write_json(&dataset, out)))
-    };
-    Ok((folder, dataset_digest, plan_writer))
-}
-
-/// The page's key: it is made from the report and the rows, so the same files make the same
-/// page.
-fn page_key(
-    report_text: &str,
-    digests: &[String; 2],
-    ledger: &[crate::store::ledger::LedgerRow],
-    dataset: &str,
-) -> String {
-    sha256(format!(
-        "gacc {}\nreport {}\nresults {}\nmemories {}\ntexts {}\ndataset {dataset}\n",
-        env!("CARGO_PKG_VERSION"),
-        sha256(report_text),
-        digests[0],
-        crate::store::ledger::page_digest(ledger),
-        digests[1],
-    ))
-}
-
 /// The cache the early reader opened when it is the run's, else the run's opened now.
 fn take_cache(opening: super::prepare::EarlyCache, root: &Path, prepared: &Prepared) -> Result<Cache, Error> {
     match opening {
@@ -381,77 +308,6 @@ fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Optio
     Some(window.max(widest))
 }
 
-/// The `--json` summary's view of the report: each cell's figures, integrity, and whether
-/// the tokenizer was verified.
-fn summary_of_report(report: &report::Report) -> Value {
-    let cells: Vec<Value> = report
-        .cells
-        .iter()
-        .map(|cell| {
-            // Its id as report.json names it: `ratio`, or `budget_tokens` for a token budget.
-            let mut summary = serde_json::to_value(&cell.id).unwrap_or_else(|_| json!({}));
-            summary["complete"] = json!(cell.complete);
-            summary["micro"] = json!(cell.micro);
-            summary["macro"] = json!(cell.macro_);
-            summary
-        })
-        .collect();
-    json!({
-        "cells": cells,
-        "integrity": report.integrity,
-        "identity_verified": report.tokenizer.identity_verified,
-    })
-}
-
-/// The charts and report.html, the page made from the rows still in memory: the page
-/// `gacc report` makes from the rows just written.
-fn write_pictures(
-    folder: &RunFolder,
-    report: &Value,
-    prepared: &Prepared,
-    outcome: &runner::Outcome,
-    texts: &[MemoryText],
-    page_key: &str,
-) -> Result<(), Error> {
-    let rows = Rows {
-        sources: &prepared.dataset.sources,
-        ledger: &outcome.ledger,
-        texts,
-        results: &outcome.results,
-    };
-    let pictures = RunView {
-        report,
-        run: &Value::Null,
-        rows: Some(rows),
-        page_key: Some(page_key),
-    };
-    write_views(folder, &pictures, &[&Charts, &Html(Packing::Auto)])
-}
-
-/// The cache's place as the manifest wrote it, for `run.json`.
-fn cache_shown(prepared: &Prepared) -> String {
-    match &prepared.loaded.manifest.run.cache {
-        Some(path) => path.display().to_string(),
-        None => ".gacc/cache".into(),
-    }
-}
-
-/// `report.md`'s view: the template of `--templates`, else `templates/report.md.j2` in the
-/// current folder if there is one, else the built-in one.
-fn markdown_view(options: &RunOptions) -> Result<Markdown, Error> {
-    let template_path = options
-        .templates
-        .clone()
-        .or_else(|| Some(PathBuf::from("templates")).filter(|p| p.join("report.md.j2").is_file()))
-        .map(|folder| folder.join("report.md.j2"));
-    let (template, template_name) = report::load_template(template_path.as_deref())
-        .map_err(|message| Invalid::one("--templates", message))?;
-    Ok(Markdown {
-        template,
-        template_name,
-    })
-}
-
 /// Runs the plan with the progress line on the terminal; Ctrl-C ends every call in flight
 /// (finished ones are cached) and is `Error::Interrupted`.
 fn execute(
@@ -503,150 +359,4 @@ fn execute(
         print_progress(progress, std::io::stderr().is_terminal(), true);
     }
     Ok(outcome)
-}
-
-/// Writes the memory texts (on a thread of its own) while the report is built, and waits for
-/// the plan file (the ledger and the results were written as they folded, `rows`); the report,
-/// the memory texts, and the SHA-256 of the results and of the memory texts.
-fn write_rows(
-    prepared: &Prepared,
-    folder: &RunFolder,
-    outcome: &runner::Outcome,
-    recount: report::Recount,
-    plan_writer: PlanWriter,
-    rows: Written,
-) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
-    let manifest = &prepared.loaded.manifest;
-    let inputs = report::Inputs {
-        name: &manifest.name,
-        description: manifest.description.as_deref(),
-        manifest_sha256: &prepared.experiment_sha256,
-        seeds: &manifest.seeds,
-        ratios: &manifest.ratios,
-        budgets: &manifest.budgets,
-        conditions: &manifest.conditions,
-        callbacks: prepared.plan.callback_identities(),
-        dataset: &prepared.dataset,
-        tokenizer: prepared.tokenizer.as_ref(),
-        // The endpoints' accounts are of the calls the scores rest on: audit judges' are not.
-        model_callbacks: manifest
-            .callbacks()
-            .into_iter()
-            .filter(|(key, ..)| !key.starts_with("judges."))
-            .filter_map(|(key, role, spec)| {
-                let call = spec.model.as_ref()?;
-                Some((
-                    role,
-                    key,
-                    call.endpoint.clone(),
-                    call.spec.api.as_str().to_owned(),
-                    call.spec.model.clone(),
-                ))
-            })
-            .collect(),
-        audits: prepared.plan.audit_shares.clone(),
-        labels: prepared.labels.as_deref(),
-    };
-    let stopped = |name: &str| Error::Stopped {
-        what: format!("the writer of {}", folder.file(name).display()),
-    };
-    let texts = crate::store::ledger::memory_texts(&outcome.ledger);
-    let (written, report) = std::thread::scope(|scope| {
-        let texts = scope.spawn(|| folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts)));
-        let report = report::build(&inputs, outcome, recount);
-        let written = (
-            plan_writer.join().unwrap_or_else(|_| Err(stopped(PLAN))),
-            texts.join().unwrap_or_else(|_| Err(stopped(MEMORY_TEXTS))),
-        );
-        (written, report)
-    });
-    let (plan, texts_digest) = written;
-    plan?;
-    Ok((report, texts, [rows.results_sha256, texts_digest?]))
-}
-
-/// `run.json` while a run is in flight: its record so far, with its progress.
-#[derive(Clone)]
-struct LiveRecord {
-    folder: RunFolder,
-    record: RunRecord,
-    progress: Arc<Progress>,
-}
-
-impl LiveRecord {
-    /// Writes `run.json` now and then every `LIVE_EVERY` until aborted.
-    async fn follow(self) {
-        loop {
-            self.write(RunStatus::Running);
-            tokio::time::sleep(LIVE_EVERY).await;
-        }
-    }
-
-    /// Writes `run.json` with the progress so far (whole: a reader never sees half of one).
-    fn write(&self, status: RunStatus) {
-        let record = RunRecord {
-            progress: Some(self.progress.live(status)),
-            seconds: self.progress.started.elapsed().as_secs_f64(),
-            ..self.record.clone()
-        };
-        if let Err(error) = self.folder.write(RUN, pretty(&record).as_bytes()) {
-            tracing::warn!(%error, "could not write the run's progress");
-        }
-    }
-}
-
-/// How often `run.json` shows a run in flight anew.
-const LIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Where a run's time went, phase by phase, for `run.json`.
-struct Phases {
-    last: Instant,
-    seconds: Vec<(String, f64)>,
-}
-
-impl Default for Phases {
-    fn default() -> Self {
-        Phases {
-            last: Instant::now(),
-            seconds: Vec::new(),
-        }
-    }
-}
-
-impl Phases {
-    fn end(&mut self, name: &str) {
-        let now = Instant::now();
-        self.seconds
-            .push((name.to_owned(), (now - self.last).as_secs_f64()));
-        crate::trace::record(&TraceEvent::PhaseFinished {
-            phase: std::borrow::Cow::Borrowed(name),
-            seconds: (now - self.last).as_secs_f64(),
-        });
-        self.last = now;
-    }
-}
-
-/// The command line that runs the same experiment again.
-fn resume_command(options: &RunOptions) -> String {
-    let mut words = vec![
-        "gacc".to_owned(),
-        "run".to_owned(),
-        options.manifest.display().to_string(),
-    ];
-    for set in &options.sets {
-        words.push("--set".into());
-        words.push(format!("'{set}'"));
-    }
-    if let Some(out) = &options.out {
-        words.push(format!("--out {}", out.display()));
-    }
-    words.join(" ")
-}
-
-fn resolved_manifest(prepared: &Prepared) -> String {
-    format!(
-        "# The manifest as run: {} with every override applied.\n# Relative paths are relative to that file's folder.\n{}",
-        prepared.loaded.path.display(),
-        prepared.resolved
-    )
 }
