@@ -1,24 +1,27 @@
 //! The manifest (SPEC §2): one TOML file, layered with `GACC_` variables and `--set` overrides.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::inputs::models::{ModelCall, ModelSpec};
 use crate::inputs::records::SourceRecord;
 
 mod check;
 mod load;
+mod run;
+mod sandbox;
 pub(crate) mod scripts;
 use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
 pub(crate) use load::load;
+pub(crate) use run::{ExecutorKind, RunSpec, SlurmResources, SlurmSpec};
+pub(crate) use sandbox::SandboxSpec;
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_RETRIES: u32 = 2;
@@ -210,102 +213,6 @@ pub(crate) struct CallbackSpec {
     pub script_files: std::collections::BTreeMap<String, String>,
 }
 
-/// `sandbox = false`, `sandbox = true`, or `sandbox = { read = [...], write = [...], network = true }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SandboxSpec {
-    /// False for `sandbox = false`: the callback runs unrestricted (the report says so).
-    pub enabled: bool,
-    /// Files and folders the callback may read, relative to the manifest's folder.
-    pub read: Vec<PathBuf>,
-    /// Folders (or files) the callback may write, relative to the manifest's folder.
-    pub write: Vec<PathBuf>,
-    /// False cuts the callback off TCP (binding and connecting).
-    pub network: bool,
-}
-
-impl Default for SandboxSpec {
-    fn default() -> Self {
-        SandboxSpec {
-            enabled: true,
-            read: Vec::new(),
-            write: Vec::new(),
-            network: true,
-        }
-    }
-}
-
-/// The table form of `sandbox`.
-#[derive(Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct SandboxTable {
-    #[serde(default)]
-    read: Vec<PathBuf>,
-    #[serde(default)]
-    write: Vec<PathBuf>,
-    #[serde(default = "yes")]
-    network: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl JsonSchema for SandboxSpec {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "SandboxSpec".into()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let table = generator.subschema_for::<SandboxTable>();
-        schemars::json_schema!({
-            "description": "false to run unsandboxed, true for the defaults, or what the sandbox adds",
-            "anyOf": [{"type": "boolean"}, table]
-        })
-    }
-}
-
-impl Serialize for SandboxSpec {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if !self.enabled {
-            return serializer.serialize_bool(false);
-        }
-        SandboxTable {
-            read: self.read.clone(),
-            write: self.write.clone(),
-            network: self.network,
-        }
-        .serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for SandboxSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = SandboxSpec;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`false`, `true` or a table { read = [...], write = [...], network = true }")
-            }
-            fn visit_bool<E: serde::de::Error>(self, enabled: bool) -> Result<SandboxSpec, E> {
-                Ok(SandboxSpec {
-                    enabled,
-                    ..SandboxSpec::default()
-                })
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<SandboxSpec, A::Error> {
-                let table = SandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(SandboxSpec {
-                    enabled: true,
-                    read: table.read,
-                    write: table.write,
-                    network: table.network,
-                })
-            }
-        }
-        deserializer.deserialize_any(Visitor)
-    }
-}
-
 pub(crate) fn default_timeout() -> Timeout {
     Timeout(DEFAULT_TIMEOUT)
 }
@@ -316,152 +223,6 @@ fn default_retries() -> u32 {
 
 fn empty_params() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum ExecutorKind {
-    #[default]
-    Local,
-    Slurm,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunSpec {
-    #[serde(default = "default_run_concurrency")]
-    pub concurrency: usize,
-    #[serde(default)]
-    pub executor: ExecutorKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<PathBuf>,
-    /// Settings of the Slurm executor (`executor = "slurm"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<SlurmSpec>,
-    /// No paid model call starts once what was spent plus the most the calls in flight can
-    /// cost would pass this; the run then stops with exit status 3 (SPEC §8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_cost_usd: Option<f64>,
-}
-
-/// `[run.slurm]`: how calls become Slurm array tasks.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SlurmSpec {
-    /// A folder every node sees, where requests, responses and task logs are exchanged
-    /// (default `.gacc/slurm`, relative to the current folder like the default cache).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_dir: Option<PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub account: Option<String>,
-    /// Each array task's time limit (`sbatch --time`); a task past it ends its calls with a timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<Timeout>,
-    /// The most tasks in one array (and one `sbatch`).
-    #[serde(default = "default_array_limit")]
-    pub array_limit: usize,
-    /// Calls each array task makes, one after another (a persistent callback is started once
-    /// per task and serves them all).
-    #[serde(default = "default_calls_per_task")]
-    pub calls_per_task: usize,
-    /// How long ready calls are gathered before their array is submitted.
-    #[serde(default = "default_gather")]
-    pub gather: Timeout,
-    /// How often job states (`squeue`) and responses are checked.
-    #[serde(default = "default_poll")]
-    pub poll: Timeout,
-    /// More `sbatch` arguments, given as they are (e.g. `["--qos=high"]`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sbatch_args: Vec<String>,
-    /// The gacc executable the nodes run (default: this one; it must be on the shared file system).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gacc: Option<PathBuf>,
-    /// Resources of the tasks that run each role's calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compressor: Option<SlurmResources>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reader: Option<SlurmResources>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judge: Option<SlurmResources>,
-}
-
-/// Resources of one role's array tasks.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SlurmResources {
-    /// `--cpus-per-task`
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<u32>,
-    /// `--mem`, e.g. `"16G"`
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    /// `--gres`, e.g. `"gpu:1"`
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gres: Option<String>,
-    /// Overrides `run.slurm.partition` for this role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<String>,
-    /// Overrides `run.slurm.time` for this role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<Timeout>,
-    /// Calls one task makes at once (default 1); a persistent callback then runs that many
-    /// workers in the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel: Option<usize>,
-}
-
-fn default_array_limit() -> usize {
-    1000
-}
-
-fn default_calls_per_task() -> usize {
-    16
-}
-
-fn default_gather() -> Timeout {
-    Timeout(Duration::from_secs(1))
-}
-
-fn default_poll() -> Timeout {
-    Timeout(Duration::from_secs(2))
-}
-
-impl Default for SlurmSpec {
-    fn default() -> Self {
-        SlurmSpec {
-            work_dir: None,
-            partition: None,
-            account: None,
-            time: None,
-            array_limit: default_array_limit(),
-            calls_per_task: default_calls_per_task(),
-            gather: default_gather(),
-            poll: default_poll(),
-            sbatch_args: Vec::new(),
-            gacc: None,
-            compressor: None,
-            reader: None,
-            judge: None,
-        }
-    }
-}
-
-fn default_run_concurrency() -> usize {
-    DEFAULT_RUN_CONCURRENCY
-}
-
-impl Default for RunSpec {
-    fn default() -> Self {
-        RunSpec {
-            concurrency: DEFAULT_RUN_CONCURRENCY,
-            executor: ExecutorKind::Local,
-            cache: None,
-            slurm: None,
-            max_cost_usd: None,
-        }
-    }
 }
 
 /// A revision is text or a number (kept as text).
