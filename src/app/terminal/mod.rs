@@ -1,19 +1,21 @@
 //! What a person sees on the terminal: the run's progress line and summary, and the text of
 //! every command that prints one.
 
+mod listings;
+
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::app::Format;
-use crate::app::status::StageStatus;
-use crate::inputs::dataset::{Stats, Summary};
-use crate::protocol::{Role, Stage};
+use crate::protocol::Role;
 use crate::report;
 use crate::runner::{self, Progress};
+
+pub(super) use listings::{
+    print_batches, print_builtins, print_cache_stats, print_dataset_stats, print_plan,
+};
 
 /// How many failures the terminal summary lists; report.md lists them all.
 const LISTED_FAILURES: usize = 10;
@@ -341,202 +343,6 @@ pub(super) fn informative_lines(tail: &str) -> Vec<&str> {
 pub(super) fn emit(text: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush());
-}
-
-/// `gacc plan`'s table (or JSON): jobs, cached and to run, per stage.
-pub(super) fn print_plan(
-    status: &BTreeMap<&'static str, StageStatus>,
-    bounds: &BTreeMap<String, super::status::CallBounds>,
-    format: Format,
-) {
-    if format == Format::Json {
-        let mut value = serde_json::to_value(status).unwrap_or_default();
-        if !bounds.is_empty() {
-            value["endpoints"] = serde_json::to_value(bounds).unwrap_or_default();
-        }
-        emit(&crate::files::pretty(&value));
-        return;
-    }
-    let mut text = format!("{:<10} {:>8} {:>8} {:>8}\n", "stage", "jobs", "cached", "to run");
-    for stage in Stage::ALL {
-        let s = status.get(stage.as_str()).cloned().unwrap_or_default();
-        let answered = s.cached + s.skipped;
-        text.push_str(&format!(
-            "{:<10} {:>8} {:>8} {:>8}\n",
-            stage.as_str(),
-            s.jobs,
-            answered,
-            s.jobs - answered
-        ));
-    }
-    let to_run = |stage: Stage| {
-        let s = status.get(stage.as_str()).cloned().unwrap_or_default();
-        s.jobs - s.cached - s.skipped
-    };
-    let (unread, unjudged) = (to_run(Stage::Read), to_run(Stage::Judge));
-    if unread > 0 && unjudged > 0 {
-        // A judgement's request holds the answer: until its read is made, it is only possible.
-        text.push_str(&format!(
-            "(judge: {} of {unjudged} wait on reads not yet made; a read that fails leaves its judgement unmade)\n",
-            unread.min(unjudged)
-        ));
-    }
-    if !bounds.is_empty() {
-        text.push_str("\nmodel calls the cache does not answer, at most (input counted with cl100k_base, × 1.25 for the provider's tokenizer):\n");
-        text.push_str(&format!(
-            "{:<16} {:>8} {:>14} {:>14} {:>12}\n",
-            "endpoint", "calls", "input tokens", "output tokens", "cost (USD)"
-        ));
-        for (name, b) in bounds {
-            let cost = b.cost_usd.map_or("no price".to_owned(), |c| format!("{c:.4}"));
-            text.push_str(&format!(
-                "{name:<16} {:>8} {:>14} {:>14} {cost:>12}\n",
-                b.calls, b.input_tokens, b.output_tokens
-            ));
-        }
-        for (name, b) in bounds {
-            if let (Some(cost), Some(price)) = (b.cost_usd, b.usd_per_million) {
-                text.push_str(&format!(
-                    "  {name}: {} × {} + {} × {} USD per million tokens = {cost:.4} USD\n",
-                    b.input_tokens, price.input, b.output_tokens, price.output
-                ));
-            }
-        }
-        text.push_str("\ntime the calls need, per endpoint:\n");
-        for (name, b) in bounds {
-            let time = match b.seconds {
-                Some(seconds) => format!("about {}", crate::clock::human_duration(seconds)),
-                None => "unknown".into(),
-            };
-            let from = if b.seconds.is_some() { "from" } else { "because" };
-            text.push_str(&format!("{name:<16} {time}, {from} {}\n", b.time_from));
-        }
-    }
-    emit(&text);
-}
-
-/// `gacc batches list`.
-pub(super) fn print_batches(cache: &Path, records: &[crate::exec::model::batch::Record], format: Format) {
-    if format == Format::Json {
-        let rows: Vec<serde_json::Value> = records
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "local": r.local, "endpoint": r.endpoint, "api": r.api, "model": r.model,
-                    "batch_id": r.batch_id, "state": r.state, "requests": r.keys.len(),
-                    "created": r.created, "outcome": r.outcome,
-                })
-            })
-            .collect();
-        emit(&crate::files::pretty(&rows));
-        return;
-    }
-    if records.is_empty() {
-        emit(&format!("{}: no provider batches\n", cache.display()));
-        return;
-    }
-    let mut text = format!(
-        "{:<28} {:<12} {:<34} {:<10} {:>8}  outcome\n",
-        "created", "endpoint", "batch", "state", "requests"
-    );
-    for r in records {
-        let outcome: Vec<String> = r.outcome.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        text.push_str(&format!(
-            "{:<28} {:<12} {:<34} {:<10} {:>8}  {}\n",
-            r.created,
-            r.endpoint,
-            r.batch_id.as_deref().unwrap_or("(not accepted yet)"),
-            r.state,
-            r.keys.len(),
-            outcome.join(", ")
-        ));
-    }
-    let in_flight = records.iter().filter(|r| r.in_flight()).count();
-    let cancellable = records.iter().filter(|r| r.cancellable()).count();
-    if in_flight > 0 {
-        text.push_str(&format!("{in_flight} in flight: `gacc run` collects them"));
-        if cancellable > 0 {
-            text.push_str(&format!(
-                "; `gacc batches cancel {}` cancels the {cancellable} the provider accepted",
-                cache.display()
-            ));
-        }
-        if cancellable < in_flight {
-            text.push_str(&format!(
-                "; {} not yet known to the provider cannot be cancelled until a run re-attaches to them",
-                in_flight - cancellable
-            ));
-        }
-        text.push('\n');
-    }
-    emit(&text);
-}
-
-/// `gacc dataset stats`.
-pub(super) fn print_dataset_stats(shown: &str, stats: &Stats, format: Format) {
-    if format == Format::Json {
-        emit(&crate::files::pretty(stats));
-        return;
-    }
-    let line = |name: &str, s: &Summary| {
-        format!(
-            "{name:<20} min {:>6}  median {:>8}  max {:>6}  total {:>8}\n",
-            s.min, s.median, s.max, s.total
-        )
-    };
-    emit(&format!(
-        "{shown}: {} sources, {} goals, {} questions\n{}{}{}",
-        stats.sources,
-        stats.goals,
-        stats.questions,
-        line("tokens per source", &stats.tokens),
-        line("goals per source", &stats.goals_per_source),
-        line("questions per goal", &stats.questions_per_goal),
-    ));
-}
-
-/// `gacc cache stats`.
-pub(super) fn print_cache_stats(path: &Path, stats: &crate::store::cache::Stats, format: Format) {
-    if format == Format::Json {
-        emit(&crate::files::pretty(stats));
-        return;
-    }
-    let mut text = format!(
-        "{}: {} segments, {} bytes\n",
-        path.display(),
-        stats.segments,
-        stats.bytes
-    );
-    for (kind, count) in &stats.entries {
-        text.push_str(&format!("  {kind:<12} {count:>10} entries\n"));
-    }
-    if stats.torn_lines > 0 {
-        text.push_str(&format!(
-            "  {} torn lines (from interrupted writes; ignored)\n",
-            stats.torn_lines
-        ));
-    }
-    emit(&text);
-}
-
-/// `gacc callback` with no name: every built-in with its role and what it does.
-pub(super) fn print_builtins() {
-    let mut list = String::new();
-    for (name, role, summary) in crate::builtin::catalogue() {
-        list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
-    }
-    for ((name, role, _), (_, summary)) in crate::inputs::models::MODEL_BUILTINS
-        .iter()
-        .zip(crate::inputs::models::MODEL_BUILTIN_HELP)
-    {
-        list.push_str(&format!("{name:<18} {:<11} {summary}\n", role.as_str()));
-    }
-    list.push_str(&format!(
-        "{:<18} {:<11} the embedded tokenizer\n",
-        crate::builtin::TOKENIZER,
-        "tokenizer"
-    ));
-    emit(&list);
 }
 
 /// Two sinks: the terminal (errors and the summary by default; `-v` retries and failed jobs,
