@@ -3,7 +3,9 @@
 //! of a run; what works, what breaks the protocol, how long it takes, and what the sandbox
 //! blocked.
 
-use std::fmt::Write as _;
+mod probes;
+mod text;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,9 +13,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::Ended;
-use super::prepare::{cache_root, callbacks, models, prepare};
-use super::terminal::{emit, informative_lines};
 use crate::error::{Error, Invalid, io};
 use crate::exec::callback::{Callback, FailureKind};
 use crate::exec::engine::{Engine, Here};
@@ -21,20 +20,14 @@ use crate::exec::process::ProcessLauncher;
 use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
-use crate::protocol::messages::{
-    self, CompressorRequest, CompressorResponse, JudgeRequest, ReaderRequest, ReaderResponse, Request,
-};
+use crate::protocol::messages::{self, CompressorResponse, ReaderResponse, Request};
 use crate::protocol::{Mode, Role};
 
-/// The size of the large-context probe: a long paper or a book chapter.
-const LARGE_CONTEXT_BYTES: usize = 1 << 20;
-
-/// A synthetic request and what it is for.
-struct Probe {
-    what: &'static str,
-    role: Role,
-    request: Value,
-}
+use super::Ended;
+use super::prepare::{cache_root, callbacks, models, prepare};
+use super::terminal::{emit, informative_lines};
+use probes::{Probe, probes};
+use text::{advice, describe, millis};
 
 /// How one probe went.
 #[derive(Serialize)]
@@ -369,198 +362,7 @@ fn violation(kind: &FailureKind) -> bool {
     )
 }
 
-/// A failure, with what to do about the protocol violations a callback's author meets most.
-fn advice(kind: &FailureKind, mode: Mode) -> String {
-    let fix = match kind {
-        FailureKind::Timeout(_) if mode == Mode::Persistent => {
-            " — a persistent callback must answer each request line as it arrives: one that reads \
-             stdin to its end (sys.stdin.read()) waits forever"
-        }
-        FailureKind::InvalidJson(reason) if reason.contains("other output") => {
-            " — protocol violation: only the response may be on stdout (print to sys.stderr, or use \
-             the helper's serve(), which moves fd 1 to stderr)"
-        }
-        FailureKind::InvalidJson(_) | FailureKind::NotUtf8 | FailureKind::NoOutput => {
-            " — protocol violation: stdout must be one JSON object (one line per request when persistent)"
-        }
-        FailureKind::MissingField(_) => " — protocol violation: see the role's response fields in SPEC §3",
-        FailureKind::TooLarge(_) => " — protocol violation: the response is over the size limit",
-        _ => "",
-    };
-    format!("{kind}{fix}")
-}
-
-fn millis(duration: Duration) -> f64 {
-    (duration.as_secs_f64() * 1e4).round() / 10.0
-}
-
 /// How a callback's program serves its calls (a built-in answered in gacc: one at a time).
 fn mode_of(callback: &Callback) -> Mode {
     callback.program().map_or(Mode::Oneshot, |program| program.mode)
-}
-
-/// The seed every probe carries.
-const PROBE_SEED: u64 = 42;
-
-/// The synthetic requests for a callback's role. A persistent callback gets them all on one
-/// worker, one after another, as a run sends them.
-fn probes(callback: &Callback) -> Vec<Probe> {
-    let sentence = "The harbour master logs every ship that docks after dusk. ";
-    let plain: String = sentence.repeat(8);
-    let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
-                   arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
-    let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
-    let params = &callback.params;
-    let role = callback.role;
-    let probe = |what, request| Probe { what, role, request };
-    match callback.role {
-        Role::Compressor => {
-            let compressor = |context: &str, goal: Option<&str>, budget: usize| {
-                messages::to_value(&CompressorRequest::new(context, goal, budget, PROBE_SEED, params))
-            };
-            vec![
-                probe(
-                    "a short context with a goal",
-                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
-                ),
-                probe("no goal (goal = null)", compressor(&plain, None, 30)),
-                probe("token_budget 1", compressor(&plain, Some("ships"), 1)),
-                probe(
-                    "non-ASCII and emoji text",
-                    compressor(foreign, Some("Schiffe 🚢 und Häfen"), 20),
-                ),
-                probe(
-                    "a 1 MB context",
-                    compressor(&large, Some("ships after dusk"), 2000),
-                ),
-                probe(
-                    "the first request again",
-                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
-                ),
-            ]
-        }
-        Role::Reader => {
-            let reader = |memory: &str, question: &str| {
-                messages::to_value(&ReaderRequest::new(memory, question, PROBE_SEED, params))
-            };
-            vec![
-                probe("a short memory", reader(&plain, "Who logs the ships?")),
-                probe("an empty memory", reader("", "Who logs the ships?")),
-                probe(
-                    "non-ASCII and emoji text",
-                    reader(foreign, "Wann kam das Schiff 🚢 an?"),
-                ),
-                probe("a 1 MB memory", reader(&large, "When are ships logged?")),
-                probe("the first request again", reader(&plain, "Who logs the ships?")),
-            ]
-        }
-        Role::Judge => {
-            let judge = |source: &str, answer: &str| {
-                messages::to_value(&JudgeRequest::new(
-                    messages::Judged {
-                        source,
-                        question: "Who logs the ships?",
-                        reference: "the harbour master",
-                        answer,
-                    },
-                    PROBE_SEED,
-                    params,
-                ))
-            };
-            vec![
-                probe("a right answer", judge(&plain, "the harbour master")),
-                probe("a wrong answer", judge(&plain, "the lighthouse keeper")),
-                probe("an empty answer", judge(&plain, "")),
-                probe("non-ASCII and emoji text", judge(foreign, "der Hafenmeister 🚢")),
-                probe("a 1 MB source", judge(&large, "the harbour master")),
-            ]
-        }
-    }
-}
-
-fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
-    let mut out = String::new();
-    let identity = tokenizer.identity();
-    let _ = writeln!(
-        out,
-        "tokenizer {} ({}): verified against the cl100k_base test vectors",
-        identity.name, identity.revision
-    );
-    for callback in checked {
-        let mut latencies: Vec<f64> = callback
-            .requests
-            .iter()
-            .filter(|r| r.sent)
-            .map(|r| r.latency_ms)
-            .collect();
-        latencies.sort_by(f64::total_cmp);
-        let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
-        let max = latencies.last().copied().unwrap_or(0.0);
-        let passed = callback.requests.iter().filter(|r| r.ok).count();
-        let _ = writeln!(
-            out,
-            "\n{} ({}, {}): {} — {passed}/{} requests answered, latency median {median:.0} ms, max {max:.0} ms",
-            callback.callback,
-            callback.role,
-            if callback.in_process {
-                "in process".to_owned()
-            } else if callback.sandboxed {
-                format!("{}, sandboxed", callback.mode)
-            } else {
-                format!("{}, unsandboxed", callback.mode)
-            },
-            if callback.works { "works" } else { "FAILS" },
-            callback.requests.len(),
-        );
-        let mut said = None;
-        for request in &callback.requests {
-            if !request.sent {
-                let _ = writeln!(
-                    out,
-                    "  --   {:<28} not sent: an earlier request timed out",
-                    request.request
-                );
-                continue;
-            }
-            let mark = if request.ok { "ok  " } else { "FAIL" };
-            let _ = writeln!(
-                out,
-                "  {mark} {:<28} {:>8.1} ms",
-                request.request, request.latency_ms
-            );
-            if let Some(error) = &request.error {
-                // A failure every request shares is said once.
-                if said == Some((error, &request.stderr)) {
-                    let _ = writeln!(out, "       (the same)");
-                    continue;
-                }
-                said = Some((error, &request.stderr));
-                let _ = writeln!(out, "       {error}");
-            }
-            for (number, line) in request.stderr.iter().enumerate() {
-                let label = if number == 0 { "stderr:" } else { "       " };
-                let _ = writeln!(out, "       {label} {line}");
-            }
-            for note in &request.notes {
-                let _ = writeln!(out, "       note: {note}");
-            }
-        }
-        if let Some(sandbox) = &callback.sandbox {
-            let _ = writeln!(out, "  sandbox: {sandbox}");
-        }
-    }
-    let failing = checked.iter().filter(|c| !c.works).count();
-    let _ = writeln!(
-        out,
-        "\n{}",
-        if failing == 0 {
-            match checked.len() {
-                1 => "the callback works".to_owned(),
-                n => format!("all {n} callbacks work"),
-            }
-        } else {
-            format!("{failing} of {} callbacks fail", checked.len())
-        }
-    );
-    out
 }

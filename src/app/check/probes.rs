@@ -1,0 +1,98 @@
+//! The synthetic requests a check sends each callback: the protocol's edge cases for its role (an
+//! empty context, a zero budget, a large context, text that needs escaping), never the dataset's
+//! questions.
+
+use serde_json::Value;
+
+use crate::exec::callback::Callback;
+use crate::protocol::Role;
+use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+
+/// The size of the large-context probe: a long paper or a book chapter.
+pub(super) const LARGE_CONTEXT_BYTES: usize = 1 << 20;
+
+/// A synthetic request and what it is for.
+pub(super) struct Probe {
+    pub(super) what: &'static str,
+    pub(super) role: Role,
+    pub(super) request: Value,
+}
+
+/// The seed every probe carries.
+pub(super) const PROBE_SEED: u64 = 42;
+
+/// The synthetic requests for a callback's role. A persistent callback gets them all on one
+/// worker, one after another, as a run sends them.
+pub(super) fn probes(callback: &Callback) -> Vec<Probe> {
+    let sentence = "The harbour master logs every ship that docks after dusk. ";
+    let plain: String = sentence.repeat(8);
+    let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
+                   arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
+    let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
+    let params = &callback.params;
+    let role = callback.role;
+    let probe = |what, request| Probe { what, role, request };
+    match callback.role {
+        Role::Compressor => {
+            let compressor = |context: &str, goal: Option<&str>, budget: usize| {
+                messages::to_value(&CompressorRequest::new(context, goal, budget, PROBE_SEED, params))
+            };
+            vec![
+                probe(
+                    "a short context with a goal",
+                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
+                ),
+                probe("no goal (goal = null)", compressor(&plain, None, 30)),
+                probe("token_budget 1", compressor(&plain, Some("ships"), 1)),
+                probe(
+                    "non-ASCII and emoji text",
+                    compressor(foreign, Some("Schiffe 🚢 und Häfen"), 20),
+                ),
+                probe(
+                    "a 1 MB context",
+                    compressor(&large, Some("ships after dusk"), 2000),
+                ),
+                probe(
+                    "the first request again",
+                    compressor(&plain, Some("learn which ships dock after dusk"), 30),
+                ),
+            ]
+        }
+        Role::Reader => {
+            let reader = |memory: &str, question: &str| {
+                messages::to_value(&ReaderRequest::new(memory, question, PROBE_SEED, params))
+            };
+            vec![
+                probe("a short memory", reader(&plain, "Who logs the ships?")),
+                probe("an empty memory", reader("", "Who logs the ships?")),
+                probe(
+                    "non-ASCII and emoji text",
+                    reader(foreign, "Wann kam das Schiff 🚢 an?"),
+                ),
+                probe("a 1 MB memory", reader(&large, "When are ships logged?")),
+                probe("the first request again", reader(&plain, "Who logs the ships?")),
+            ]
+        }
+        Role::Judge => {
+            let judge = |source: &str, answer: &str| {
+                messages::to_value(&JudgeRequest::new(
+                    messages::Judged {
+                        source,
+                        question: "Who logs the ships?",
+                        reference: "the harbour master",
+                        answer,
+                    },
+                    PROBE_SEED,
+                    params,
+                ))
+            };
+            vec![
+                probe("a right answer", judge(&plain, "the harbour master")),
+                probe("a wrong answer", judge(&plain, "the lighthouse keeper")),
+                probe("an empty answer", judge(&plain, "")),
+                probe("non-ASCII and emoji text", judge(foreign, "der Hafenmeister 🚢")),
+                probe("a 1 MB source", judge(&large, "the harbour master")),
+            ]
+        }
+    }
+}
