@@ -1,181 +1,35 @@
-//! `report.html`: one self-contained page beside `report.md`, built from a run folder's stored
-//! rows. It shows the summary table (sortable), the charts, the failures, and a drill-down per
-//! goal: its questions and references, every memory made for it with the budget's cut marked,
-//! and each answer with its verdict.
-//!
-//! The data is embedded once, as one JSON blob: the report's summary as is, the rows as columns
-//! (indices instead of repeated ids), and memory texts once per distinct text and source. A
-//! large run's rows and texts are gzip-compressed and base64-encoded, texts in one chunk per
-//! source, so the page decompresses a source's memories only when one of its goals is opened.
+//! The page's data as columns: every source, goal, question, memory and result once, each row
+//! naming the others by index, and the memory texts once per distinct text and source.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
-use base64::Engine;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::Error;
 use crate::inputs::records::Source;
 use crate::protocol::CellId;
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
-use crate::store::run_folder::{
-    DATASET, MEMORIES, MEMORY_TEXTS, REPORT_HTML, REPORT_JSON, RESULTS, RunFolder,
-};
-
-/// The page, with `{{title}}`, `{{charts}}` and `{{data}}` to fill in.
-const PAGE: &str = include_str!("../../templates/report.html");
-/// Names the layout of the embedded data, for the page's script and outside readers.
-pub const FORMAT: &str = "gacc.html/1";
-/// Data larger than this travels gzip-compressed: a paper-scale run's rows and texts shrink
-/// several times, and a small run's page stays readable as plain JSON.
-pub(crate) const GZIP_ABOVE: usize = 4 << 20;
-
-/// How the rows and texts are embedded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Packing {
-    /// Plain JSON up to `GZIP_ABOVE` bytes, gzip above.
-    Auto,
-    Json,
-    Gzip,
-}
-
-/// Writes `report.html` into `folder` from the rows stored there.
-pub(crate) fn write(folder: &RunFolder, packing: Packing) -> Result<(), Error> {
-    let page = render(folder.path(), packing)?;
-    folder.write(REPORT_HTML, page.as_bytes())
-}
-
-/// The page for the run in `folder`, from the rows stored there.
-pub fn render(folder: &Path, packing: Packing) -> Result<String, Error> {
-    let folder = RunFolder::open(folder);
-    let report: Value = folder.read_json(REPORT_JSON)?;
-    // The two largest files are read side by side.
-    let (rows, results) = std::thread::scope(|scope| {
-        let results = scope.spawn(|| folder.read_rows::<ResultRow>(RESULTS));
-        let rows = (|| {
-            let sources: Vec<Source> = folder.read_rows(DATASET)?;
-            let ledger: Vec<LedgerRow> = folder.read_rows(MEMORIES)?;
-            let texts: Vec<MemoryText> = folder.read_rows(MEMORY_TEXTS)?;
-            Ok::<_, Error>((sources, ledger, texts))
-        })();
-        let results = results.join().unwrap_or_else(|_| {
-            Err(Error::Stopped {
-                what: format!("the reader of {}", folder.file(RESULTS).display()),
-            })
-        });
-        (rows, results)
-    });
-    let (sources, ledger, texts) = rows?;
-    let rows = Rows {
-        sources: &sources,
-        ledger: &ledger,
-        texts: &texts,
-        results: &results?,
-    };
-    render_rows(folder.path(), &report, rows, packing)
-}
-
-/// The rows a page is made of.
-#[derive(Clone, Copy)]
-pub(crate) struct Rows<'a> {
-    pub(crate) sources: &'a [Source],
-    pub(crate) ledger: &'a [LedgerRow],
-    pub(crate) texts: &'a [MemoryText],
-    pub(crate) results: &'a [ResultRow],
-}
-
-/// Writes `report.html` into `folder` from rows in memory: the page `write` makes from the
-/// same rows once stored (a run writes it without reading its rows back).
-pub(crate) fn write_rows(
-    folder: &RunFolder,
-    report: &Value,
-    rows: Rows,
-    packing: Packing,
-) -> Result<(), Error> {
-    write_rows_to(&folder.file(REPORT_HTML), folder, report, rows, packing)
-}
-
-/// Writes the page of a run folder's rows to `path`.
-pub(crate) fn write_rows_to(
-    path: &Path,
-    folder: &RunFolder,
-    report: &Value,
-    rows: Rows,
-    packing: Packing,
-) -> Result<(), Error> {
-    let page = render_rows(folder.path(), report, rows, packing)?;
-    crate::files::write(path, page.as_bytes())
-}
-
-fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> Result<String, Error> {
-    let (index, chunks) = columns(
-        folder,
-        report,
-        rows.sources,
-        rows.ledger,
-        rows.texts,
-        rows.results,
-    )?;
-    let data = embed(report, &index, &chunks, packing);
-    let title = format!(
-        "{}: gacc report",
-        report["experiment"]["name"].as_str().unwrap_or("run")
-    );
-    let (title, charts) = (escape_html(&title), charts(folder));
-    Ok(fill(
-        PAGE,
-        title.len() + charts.len() + data.len(),
-        |name| match name {
-            "title" => Some(&title),
-            "charts" => Some(&charts),
-            "data" => Some(&data),
-            _ => None,
-        },
-    ))
-}
-
-/// The template with each `{{name}}` replaced in one pass, so no inserted text is read as a
-/// placeholder.
-/// `extra` is how much the values add (the page is sized once).
-fn fill<'a>(template: &str, extra: usize, value: impl Fn(&str) -> Option<&'a String>) -> String {
-    let mut out = String::with_capacity(template.len() + extra);
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        let Some(length) = rest[start..].find("}}") else {
-            break;
-        };
-        match value(&rest[start + 2..start + length]) {
-            Some(text) => {
-                out.push_str(&rest[..start]);
-                out.push_str(text);
-            }
-            None => out.push_str(&rest[..start + length + 2]),
-        }
-        rest = &rest[start + length + 2..];
-    }
-    out.push_str(rest);
-    out
-}
+use crate::store::run_folder::{MEMORIES, MEMORY_TEXTS, REPORT_JSON, RESULTS};
 
 /// The rows as columns. Goals are numbered in dataset order and their questions follow one
 /// another, so goal `g` owns questions `question_start[g]..question_start[g + 1]`; results are
 /// ordered by goal, then memory, then question, so goal `g` owns results
 /// `result_start[g]..result_start[g + 1]`, and a memory's results are consecutive.
 #[derive(Debug, Default, Serialize)]
-struct Index {
-    sources: Vec<String>,
-    goals: Goals,
-    questions: Questions,
-    memories: Memories,
-    results: Results,
+pub(super) struct Index {
+    pub(super) sources: Vec<String>,
+    pub(super) goals: Goals,
+    pub(super) questions: Questions,
+    pub(super) memories: Memories,
+    pub(super) results: Results,
     /// Each distinct answer once; results refer to it by index.
-    answers: Vec<String>,
+    pub(super) answers: Vec<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
-struct Goals {
+pub(super) struct Goals {
     id: Vec<String>,
     text: Vec<String>,
     source: Vec<usize>,
@@ -184,7 +38,7 @@ struct Goals {
 }
 
 #[derive(Debug, Default, Serialize)]
-struct Questions {
+pub(super) struct Questions {
     id: Vec<String>,
     text: Vec<String>,
     reference: Vec<String>,
@@ -193,7 +47,7 @@ struct Questions {
 /// One entry per ledger row. `goal` and `shown` are goal indices, -1 for none; `text` indexes
 /// the memory's source's chunk of texts.
 #[derive(Debug, Default, Serialize)]
-struct Memories {
+pub(super) struct Memories {
     cell: Vec<usize>,
     seed: Vec<u64>,
     source: Vec<usize>,
@@ -213,8 +67,8 @@ struct Memories {
 /// failed); `verdict` is 1 right, 0 wrong, -1 unscored. `unscored` holds, by result index, the
 /// cell, seed and failure of each result that has a failure.
 #[derive(Debug, Default, Serialize)]
-struct Results {
-    memory: Vec<i64>,
+pub(super) struct Results {
+    pub(super) memory: Vec<i64>,
     question: Vec<usize>,
     answer: Vec<i64>,
     verdict: Vec<i8>,
@@ -222,7 +76,7 @@ struct Results {
     unscored: std::collections::BTreeMap<usize, (usize, u64, String)>,
 }
 
-fn columns(
+pub(super) fn columns(
     folder: &Path,
     report: &Value,
     sources: &[Source],
@@ -247,7 +101,7 @@ fn columns(
 }
 
 /// The index being built, and where each id went in it.
-struct Columns<'a> {
+pub(super) struct Columns<'a> {
     folder: &'a Path,
     index: Index,
     cells: HashMap<String, usize>,
@@ -455,110 +309,4 @@ impl<'a> Columns<'a> {
         }
         Ok(())
     }
-}
-
-/// A value's JSON, written into a buffer of `estimate` bytes (more if it needs them).
-fn sized(value: &impl Serialize, estimate: usize) -> String {
-    let mut bytes = Vec::with_capacity(estimate);
-    let _ = serde_json::to_writer(&mut bytes, value);
-    String::from_utf8(bytes).unwrap_or_default()
-}
-
-/// The data blob's JSON, safe inside a `<script>` element.
-fn embed(report: &Value, index: &Index, chunks: &[Vec<String>], packing: Packing) -> String {
-    // Written into buffers sized up front: a paper-scale index is tens of megabytes, and a
-    // buffer that doubles as it goes copies it over and over.
-    let results = index.results.memory.len();
-    let answers: usize = index.answers.iter().map(|a| a.len() + 3).sum();
-    let index = sized(index, 4096 + results * 48 + answers);
-    let chunks: Vec<String> = chunks
-        .iter()
-        .map(|chunk| sized(chunk, 64 + chunk.iter().map(|t| t.len() + 8).sum::<usize>()))
-        .collect();
-    let size = index.len() + chunks.iter().map(String::len).sum::<usize>();
-    let gzip = match packing {
-        Packing::Auto => size > GZIP_ABOVE,
-        Packing::Json => false,
-        Packing::Gzip => true,
-    };
-    let mut summary = json!({
-        "experiment": report["experiment"],
-        "tokenizer": report["tokenizer"],
-        "dataset": report["dataset"],
-        "complete": report["complete"],
-        "cells": report["cells"],
-        "integrity": report["integrity"],
-        "holdout": report["holdout"],
-        "calls": report["calls"],
-        "failures": report["failures"],
-        "cancelled": report["cancelled"],
-    });
-    if let Some(audit) = report.get("judge_audit") {
-        summary["judge_audit"] = audit.clone();
-    }
-    let mut out = String::with_capacity(if gzip { size / 3 } else { size + 4096 });
-    out.push_str(&format!(
-        "{{\"format\":\"{FORMAT}\",\"packing\":\"{}\",\"report\":{summary},\"index\":",
-        if gzip { "gzip" } else { "json" }
-    ));
-    let pack = |text: &str| -> String {
-        if gzip {
-            format!(
-                "\"{}\"",
-                base64::engine::general_purpose::STANDARD.encode(gzipped(text.as_bytes()))
-            )
-        } else {
-            text.to_owned()
-        }
-    };
-    // The index first, then the chunks, each packed on whichever core is free.
-    let parts: Vec<&str> = std::iter::once(index.as_str())
-        .chain(chunks.iter().map(String::as_str))
-        .collect();
-    let packed = crate::parallel::map_in_parallel(&parts, |text| pack(text));
-    out.push_str(&packed[0]);
-    out.push_str(",\"texts\":[");
-    for (number, chunk) in packed[1..].iter().enumerate() {
-        if number > 0 {
-            out.push(',');
-        }
-        out.push_str(chunk);
-    }
-    out.push_str("]}");
-    // `<` occurs in JSON only inside strings, where `\u003c` means the same: no `</script>` or
-    // `<!--` in any memory, answer or id can end the element early.
-    out.replace('<', "\\u003c")
-}
-
-fn gzipped(bytes: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    // Writing to a Vec cannot fail.
-    let _ = encoder.write_all(bytes);
-    encoder.finish().unwrap_or_default()
-}
-
-/// The charts of the folder inlined as `<figure>`s; a missing one is left out.
-fn charts(folder: &Path) -> String {
-    let mut out = String::new();
-    for (file, title) in crate::report::charts::CHARTS {
-        let Ok(svg) = std::fs::read_to_string(folder.join(file)) else {
-            continue;
-        };
-        let start = svg.find("<svg").unwrap_or(0);
-        // Inline SVG needs no namespace, and without it the page names no URL at all.
-        let svg = svg[start..].replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1);
-        out.push_str(&format!(
-            "<figure><figcaption>{}</figcaption>{}</figure>\n",
-            escape_html(title),
-            svg.replace("<script", "&lt;script")
-        ));
-    }
-    out
-}
-
-fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
