@@ -13,7 +13,12 @@ use serde_json::{Value, json};
 use crate::protocol::{Role, Timeout};
 
 mod batch;
+mod seed;
 pub(crate) use batch::{Batch, BatchSpec};
+#[cfg(test)]
+pub(crate) use seed::SentSeed;
+use seed::seed_problem;
+pub(crate) use seed::{KeySeed, SeedRule};
 
 /// The model built-ins, their roles, and the behaviour version bound into their keys.
 pub(crate) const MODEL_BUILTINS: &[(&str, Role, &str)] = &[
@@ -228,109 +233,6 @@ pub(crate) struct ModelCall {
     pub reads_seed: bool,
 }
 
-/// How a call's request and cache key carry the run's seed (SPEC §4, §8 "Seeds and identical
-/// requests").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SeedRule {
-    /// A program's request carries the seed, which it may use: every seed is its own call.
-    EachSeed,
-    /// A model call: the seed its body carries, and whether each run seed is still a call of
-    /// its own (sampling with no seed sent, or a template that reads `seed`).
-    Model {
-        sent: SentSeed,
-        per_seed: bool,
-        /// The body is what gacc sent before seeds reached the model: an entry under the
-        /// key of that time answers it.
-        legacy: bool,
-    },
-}
-
-/// The `seed` a model request's body carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SentSeed {
-    None,
-    /// The run's seed.
-    Run,
-    /// `params.seed = N`.
-    Fixed(u64),
-}
-
-impl SeedRule {
-    /// The rule of a callback: a program's, or a model built-in's with these params.
-    pub(crate) fn of(call: Option<&ModelCall>, params: &Value) -> SeedRule {
-        let Some(call) = call else {
-            return SeedRule::EachSeed;
-        };
-        // Sampling unless `temperature` is a number no greater than 0.
-        let sampling = params
-            .get("temperature")
-            .and_then(Value::as_f64)
-            .is_none_or(|t| t > 0.0);
-        let asked = params.get("seed");
-        let sent = match (call.spec.api.provider().takes_seed(), asked) {
-            (false, _) => SentSeed::None,
-            (true, Some(Value::Bool(false))) => SentSeed::None,
-            (true, Some(Value::Bool(true))) => SentSeed::Run,
-            (true, Some(value)) => value.as_u64().map_or(SentSeed::None, SentSeed::Fixed),
-            (true, None) if sampling => SentSeed::Run,
-            (true, None) => SentSeed::None,
-        };
-        SeedRule::Model {
-            sent,
-            per_seed: call.reads_seed || (sampling && sent == SentSeed::None),
-            legacy: sent != SentSeed::Run && asked.is_none_or(Value::is_u64),
-        }
-    }
-
-    /// The seed the request body carries for run seed `seed`, if any.
-    pub(crate) fn sent(&self, seed: u64) -> Option<u64> {
-        match self {
-            SeedRule::Model {
-                sent: SentSeed::Run, ..
-            } => Some(seed),
-            SeedRule::Model {
-                sent: SentSeed::Fixed(fixed),
-                ..
-            } => Some(*fixed),
-            _ => None,
-        }
-    }
-
-    /// The key of the same call as gacc made it before seeds reached the model (the run's
-    /// seed in every key) answers this one too: the body is the same.
-    pub(crate) fn legacy(&self) -> bool {
-        matches!(self, SeedRule::Model { legacy: true, .. })
-    }
-
-    /// The seed term of a cache key, as canonical JSON: the run seed for a program (the
-    /// keys gacc has always made), else what the body sends and whether seeds stay apart.
-    pub(crate) fn key_term(&self, seed: u64) -> KeySeed {
-        KeySeed { rule: *self, seed }
-    }
-}
-
-/// A cache key's seed term, written as canonical JSON.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KeySeed {
-    rule: SeedRule,
-    seed: u64,
-}
-
-impl std::fmt::Display for KeySeed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let or_null = |value: Option<u64>| value.map_or("null".to_owned(), |v| v.to_string());
-        match self.rule {
-            SeedRule::EachSeed => write!(f, "{}", self.seed),
-            SeedRule::Model { per_seed, .. } => write!(
-                f,
-                r#"{{"per_seed":{},"sent":{}}}"#,
-                or_null(per_seed.then_some(self.seed)),
-                or_null(self.rule.sent(self.seed))
-            ),
-        }
-    }
-}
-
 impl ModelCall {
     /// Its part of the callback's identity (SPEC §8): the endpoint's api, base_url and model,
     /// and the templates' text.
@@ -469,23 +371,6 @@ pub(crate) fn template_variables(role: Role) -> Vec<&'static str> {
         variables.push("answer_fence");
     }
     variables
-}
-
-/// What is wrong with `params.seed`, if anything: `true`, `false` or a whole number, and none
-/// on an API that takes no seed.
-fn seed_problem(api: Api, seed: Option<&Value>) -> Option<String> {
-    match (api.provider().takes_seed(), seed?) {
-        (_, Value::Bool(false)) => None,
-        (false, _) => Some(format!(
-            "`params.seed`: an {} endpoint takes no seed (each seed of a sampled call is made on its own; `seed = false` is the only value it allows)",
-            api.as_str()
-        )),
-        (true, Value::Bool(true)) => None,
-        (true, value) if value.is_u64() => None,
-        (true, value) => Some(format!(
-            "`params.seed` is {value}: expected true (send the run's seed), false (send none) or a whole number (send that one)"
-        )),
-    }
 }
 
 /// Whether a template (one that parses) reads the variable `name`.
