@@ -579,3 +579,100 @@ fn only_the_slurm_folder_and_its_registration_name_slurm() {
         ["let x = Slurm::new();"]
     );
 }
+
+/// The lines of a file before its test module.
+fn before_tests(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&i| lines[i] == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|l| l.starts_with("mod tests")))
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
+}
+
+/// Each function longer than `most` lines whose doc comment gives no reason for its length
+/// (a sentence opening "One function" or "One loop"): (name, lines).
+fn long_functions(lines: &[&str], most: usize) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let signature = ["fn ", "pub fn ", "async fn ", "pub(crate) fn ", "pub(super) fn "]
+            .iter()
+            .chain(&["pub(crate) async fn ", "pub(super) async fn ", "pub async fn "])
+            .find_map(|start| trimmed.strip_prefix(start));
+        let Some(rest) = signature else {
+            i += 1;
+            continue;
+        };
+        let indent = &line[..line.len() - trimmed.len()];
+        let close = format!("{indent}}}");
+        let Some(end) = (i..lines.len()).find(|&j| lines[j] == close) else {
+            break;
+        };
+        let mut doc = Vec::new();
+        let mut k = i;
+        while k > 0
+            && (lines[k - 1].trim_start().starts_with("///") || lines[k - 1].trim_start().starts_with("#["))
+        {
+            k -= 1;
+            doc.push(lines[k]);
+        }
+        let doc = doc.join(" ");
+        let length = end - i + 1;
+        if length > most && !doc.contains("One function") && !doc.contains("One loop") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            found.push((name, length));
+        }
+        i = end + 1;
+    }
+    found
+}
+
+/// No file's code (its tests aside) passes 500 lines, and no function 80 without saying why.
+#[test]
+fn files_and_functions_stay_short_or_say_why() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut pending = vec![src.clone()];
+    let (mut long_files, mut long_functions_found) = (Vec::new(), Vec::new());
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = before_tests(&text);
+            let shown = path.strip_prefix(&src).unwrap().display().to_string();
+            if lines.len() > 500 {
+                long_files.push(format!("{shown}: {} lines", lines.len()));
+            }
+            for (name, length) in long_functions(&lines, 80) {
+                long_functions_found.push(format!("{shown}: fn {name}, {length} lines"));
+            }
+        }
+    }
+    assert!(long_files.is_empty(), "{long_files:#?}");
+    assert!(long_functions_found.is_empty(), "{long_functions_found:#?}");
+    // The check sees a long function, and takes a reason.
+    let body = |doc: &str| {
+        let mut text = format!("{doc}\nfn long() {{\n");
+        text.push_str(&"    x();\n".repeat(90));
+        text.push_str("}\n");
+        text
+    };
+    let unexplained = body("/// Does things.");
+    assert_eq!(
+        long_functions(&unexplained.lines().collect::<Vec<_>>(), 80),
+        [("long".to_owned(), 92)]
+    );
+    let explained = body("/// Does things. (One function: the steps in order.)");
+    assert!(long_functions(&explained.lines().collect::<Vec<_>>(), 80).is_empty());
+}

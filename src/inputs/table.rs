@@ -181,6 +181,7 @@ struct Grouped {
 
 impl Grouped {
     /// One row's values by role; on a conflict, the role of the cell at fault and why.
+    /// (One function: each role's check, in the order of the columns.)
     fn add(
         &mut self,
         line: usize,

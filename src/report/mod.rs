@@ -304,6 +304,7 @@ pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
 }
 
 /// Builds the report; deterministic in its inputs.
+/// (One function: the report's parts in the order report.json writes them.)
 pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
     let dataset = inputs.dataset;
     let count_errors = recount.errors(dataset, &outcome.ledger);

@@ -105,6 +105,7 @@ impl QuestionOutcome {
     }
 }
 
+/// One function: the read, the judgement and the audits in order, each with its cache lookup.
 pub(super) async fn run_question(
     shared: &Arc<RunState>,
     index: usize,

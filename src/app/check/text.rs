@@ -35,6 +35,7 @@ pub(super) fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1e4).round() / 10.0
 }
 
+/// One function: the report reads top to bottom as it is printed.
 pub(super) fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
     let mut out = String::new();
     let identity = tokenizer.identity();

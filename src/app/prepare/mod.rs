@@ -48,6 +48,7 @@ pub(crate) fn prepare_without_keys(path: &Path, sets: &[String]) -> Result<Prepa
     prepare_with(path, sets, false)
 }
 
+/// One function: the steps in order, each one's problems gathered before the next.
 fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Error> {
     let (loaded, mut problems) = manifest::load(path, sets)?;
     // Every model endpoint a callback uses needs its key (named, never its value).

@@ -246,6 +246,8 @@ impl ModelCall {
 }
 
 /// Resolves a model built-in's endpoint and templates, or says what is wrong.
+/// (One function: each check adds its problem in turn, so a manifest with several mistakes gets
+/// them all at once.)
 pub(crate) fn resolve(
     builtin: &str,
     params: &Value,
