@@ -37,38 +37,44 @@ fn floors(lib: &str) -> Floors {
     floors
 }
 
-/// Every module of the tree under `src`, with the text of its non-test code.
-fn modules(src: &Path) -> BTreeMap<Module, String> {
-    let mut out = BTreeMap::new();
+/// Every `.rs` file under `src`.
+fn rust_files(src: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
     let mut pending = vec![src.to_path_buf()];
     while let Some(folder) = pending.pop() {
         for entry in std::fs::read_dir(&folder).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 pending.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(src).unwrap().with_extension("");
-            let mut parts: Vec<String> = relative
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if parts.last().is_some_and(|p| p == "mod") {
-                parts.pop();
-            }
-            if parts == ["lib"] || parts == ["main"] {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = match text.find("#[cfg(test)]\nmod tests") {
-                Some(end) => text[..end].to_owned(),
-                None => text,
-            };
-            out.insert(parts.join("::"), code);
         }
+    }
+    files
+}
+
+/// Every module of the tree under `src`, with the text of its non-test code.
+fn modules(src: &Path) -> BTreeMap<Module, String> {
+    let mut out = BTreeMap::new();
+    for path in rust_files(src) {
+        let relative = path.strip_prefix(src).unwrap().with_extension("");
+        let mut parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        if parts == ["lib"] || parts == ["main"] {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = match text.find("#[cfg(test)]\nmod tests") {
+            Some(end) => text[..end].to_owned(),
+            None => text,
+        };
+        out.insert(parts.join("::"), code);
     }
     out
 }
@@ -636,27 +642,16 @@ fn long_functions(lines: &[&str], most: usize) -> Vec<(String, usize)> {
 #[test]
 fn files_and_functions_stay_short_or_say_why() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut pending = vec![src.clone()];
     let (mut long_files, mut long_functions_found) = (Vec::new(), Vec::new());
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let lines = before_tests(&text);
-            let shown = path.strip_prefix(&src).unwrap().display().to_string();
-            if lines.len() > 500 {
-                long_files.push(format!("{shown}: {} lines", lines.len()));
-            }
-            for (name, length) in long_functions(&lines, 80) {
-                long_functions_found.push(format!("{shown}: fn {name}, {length} lines"));
-            }
+    for path in rust_files(&src) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines = before_tests(&text);
+        let shown = path.strip_prefix(&src).unwrap().display().to_string();
+        if lines.len() > 500 {
+            long_files.push(format!("{shown}: {} lines", lines.len()));
+        }
+        for (name, length) in long_functions(&lines, 80) {
+            long_functions_found.push(format!("{shown}: fn {name}, {length} lines"));
         }
     }
     assert!(long_files.is_empty(), "{long_files:#?}");
