@@ -17,6 +17,9 @@ pub(crate) type CallKeys = BTreeMap<String, String>;
 /// A row as `memories.jsonl` and `results.jsonl` hold it: its fields, then `calls`, the cache
 /// entries it rests on. The keys are written, not kept: a run holds every row until its
 /// report is built, and at paper scale their keys would be most of its memory.
+/// (The sink writes the same bytes without serde's flattening: `row_sink::line`; this type is
+/// what its test holds it to.)
+#[cfg(test)]
 #[derive(Debug, Serialize)]
 pub(crate) struct WithCalls<'a, T> {
     #[serde(flatten)]

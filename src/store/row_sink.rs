@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ledger::{CallKeys, LedgerRow, ResultRow, WithCalls};
+use super::ledger::{CallKeys, LedgerRow, ResultRow};
 use super::run_folder::{MEMORIES, RESULTS, RunFolder};
 use crate::error::Error;
 use crate::files::Hashing;
@@ -47,20 +47,37 @@ impl RowLines {
             rows: results.len(),
         };
         if let Some((row, calls)) = ledger {
-            line(&mut lines.memory, &WithCalls { row, calls });
+            line(&mut lines.memory, row, calls);
         }
         for (row, calls) in results {
-            line(&mut lines.results, &WithCalls { row, calls });
+            line(&mut lines.results, row, calls);
         }
         lines
     }
 }
 
-/// Appends `row` as one JSON line (a row of these types always serializes).
-fn line(out: &mut Vec<u8>, row: &impl Serialize) {
-    if serde_json::to_writer(&mut *out, row).is_ok() {
-        out.push(b'\n');
+/// Appends `row` and its `calls` as one JSON line: the bytes `WithCalls` writes (the row's
+/// fields, then `calls` when there are any), without serde's flattening, which goes through a
+/// map for every field (a row of these types always serializes to an object).
+fn line(out: &mut Vec<u8>, row: &impl Serialize, calls: &CallKeys) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, row).is_err() {
+        out.truncate(start);
+        return;
     }
+    if !calls.is_empty() && out.last() == Some(&b'}') {
+        out.pop();
+        if out.len() > start + 1 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"calls\":");
+        if serde_json::to_writer(&mut *out, calls).is_err() {
+            out.truncate(start);
+            return;
+        }
+        out.push(b'}');
+    }
+    out.push(b'\n');
 }
 
 /// Where rows go as they fold.
@@ -210,6 +227,69 @@ impl RowSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row's line is what serializing it with its calls flattened in writes, byte for byte:
+    /// with calls and without, a row with a flattened part of its own, a real result row.
+    #[test]
+    fn a_row_with_its_calls_is_the_flattened_rows_bytes() {
+        use super::super::ledger::WithCalls;
+        #[derive(Serialize)]
+        struct Part {
+            seed: u64,
+            name: &'static str,
+        }
+        #[derive(Serialize)]
+        struct Row {
+            first: Option<f64>,
+            #[serde(flatten)]
+            part: Part,
+            text: &'static str,
+        }
+        let result: ResultRow = serde_json::from_value(serde_json::json!({
+            "seed": 42, "compressor": "c", "condition": "own-goal", "ratio": 0.15,
+            "source_id": "s", "goal_id": "g", "question_id": "q", "memory_key": "m",
+            "answer": "say \"hi\"\n", "correct": true
+        }))
+        .unwrap();
+        let mut calls = CallKeys::new();
+        let empty = CallKeys::new();
+        calls.insert("reader".into(), "ab".repeat(32));
+        calls.insert("judges.strict".into(), "cd".repeat(32));
+        let row = Row {
+            first: None,
+            part: Part {
+                seed: 7,
+                name: "n,\"",
+            },
+            text: "é",
+        };
+        for keys in [&calls, &empty] {
+            let mut out = Vec::new();
+            line(&mut out, &row, keys);
+            let mut expected = serde_json::to_vec(&WithCalls {
+                row: &row,
+                calls: keys,
+            })
+            .unwrap();
+            expected.push(b'\n');
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
+            let mut out = Vec::new();
+            line(&mut out, &result, keys);
+            let mut expected = serde_json::to_vec(&WithCalls {
+                row: &result,
+                calls: keys,
+            })
+            .unwrap();
+            expected.push(b'\n');
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
+        }
+    }
 
     /// What the sink writes is what writing the rows at the end writes, hash included.
     #[test]
