@@ -263,31 +263,22 @@ mod tests {
             },
             text: "é",
         };
+        /// The sink's line of `row` and what `WithCalls` writes.
+        fn both<T: Serialize>(row: &T, calls: &CallKeys) -> (String, String) {
+            let mut out = Vec::new();
+            line(&mut out, row, calls);
+            let mut expected = serde_json::to_vec(&WithCalls { row, calls }).unwrap();
+            expected.push(b'\n');
+            (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(expected).unwrap(),
+            )
+        }
         for keys in [&calls, &empty] {
-            let mut out = Vec::new();
-            line(&mut out, &row, keys);
-            let mut expected = serde_json::to_vec(&WithCalls {
-                row: &row,
-                calls: keys,
-            })
-            .unwrap();
-            expected.push(b'\n');
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                String::from_utf8(expected).unwrap()
-            );
-            let mut out = Vec::new();
-            line(&mut out, &result, keys);
-            let mut expected = serde_json::to_vec(&WithCalls {
-                row: &result,
-                calls: keys,
-            })
-            .unwrap();
-            expected.push(b'\n');
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                String::from_utf8(expected).unwrap()
-            );
+            let (written, expected) = both(&row, keys);
+            assert_eq!(written, expected);
+            let (written, expected) = both(&result, keys);
+            assert_eq!(written, expected);
         }
     }
 
