@@ -17,7 +17,7 @@ use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Confinement, Sandboxing};
 use crate::inputs::manifest::{self, CallbackSpec, Loaded};
 use crate::inputs::tokenizer::Tokenizer;
-use crate::plan::{self};
+use crate::plan;
 use crate::protocol::Role;
 use crate::runner::Callbacks;
 

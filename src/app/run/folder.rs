@@ -7,14 +7,13 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use crate::app::prepare::Prepared;
-use crate::error::Error;
-use crate::error::Invalid;
+use crate::error::{Error, Invalid};
 use crate::files::{json_lines, write_json_lines_hashed};
 use crate::hash::sha256;
 use crate::report;
 use crate::report::html::{Packing, Rows};
 use crate::report::view::{Charts, Html, Markdown, RunView, write_views};
-use crate::runner::{self};
+use crate::runner;
 use crate::store::ledger::MemoryText;
 use crate::store::row_sink::Written;
 use crate::store::run_folder::{DATASET, MANIFEST, MEMORY_TEXTS, PLAN, RunFolder, TRACE};

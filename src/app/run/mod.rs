@@ -18,8 +18,7 @@ use crate::app::prepare::{
 };
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
-use crate::error::Invalid;
-use crate::error::{Error, io, runtime_error};
+use crate::error::{Error, Invalid, io, runtime_error};
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::files::pretty;
 use crate::protocol::Role;
