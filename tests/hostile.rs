@@ -22,7 +22,7 @@ fn run(scratch: &Scratch, manifest: &str, extra: &[&str]) -> (i32, std::path::Pa
 
 #[test]
 fn a_key_the_server_echoes_is_nowhere_in_the_run_the_cache_the_trace_or_the_terminal() {
-    for format in [Format::OpenAi, Format::Anthropic] {
+    for format in [Format::OpenAi, Format::Anthropic, Format::OpenAiResponses] {
         let scratch = Scratch::new();
         // A 500 and a 429 that repeat the Authorization header, then 200s whose text and
         // served model repeat it.

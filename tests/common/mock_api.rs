@@ -527,7 +527,8 @@ fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String
                 }
             }
             Format::OpenAiResponses => {
-                let text = &mut reply["output"][0]["content"][0]["text"];
+                // The message follows the reasoning item.
+                let text = &mut reply["output"][1]["content"][0]["text"];
                 *text = echoed(text);
             }
         }
