@@ -226,7 +226,7 @@ fn overrides_are_checked_and_named() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr.contains("environment variable GACC_RUN__CONCURENCY") && stderr.contains("unknown field"),
+        stderr.contains("environment variable GACC_RUN__CONCURENCY") && stderr.contains("unknown key"),
         "{stderr}"
     );
 

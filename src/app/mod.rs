@@ -299,9 +299,43 @@ pub fn schema_text(which: Schema) -> String {
             "The aggregate of a gacc run, schema gacc.report/1 (SPEC §5).",
         ),
     };
+    if let Schema::Manifest = which {
+        with_engines(&mut schema);
+    }
     schema.insert("title".into(), title.into());
     schema.insert("description".into(), description.into());
     crate::files::pretty(&schema)
+}
+
+/// A manifest's `[run]` as the engines' registry reads it: `executor` one of the engines'
+/// names, and each engine's own table (`[run.<engine>]`) with the engine's schema; no other key.
+fn with_engines(schema: &mut schemars::Schema) {
+    let mut tables = Vec::new();
+    let mut definitions = serde_json::Map::new();
+    for (name, mut engine) in crate::exec::engine_schemas() {
+        // An engine's schema is a document of its own: its definitions join the manifest's.
+        if let Some(serde_json::Value::Object(own)) = engine.remove("$defs") {
+            definitions.extend(own);
+        }
+        engine.remove("$schema");
+        tables.push((name, engine.to_value()));
+    }
+    if let Some(all) = schema.pointer_mut("/$defs").and_then(|d| d.as_object_mut()) {
+        all.extend(definitions);
+    }
+    let Some(run) = schema
+        .pointer_mut("/$defs/RunSpec")
+        .and_then(|r| r.as_object_mut())
+    else {
+        return;
+    };
+    if let Some(properties) = run.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        if let Some(executor) = properties.get_mut("executor").and_then(|e| e.as_object_mut()) {
+            executor.insert("enum".into(), crate::exec::engine_names().into());
+        }
+        properties.extend(tables.into_iter().map(|(name, table)| (name.to_owned(), table)));
+    }
+    run.insert("additionalProperties".into(), false.into());
 }
 
 /// `gacc schema manifest|report`.

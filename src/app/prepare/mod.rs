@@ -51,6 +51,15 @@ pub(crate) fn prepare_without_keys(path: &Path, sets: &[String]) -> Result<Prepa
 /// One function: the steps in order, each one's problems gathered before the next.
 fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Error> {
     let (loaded, mut problems) = manifest::load(path, sets)?;
+    // `run.executor` and the engines' own tables, which only the engines' registry knows.
+    problems.extend(
+        crate::exec::engine_problems(&loaded)
+            .into_iter()
+            .map(|(key, message)| Problem {
+                place: loaded.place_of(&key),
+                message,
+            }),
+    );
     // Every model endpoint a callback uses needs its key (named, never its value).
     for (name, model) in loaded.manifest.models.iter().filter(|_| keys) {
         if let Some(variable) = &model.api_key_env

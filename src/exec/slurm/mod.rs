@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
+use crate::exec::Registered;
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::exec::engine::Engine;
 use crate::exec::program::Program;
@@ -38,12 +39,14 @@ use crate::files::write_durably;
 use crate::inputs::manifest::Loaded;
 
 mod cluster;
+mod settings;
 pub(crate) mod task;
 
 use crate::exec::remote::{CallFiles, call_files, call_key, describe, read_response};
-use crate::inputs::manifest::{SlurmResources, SlurmSpec};
 use crate::parallel::Locked;
 use crate::protocol::Role;
+
+use settings::{SlurmResources, SlurmSpec};
 
 /// The Slurm executor of one run.
 pub(crate) struct Slurm {
@@ -149,26 +152,41 @@ impl std::fmt::Debug for Slurm {
     }
 }
 
+/// Slurm in the engines' registry: `run.executor = "slurm"`, settings in `[run.slurm]`.
+pub(super) const ENGINE: Registered = Registered {
+    name: "slurm",
+    settings_schema: || schemars::schema_for!(SlurmSpec),
+    check: |table| SlurmSpec::read(table).err().unwrap_or_default(),
+    start: engine,
+    folders: |loaded| vec![(work_dir(loaded), "the Slurm work folder")],
+    array_task: Some(task::work),
+    shutdown: cancel_all,
+};
+
+/// A manifest's `[run.slurm]` table.
+fn settings(loaded: &Loaded) -> Result<SlurmSpec, String> {
+    SlurmSpec::read(loaded.manifest.run.engines.get(ENGINE.name)).map_err(|problems| {
+        let found: Vec<String> = problems
+            .iter()
+            .map(|(key, message)| format!("`{key}`: {message}"))
+            .collect();
+        found.join("; ")
+    })
+}
+
 /// The work folder of a manifest that runs on Slurm: `run.slurm.work_dir` against the
 /// manifest's folder, else `.gacc/slurm` (relative to the current folder like the default
 /// cache).
-pub(crate) fn work_dir(loaded: &Loaded) -> PathBuf {
-    match loaded
-        .manifest
-        .run
-        .slurm
-        .as_ref()
-        .and_then(|s| s.work_dir.as_ref())
-    {
-        Some(path) => loaded.resolve(path),
+fn work_dir(loaded: &Loaded) -> PathBuf {
+    match settings(loaded).ok().and_then(|s| s.work_dir) {
+        Some(path) => loaded.resolve(&path),
         None => PathBuf::from(".gacc/slurm"),
     }
 }
 
 /// The Slurm engine of a manifest: its settings, its work folder, its commands checked.
-pub(crate) fn engine(loaded: &Loaded) -> Result<Arc<dyn Engine>, String> {
-    let spec = loaded.manifest.run.slurm.clone().unwrap_or_default();
-    let slurm = Slurm::new(spec, work_dir(loaded))?;
+fn engine(loaded: &Loaded) -> Result<Arc<dyn Engine>, String> {
+    let slurm = Slurm::new(settings(loaded)?, work_dir(loaded))?;
     Ok(Arc::new(SlurmEngine(Arc::new(slurm))))
 }
 

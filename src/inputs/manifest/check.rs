@@ -239,23 +239,6 @@ fn check_run(loaded: &Loaded, problem: &mut Report) {
     if run.concurrency == 0 {
         problem("run.concurrency", "must be at least 1".into());
     }
-    if let Some(slurm) = &run.slurm {
-        if slurm.array_limit == 0 {
-            problem("run.slurm.array_limit", "must be at least 1".into());
-        }
-        if slurm.calls_per_task == 0 {
-            problem("run.slurm.calls_per_task", "must be at least 1".into());
-        }
-        for (role, resources) in [
-            ("compressor", &slurm.compressor),
-            ("reader", &slurm.reader),
-            ("judge", &slurm.judge),
-        ] {
-            if resources.as_ref().and_then(|r| r.parallel) == Some(0) {
-                problem(&format!("run.slurm.{role}.parallel"), "must be at least 1".into());
-            }
-        }
-    }
 }
 
 /// Whether a value stands twice, in O(n log n): a manifest may list a million seeds.

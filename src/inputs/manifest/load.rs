@@ -75,6 +75,7 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
         path: path.to_path_buf(),
         folder,
         project,
+        sources: figment,
     };
     let mut problems = name_rule_judges(&mut loaded);
     problems.extend(check::check(&loaded));
@@ -250,8 +251,15 @@ fn toml_error(error: &toml::de::Error) -> String {
 }
 
 fn override_place(file: &str, error: &figment::Error) -> String {
-    let key = error.path.join(".");
-    let Some(metadata) = &error.metadata else {
+    let path: Vec<&str> = error.path.iter().map(String::as_str).collect();
+    place(file, &path, error.metadata.as_ref())
+}
+
+/// Where the value at `path` was given: the manifest's key, the `GACC_` variable or the
+/// `--set` override, as `metadata` (figment's record of the source) says.
+pub(super) fn place(file: &str, path: &[&str], metadata: Option<&figment::Metadata>) -> String {
+    let key = path.join(".");
+    let Some(metadata) = metadata else {
         return if key.is_empty() {
             file.to_owned()
         } else {
@@ -262,7 +270,7 @@ fn override_place(file: &str, error: &figment::Error) -> String {
         Some(figment::Source::File(_)) | None if metadata.name.contains("environment") => {
             format!(
                 "environment variable {ENV_PREFIX}{}",
-                error.path.join("__").to_uppercase()
+                path.join("__").to_uppercase()
             )
         }
         Some(figment::Source::Code(_)) => format!("--set {key}"),

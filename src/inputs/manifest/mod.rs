@@ -20,7 +20,7 @@ use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
 pub(crate) use load::load;
-pub(crate) use run::{ExecutorKind, RunSpec, SlurmResources, SlurmSpec};
+pub(crate) use run::{LOCAL_ENGINE, RunSpec};
 pub(crate) use sandbox::SandboxSpec;
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -255,6 +255,8 @@ pub(crate) struct Loaded {
     pub folder: PathBuf,
     /// The experiment's home: where its default cache and runs folder are (`project_of`).
     pub project: PathBuf,
+    /// The file, `GACC_` variables and `--set` overrides merged: where each value came from.
+    pub sources: figment::Figment,
 }
 
 impl Manifest {
@@ -320,6 +322,17 @@ impl Loaded {
     /// Resolves a path written in the manifest against the manifest's folder.
     pub(crate) fn resolve(&self, path: &Path) -> PathBuf {
         self.folder.join(path)
+    }
+
+    /// Where the value at a dotted key path was given, for a message: the manifest's key, the
+    /// `GACC_` variable or the `--set` override that set it last.
+    pub(crate) fn place_of(&self, key: &str) -> String {
+        let path: Vec<&str> = key.split('.').collect();
+        load::place(
+            &self.path.display().to_string(),
+            &path,
+            self.sources.find_metadata(key),
+        )
     }
 }
 
