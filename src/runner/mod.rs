@@ -232,16 +232,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             tasks.spawn(async move { (index, run_memory(&shared, index).await) });
             next += 1;
         }
-        // Rows folded a while ago reach their files even while no job finishes.
-        let due = rows.as_ref().and_then(RowSink::due);
-        let joined = tokio::select! {
-            joined = tasks.join_next() => joined,
-            () = sleep_until(due), if due.is_some() => {
-                rows.as_mut().map(RowSink::flush);
-                continue;
-            }
-        };
-        match joined {
+        match tasks.join_next().await {
             None => break,
             Some(Ok((index, memory))) => outcomes[index] = Some(memory),
             Some(Err(error)) => tracing::error!(%error, "a job task stopped unexpectedly"),
@@ -275,13 +266,6 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     trace_stages(&shared.setup.progress);
     settle(&mut outcome, distinct, &shared);
     outcome
-}
-
-/// Sleeps until `due` (which the caller has checked is set).
-async fn sleep_until(due: Option<std::time::Instant>) {
-    if let Some(due) = due {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
-    }
 }
 
 /// Each stage's total jobs, for the progress line.
@@ -429,8 +413,8 @@ struct Folding<'a> {
 
 impl Folding<'_> {
     /// Adds one memory's rows, failures and calls to the run's outcome.
-    fn fold(&mut self, id: &crate::protocol::MemoryId, memory: MemoryOutcome) {
-        if let (Some(rows), Some(lines)) = (self.rows.as_deref_mut(), &memory.lines) {
+    fn fold(&mut self, id: &crate::protocol::MemoryId, mut memory: MemoryOutcome) {
+        if let (Some(rows), Some(lines)) = (self.rows.as_deref_mut(), memory.lines.take()) {
             rows.memory(lines);
         }
         fold(self.outcome, self.distinct, id, memory, self.memories);

@@ -6,8 +6,8 @@
 //!
 //! The work is spread so that folding stays cheap (at paper scale, a cached re-run folds
 //! 385,000 rows in about two seconds): each memory's task serializes its own rows
-//! ([`RowLines::of`]), the fold appends their bytes, and a thread per file hashes and writes
-//! them.
+//! ([`RowLines::of`]), the fold hands those bytes on without copying them, and a thread per
+//! file gathers, hashes and writes them.
 
 use std::fs::File;
 use std::io::Write;
@@ -26,7 +26,7 @@ use crate::files::Hashing;
 /// How long a finished row may wait in memory before it is written.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-/// How much is handed to a file's thread at once.
+/// How much a file's thread gathers before it writes.
 const CHUNK: usize = 1 << 20;
 
 /// One memory's rows as their files hold them: its ledger line, its questions' lines.
@@ -84,9 +84,6 @@ fn line(out: &mut Vec<u8>, row: &impl Serialize, calls: &CallKeys) {
 pub(crate) struct RowSink {
     memories: Appender,
     results: Appender,
-    flushed: Instant,
-    /// Rows handed over since the last flush.
-    pending: bool,
 }
 
 /// What the sink wrote: the SHA-256 of `results.jsonl` and the rows of each file.
@@ -97,60 +94,80 @@ pub(crate) struct Written {
     pub results: usize,
 }
 
-/// One file of rows: bytes gather here and go to a thread that hashes and writes them (and
-/// stops at its first error, which `finish` gives back).
+/// One file of rows: each memory's bytes go, as its task serialized them (not copied), to a
+/// thread that gathers, hashes and writes them, at most [`FLUSH_EVERY`] after they arrive
+/// (and stops at its first error, which `finish` gives back).
 struct Appender {
     path: PathBuf,
-    buffer: Vec<u8>,
     rows: usize,
-    chunks: Option<mpsc::Sender<Vec<u8>>>,
+    pieces: Option<mpsc::Sender<Vec<u8>>>,
     writer: Option<JoinHandle<std::io::Result<String>>>,
+}
+
+/// How often the writer thread looks for bytes while some wait to be written: a handful of
+/// wake-ups a second, not one per memory.
+const GATHER_EVERY: Duration = Duration::from_millis(25);
+
+/// The writer thread: gathers what arrives in a buffer (written whenever it fills) and
+/// flushes it once the oldest bytes in it have waited [`FLUSH_EVERY`]; the file's SHA-256
+/// when the sender is dropped.
+fn write_pieces(file: File, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<String> {
+    let mut out = std::io::BufWriter::with_capacity(CHUNK, Hashing::new(file));
+    // Asleep until the first bytes arrive.
+    while let Ok(first) = pieces.recv() {
+        out.write_all(&first)?;
+        let due = Instant::now() + FLUSH_EVERY;
+        let open = loop {
+            let drained = loop {
+                match pieces.try_recv() {
+                    Ok(bytes) => out.write_all(&bytes)?,
+                    Err(mpsc::TryRecvError::Empty) => break true,
+                    Err(mpsc::TryRecvError::Disconnected) => break false,
+                }
+            };
+            let now = Instant::now();
+            if !drained || now >= due {
+                break drained;
+            }
+            std::thread::sleep(GATHER_EVERY.min(due - now));
+        };
+        out.flush()?;
+        if !open {
+            break;
+        }
+    }
+    Ok(out.into_inner().map_err(|e| e.into_error())?.digest())
 }
 
 impl Appender {
     fn create(path: PathBuf) -> Result<Appender, Error> {
         let file = File::create(&path).map_err(crate::error::io(&path))?;
-        let (chunks, received) = mpsc::channel::<Vec<u8>>();
+        let (pieces, received) = mpsc::channel::<Vec<u8>>();
         let writer = std::thread::Builder::new()
             .name("gacc-rows".into())
-            .spawn(move || {
-                let mut out = Hashing::new(file);
-                for chunk in received {
-                    out.write_all(&chunk)?;
-                }
-                Ok(out.digest())
-            })
+            .spawn(move || write_pieces(file, &received))
             .map_err(crate::error::io(&path))?;
         Ok(Appender {
             path,
-            buffer: Vec::with_capacity(CHUNK),
             rows: 0,
-            chunks: Some(chunks),
+            pieces: Some(pieces),
             writer: Some(writer),
         })
     }
 
-    fn append(&mut self, bytes: &[u8], rows: usize) {
-        self.buffer.extend_from_slice(bytes);
+    /// Hands `bytes` to the thread (a thread that stopped has its error kept).
+    fn append(&mut self, bytes: Vec<u8>, rows: usize) {
         self.rows += rows;
-        if self.buffer.len() >= CHUNK {
-            self.flush();
-        }
-    }
-
-    /// Hands what gathered to the thread (a thread that stopped has its error kept).
-    fn flush(&mut self) {
-        if !self.buffer.is_empty()
-            && let Some(chunks) = &self.chunks
+        if !bytes.is_empty()
+            && let Some(pieces) = &self.pieces
         {
-            let _ = chunks.send(std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK)));
+            let _ = pieces.send(bytes);
         }
     }
 
-    /// Writes what is left and waits for the thread: the SHA-256 of the whole file.
+    /// Waits for the thread to write what it was given: the SHA-256 of the whole file.
     fn close(&mut self) -> std::io::Result<String> {
-        self.flush();
-        self.chunks = None;
+        self.pieces = None;
         match self.writer.take().map(JoinHandle::join) {
             Some(Ok(written)) => written,
             Some(Err(_)) => Err(std::io::Error::other("the writer stopped unexpectedly")),
@@ -179,41 +196,19 @@ impl RowSink {
         Ok(RowSink {
             memories: Appender::create(folder.file(MEMORIES))?,
             results: Appender::create(folder.file(RESULTS))?,
-            flushed: Instant::now(),
-            pending: false,
         })
     }
 
-    /// One memory's rows, as its task wrote them.
-    pub(crate) fn memory(&mut self, lines: &RowLines) {
+    /// One memory's rows, as its task wrote them; on disk within [`FLUSH_EVERY`].
+    pub(crate) fn memory(&mut self, lines: RowLines) {
         let made = usize::from(!lines.memory.is_empty());
-        self.memories.append(&lines.memory, made);
-        self.results.append(&lines.results, lines.rows);
-        self.pending = true;
-        if self.flushed.elapsed() >= FLUSH_EVERY {
-            self.flush();
-        }
-    }
-
-    /// When rows wait to be written, the instant they are due.
-    pub(crate) fn due(&self) -> Option<Instant> {
-        self.pending.then(|| self.flushed + FLUSH_EVERY)
-    }
-
-    /// Hands what waits to the files' threads, ledger first (a result row never names a
-    /// memory its file lacks for long).
-    pub(crate) fn flush(&mut self) {
-        self.memories.flush();
-        self.results.flush();
-        self.flushed = Instant::now();
-        self.pending = false;
+        self.memories.append(lines.memory, made);
+        self.results.append(lines.results, lines.rows);
     }
 
     /// Writes what waits and closes both files.
     pub(crate) fn finish(self) -> Result<Written, Error> {
-        let RowSink {
-            memories, results, ..
-        } = self;
+        let RowSink { memories, results } = self;
         let (_, memories) = memories.finish()?;
         let (results_sha256, results) = results.finish()?;
         Ok(Written {
@@ -298,9 +293,9 @@ mod tests {
                 rows: 2,
             };
             whole.extend_from_slice(text.repeat(2).as_bytes());
-            sink.memory(&lines);
+            sink.memory(lines);
             if n % 1000 == 0 {
-                sink.flush();
+                std::thread::sleep(FLUSH_EVERY / 10);
             }
         }
         let written = sink.finish().unwrap();
