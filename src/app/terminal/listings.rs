@@ -188,6 +188,12 @@ pub(in crate::app) fn print_cache_stats(path: &Path, stats: &crate::store::cache
             stats.torn_lines
         ));
     }
+    if stats.damaged > 0 {
+        text.push_str(&format!(
+            "  {} damaged entries (their payload is not the one their checksum states; ignored)\n",
+            stats.damaged
+        ));
+    }
     emit(&text);
 }
 

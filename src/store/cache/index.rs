@@ -1,6 +1,7 @@
 //! A segment's sidecar index, `<segment>.idx`: every entry of its first `covered` bytes (its
-//! kind, key, checksum, and where its payload lies), each small payload inline, and a CRC-32
-//! of it all. Opening the cache then reads the segment again only past `covered`, not the
+//! kind, key, checksum, and where its payload lies), each small payload inline (checked against
+//! its checksum when the segment was scanned; a damaged one is left out), and a CRC-32 of it
+//! all. Opening the cache then reads the segment again only past `covered`, not the
 //! large payloads (the generations a re-run never reads): at paper scale 700 MB of segment
 //! for 150 MB of index. Made the first time a segment is opened whole; one that is damaged,
 //! or does not match its segment, is not used (the segment is scanned as before).
@@ -11,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use super::{Index, Kind, Location, RESIDENT_PAYLOAD, Slot, place};
 
-const INDEX_MAGIC: &[u8; 8] = b"GACCIDX1";
+/// Version 2: an inline payload is one checked against its checksum when the segment was
+/// scanned (version 1's, unchecked, are refused: the segment is scanned again, once).
+const INDEX_MAGIC: &[u8; 8] = b"GACCIDX2";
 /// A record's fixed part: kind, key, checksum, offset, length, inline.
 const RECORD: usize = 1 + 32 + 32 + 8 + 4 + 1;
 
@@ -122,10 +125,13 @@ pub(super) fn load_index(
             return None;
         }
     }
-    let mut last = None;
+    let (mut last, mut count) = (None, 0);
     for record in records(body, covered) {
         last = Some(record?);
+        count += 1;
     }
+    // Grown once, not doubled (and rehashed) on the way to a million entries.
+    index.reserve(count);
     if let Some(last) = last {
         let mut payload = vec![0u8; last.length];
         file.read_exact_at(&mut payload, last.offset).ok()?;

@@ -26,13 +26,14 @@ mod lease;
 use index::{load_index, push_record, write_index};
 pub(crate) use kind::Kind;
 
-/// The prefix of every cache key's canonical description; bump it to invalidate all keys.
 /// How often new entries are synced to disk.
 const SYNC_INTERVAL: Duration = Duration::from_millis(200);
 const SEGMENTS: &str = "segments";
 /// Payloads up to this size found when the cache is opened are kept in memory (answers,
 /// verdicts, counts: most entries by number, few bytes), so reading them needs no system
-/// call; they are checked against their SHA-256 on every read all the same.
+/// call. Each is checked against its SHA-256 once, when its segment is scanned (a sidecar
+/// index holds only payloads so checked, under its CRC); larger payloads, read from disk, are
+/// checked on every read.
 const RESIDENT_PAYLOAD: usize = 1024;
 /// At most this much of a cache's payloads is kept in memory; the rest is read from disk.
 const RESIDENT_TOTAL: usize = 256 << 20;
@@ -99,6 +100,8 @@ pub(crate) struct Stats {
     pub entries: std::collections::BTreeMap<String, usize>,
     /// Lines that failed to parse (torn by a crash); they are ignored.
     pub torn_lines: usize,
+    /// Small entries whose payload is not the one their checksum states; ignored (a miss).
+    pub damaged: usize,
 }
 
 fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
@@ -193,10 +196,10 @@ impl Cache {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
         let read;
         let payload: &[u8] = if location.segment == RESIDENT {
+            // Checked when it was placed (`place`).
             let start = usize::try_from(location.offset).ok()?;
-            self.inner
-                .resident
-                .get(start..start.checked_add(location.length)?)?
+            let payload = (self.inner.resident).get(start..start.checked_add(location.length)?)?;
+            return parse_response(payload);
         } else {
             let mut bytes = vec![0u8; location.length];
             let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
@@ -207,19 +210,10 @@ impl Cache {
             read = bytes;
             &read
         };
-        let digest: [u8; 32] =
-            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(payload)).into();
-        if digest != checksum {
+        if !intact(payload, &checksum) {
             return None;
         }
-        // Only the response is needed; the description is skipped, not built.
-        #[derive(serde::Deserialize)]
-        struct Entry {
-            response: Value,
-        }
-        serde_json::from_slice::<Entry>(payload)
-            .ok()
-            .map(|entry| entry.response)
+        parse_response(payload)
     }
 
     pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
@@ -398,11 +392,17 @@ fn scan(mut file: &File, segment: usize, start: u64, sinks: Sinks) -> std::io::R
                 Some((entry_slot, checksum, header)) => {
                     let payload = &line[header..];
                     let at = offset + header as u64;
-                    if let Some(records) = records.as_deref_mut() {
-                        push_record(records, entry_slot, &checksum, at, payload);
+                    // A small payload is checked now, once (it may be kept in memory, or in
+                    // the sidecar index, and is not checked again); a damaged one is a miss.
+                    if payload.len() <= RESIDENT_PAYLOAD && !intact(payload, &checksum) {
+                        stats.damaged += 1;
+                    } else {
+                        if let Some(records) = records.as_deref_mut() {
+                            push_record(records, entry_slot, &checksum, at, payload);
+                        }
+                        let location = place(segment, at, payload, resident.as_deref_mut());
+                        index.insert(entry_slot, (location, checksum));
                     }
-                    let location = place(segment, at, payload, resident.as_deref_mut());
-                    index.insert(entry_slot, (location, checksum));
                 }
                 None => stats.torn_lines += 1,
             }
@@ -423,7 +423,25 @@ struct Sinks<'a> {
     records: Option<&'a mut Vec<u8>>,
 }
 
-/// Where a payload found at `offset` of a segment is kept: in memory when it is small and
+/// True when `payload` has the SHA-256 its entry states.
+fn intact(payload: &[u8], checksum: &[u8; 32]) -> bool {
+    let digest: [u8; 32] =
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(payload)).into();
+    digest == *checksum
+}
+
+/// An entry's response; only it is needed: the description is skipped, not built.
+fn parse_response(payload: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        response: Value,
+    }
+    serde_json::from_slice::<Entry>(payload)
+        .ok()
+        .map(|entry| entry.response)
+}
+
+/// Where a payload found at `offset` of a segment is kept (a small one checked already): in memory when it is small and
 /// `resident` has room, else where it lies.
 fn place(segment: usize, offset: u64, payload: &[u8], resident: Option<&mut Vec<u8>>) -> Location {
     if let Some(resident) = resident
@@ -671,6 +689,7 @@ mod tests {
         let cache = Cache::open(dir.path()).unwrap();
         assert_eq!(cache.get(Kind::Reader, &k1), None, "checksum mismatch");
         assert_eq!(cache.get(Kind::Reader, &k2), None, "torn line");
-        assert_eq!(Cache::stats(dir.path()).unwrap().torn_lines, 1);
+        let stats = Cache::stats(dir.path()).unwrap();
+        assert_eq!((stats.torn_lines, stats.damaged), (1, 1));
     }
 }
