@@ -113,27 +113,28 @@ const GATHER_EVERY: Duration = Duration::from_millis(25);
 /// when the sender is dropped.
 fn write_pieces(file: File, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<String> {
     let mut out = std::io::BufWriter::with_capacity(CHUNK, Hashing::new(file));
-    // Asleep until the first bytes arrive.
-    while let Ok(first) = pieces.recv() {
-        out.write_all(&first)?;
-        let due = Instant::now() + FLUSH_EVERY;
-        let open = loop {
-            let drained = loop {
-                match pieces.try_recv() {
-                    Ok(bytes) => out.write_all(&bytes)?,
-                    Err(mpsc::TryRecvError::Empty) => break true,
-                    Err(mpsc::TryRecvError::Disconnected) => break false,
-                }
-            };
-            let now = Instant::now();
-            if !drained || now >= due {
-                break drained;
-            }
-            std::thread::sleep(GATHER_EVERY.min(due - now));
+    // When the oldest bytes not yet flushed are due; none wait while it is unset, and the
+    // thread sleeps until the next bytes arrive.
+    let mut due: Option<Instant> = None;
+    loop {
+        let piece = match due {
+            None => pieces.recv().map_err(|_| mpsc::TryRecvError::Disconnected),
+            Some(_) => pieces.try_recv(),
         };
-        out.flush()?;
-        if !open {
-            break;
+        match (piece, due) {
+            (Ok(bytes), _) => {
+                out.write_all(&bytes)?;
+                due.get_or_insert_with(|| Instant::now() + FLUSH_EVERY);
+            }
+            (Err(mpsc::TryRecvError::Disconnected), _) => break,
+            (Err(mpsc::TryRecvError::Empty), Some(at)) => match at.checked_duration_since(Instant::now()) {
+                Some(wait) if !wait.is_zero() => std::thread::sleep(GATHER_EVERY.min(wait)),
+                _ => {
+                    out.flush()?;
+                    due = None;
+                }
+            },
+            (Err(mpsc::TryRecvError::Empty), None) => {}
         }
     }
     Ok(out.into_inner().map_err(|e| e.into_error())?.digest())

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{Index, Kind, Location, RESIDENT_PAYLOAD, Slot, place};
+use super::{Index, Kind, Location, RESIDENT_PAYLOAD, Slot, intact, place};
 
 /// Version 2: an inline payload is one checked against its checksum when the segment was
 /// scanned (version 1's, unchecked, are refused: the segment is scanned again, once).
@@ -135,9 +135,7 @@ pub(super) fn load_index(
     if let Some(last) = last {
         let mut payload = vec![0u8; last.length];
         file.read_exact_at(&mut payload, last.offset).ok()?;
-        let digest: [u8; 32] =
-            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&payload)).into();
-        if digest != last.checksum {
+        if !intact(&payload, &last.checksum) {
             return None;
         }
     }

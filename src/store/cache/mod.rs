@@ -194,26 +194,19 @@ impl Cache {
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub(crate) fn get(&self, kind: Kind, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
-        let read;
-        let payload: &[u8] = if location.segment == RESIDENT {
-            // Checked when it was placed (`place`).
+        if location.segment == RESIDENT {
+            // Checked once, when its segment was scanned (`scan`).
             let start = usize::try_from(location.offset).ok()?;
-            let payload = (self.inner.resident).get(start..start.checked_add(location.length)?)?;
-            return parse_response(payload);
-        } else {
-            let mut bytes = vec![0u8; location.length];
-            let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
-            segments
-                .get(location.segment)?
-                .read_exact_at(&mut bytes, location.offset)
-                .ok()?;
-            read = bytes;
-            &read
-        };
-        if !intact(payload, &checksum) {
-            return None;
+            return parse_response((self.inner.resident).get(start..start.checked_add(location.length)?)?);
         }
-        parse_response(payload)
+        let mut payload = vec![0u8; location.length];
+        let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
+        segments
+            .get(location.segment)?
+            .read_exact_at(&mut payload, location.offset)
+            .ok()?;
+        drop(segments);
+        intact(&payload, &checksum).then(|| parse_response(&payload))?
     }
 
     pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
@@ -424,7 +417,7 @@ struct Sinks<'a> {
 }
 
 /// True when `payload` has the SHA-256 its entry states.
-fn intact(payload: &[u8], checksum: &[u8; 32]) -> bool {
+pub(super) fn intact(payload: &[u8], checksum: &[u8; 32]) -> bool {
     let digest: [u8; 32] =
         sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(payload)).into();
     digest == *checksum
@@ -441,8 +434,8 @@ fn parse_response(payload: &[u8]) -> Option<Value> {
         .map(|entry| entry.response)
 }
 
-/// Where a payload found at `offset` of a segment is kept (a small one checked already): in memory when it is small and
-/// `resident` has room, else where it lies.
+/// Where a payload found at `offset` of a segment is kept (a small one checked already): in
+/// memory when it is small and `resident` has room, else where it lies.
 fn place(segment: usize, offset: u64, payload: &[u8], resident: Option<&mut Vec<u8>>) -> Location {
     if let Some(resident) = resident
         && payload.len() <= RESIDENT_PAYLOAD
