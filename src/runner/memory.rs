@@ -33,6 +33,12 @@ pub(super) async fn run_memory(shared: &Arc<RunState>, index: usize) -> MemoryOu
     if shared.writes_rows {
         outcome.lines = Some(RowLines::of(outcome.ledger.as_ref(), &outcome.results));
     }
+    // The keys are written now (or not at all): freed here, on the job's own task, not by the
+    // fold, which runs one memory at a time.
+    let ledger = outcome.ledger.iter_mut().map(|(_, keys)| keys);
+    for keys in ledger.chain(outcome.results.iter_mut().map(|(_, keys)| keys)) {
+        drop(std::mem::take(keys));
+    }
     outcome
 }
 
@@ -258,12 +264,14 @@ fn memory_calls(shared: &RunState, job: &MemoryJob, memory_key: String, measured
         (Kind::Memory, memory_key),
         (Kind::Text, measured.memory_sha256.clone()),
     ];
-    let mut calls: CallKeys = (entries.into_iter())
-        .filter(|(kind, key)| cache.contains(*kind, key))
-        .map(|(kind, key)| (kind.as_str().to_owned(), key))
-        .collect();
+    let mut calls = CallKeys::new();
+    for (kind, key) in entries {
+        if cache.contains(kind, &key) {
+            calls.insert(kind.as_str(), key);
+        }
+    }
     let count = count_key(&shared.count_identity, &measured.memory_sha256);
-    calls.insert(Kind::Count.as_str().to_owned(), count);
+    calls.insert(Kind::Count.as_str(), count);
     calls
 }
 

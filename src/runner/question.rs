@@ -84,7 +84,7 @@ impl QuestionOutcome {
         match made {
             Ok((response, _)) => {
                 let role = step.stage.role();
-                self.keys.insert(role.as_str().to_owned(), step.cache_key.clone());
+                self.keys.insert(role.as_str(), step.cache_key.clone());
                 self.calls.push((role, step.cache_key, Usage::of(&response)));
                 Some(response)
             }

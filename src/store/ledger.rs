@@ -1,6 +1,7 @@
 //! The rows a run writes: one per memory (`memories.jsonl`) and one per question
 //! (`results.jsonl`), in plan order (SPEC §5).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +13,44 @@ use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, Truncation
 /// `text` and the recount's proven `count` of it; a question's `reader` and `judge` calls and
 /// each audit judge's (`judges.<name>`). A row names only entries its run found or wrote: a
 /// pack of the run carries exactly these.
-pub(crate) type CallKeys = BTreeMap<String, String>;
+///
+/// Held as a short list in name order (a row names two to five entries): the order a map
+/// would write them in, without a map's allocations for every row of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CallKeys(Vec<(Cow<'static, str>, String)>);
+
+impl CallKeys {
+    pub(crate) fn new() -> CallKeys {
+        CallKeys(Vec::new())
+    }
+
+    /// Names `key` as the entry `name` rests on (replacing an earlier one of that name).
+    pub(crate) fn insert(&mut self, name: impl Into<Cow<'static, str>>, key: String) {
+        let name = name.into();
+        match self
+            .0
+            .binary_search_by(|(have, _)| have.as_ref().cmp(name.as_ref()))
+        {
+            Ok(at) => self.0[at].1 = key,
+            Err(at) => self.0.insert(at, (name, key)),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each name and key, in name order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(name, key)| (name.as_ref(), key.as_str()))
+    }
+}
+
+impl Serialize for CallKeys {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
 
 /// A row as `memories.jsonl` and `results.jsonl` hold it: its fields, then `calls`, the cache
 /// entries it rests on. The keys are written, not kept: a run holds every row until its
@@ -24,7 +62,7 @@ pub(crate) type CallKeys = BTreeMap<String, String>;
 pub(crate) struct WithCalls<'a, T> {
     #[serde(flatten)]
     pub row: &'a T,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "CallKeys::is_empty")]
     pub calls: &'a CallKeys,
 }
 

@@ -71,13 +71,44 @@ fn line(out: &mut Vec<u8>, row: &impl Serialize, calls: &CallKeys) {
             out.push(b',');
         }
         out.extend_from_slice(b"\"calls\":");
-        if serde_json::to_writer(&mut *out, calls).is_err() {
+        if keys(out, calls).is_err() {
             out.truncate(start);
             return;
         }
         out.push(b'}');
     }
     out.push(b'\n');
+}
+
+/// Appends `calls` as a JSON object. Keys are hex digests, written as they are (nothing in
+/// them needs escaping); a name, or a key that is not hex, goes through serde's escaping.
+fn keys(out: &mut Vec<u8>, calls: &CallKeys) -> serde_json::Result<()> {
+    out.push(b'{');
+    for (at, (name, key)) in calls.iter().enumerate() {
+        if at > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, name)?;
+        out.push(b':');
+        if hex(key.as_bytes()) {
+            out.push(b'"');
+            out.extend_from_slice(key.as_bytes());
+            out.push(b'"');
+        } else {
+            serde_json::to_writer(&mut *out, key)?;
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// True when `text` is lowercase or uppercase hex digits only. Every byte is looked at (no
+/// early exit), which lets the compiler check many at once: a run writes hundreds of
+/// thousands of keys.
+fn hex(text: &[u8]) -> bool {
+    text.iter().fold(true, |plain, b| {
+        plain & (b.is_ascii_digit() | matches!(b | 0x20, b'a'..=b'f'))
+    })
 }
 
 /// Where rows go as they fold.
@@ -224,6 +255,15 @@ impl RowSink {
 mod tests {
     use super::*;
 
+    #[test]
+    fn hex_is_asciis_hex_digit_for_every_byte() {
+        for byte in 0..=u8::MAX {
+            assert_eq!(hex(&[byte]), byte.is_ascii_hexdigit(), "byte {byte}");
+            assert_eq!(hex(&[b'a', byte, b'0']), byte.is_ascii_hexdigit(), "byte {byte}");
+        }
+        assert!(hex(b""));
+    }
+
     /// A row's line is what serializing it with its calls flattened in writes, byte for byte:
     /// with calls and without, a row with a flattened part of its own, a real result row.
     #[test]
@@ -249,8 +289,17 @@ mod tests {
         .unwrap();
         let mut calls = CallKeys::new();
         let empty = CallKeys::new();
-        calls.insert("reader".into(), "ab".repeat(32));
-        calls.insert("judges.strict".into(), "cd".repeat(32));
+        calls.insert("reader", "ab".repeat(32));
+        calls.insert("judges.strict".to_owned(), "cd".repeat(32));
+        // Names and keys that need escaping go through serde's; a name given twice, once.
+        let mut odd = calls.clone();
+        odd.insert("judges.\"q\"\n".to_owned(), "not hex \"\u{7}".to_owned());
+        odd.insert("reader", "ef".repeat(32));
+        assert_eq!(odd.iter().count(), 3);
+        assert_eq!(
+            odd.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            ["judges.\"q\"\n", "judges.strict", "reader"]
+        );
         let row = Row {
             first: None,
             part: Part {
@@ -270,7 +319,7 @@ mod tests {
                 String::from_utf8(expected).unwrap(),
             )
         }
-        for keys in [&calls, &empty] {
+        for keys in [&calls, &odd, &empty] {
             let (written, expected) = both(&row, keys);
             assert_eq!(written, expected);
             let (written, expected) = both(&result, keys);
