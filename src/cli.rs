@@ -113,6 +113,30 @@ pub(crate) enum Command {
     },
     /// Measure gacc on a paper-scale synthetic experiment with trivial callbacks.
     Bench(BenchArgs),
+    /// One file to share a run: its folder, the cache entries its rows rest on, and the
+    /// SHA-256 of every member (a .tar.gz).
+    Pack {
+        /// A run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
+        run_dir: PathBuf,
+        /// Where the pack goes (default: <run>.gacc.tar.gz here).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The cache the run used.
+        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
+        cache: PathBuf,
+        /// Leave the dataset out; the pack keeps its SHA-256.
+        #[arg(long)]
+        no_dataset: bool,
+    },
+    /// Check a pack member by member against its SHA-256 list and extract it.
+    Unpack {
+        #[arg(value_hint = clap::ValueHint::FilePath)]
+        pack: PathBuf,
+        /// Where it goes (created; default: the pack's name without .gacc.tar.gz).
+        #[arg(value_hint = clap::ValueHint::DirPath)]
+        dir: Option<PathBuf>,
+    },
     /// Past runs under --runs (default runs/): list them, or show one.
     Runs {
         #[command(subcommand)]
@@ -307,6 +331,10 @@ pub(crate) struct RunArgs {
     /// Print the final summary as one JSON object on stdout (progress stays on stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Read a pack's cache entries (`gacc pack`) beneath the run's cache: what it holds is
+    /// not called again.
+    #[arg(long, value_name = "PACK", value_hint = clap::ValueHint::FilePath)]
+    pub(crate) from: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -325,6 +353,7 @@ impl RunArgs {
             fail_fast: self.fail_fast,
             require_sandbox: self.require_sandbox,
             json: self.json,
+            from: self.from,
         }
     }
 }

@@ -43,7 +43,8 @@ fn main() -> ExitCode {
 }
 
 /// One arm per subcommand, each passing its options to `app` (`cli` turns them into what
-/// `app` takes).
+/// `app` takes). (One function: the match is the list of commands; split, it would only
+/// be two lists.)
 fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<Ended, Error> {
     match command {
         Command::Run(args) => app::run(&args.options(quiet)),
@@ -106,6 +107,13 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             memories,
             output.as_deref(),
         ),
+        Command::Pack {
+            run_dir,
+            output,
+            cache,
+            no_dataset,
+        } => app::pack(runs, &run_dir, output.as_deref(), &cache, !no_dataset),
+        Command::Unpack { pack, dir } => app::unpack(&pack, dir.as_deref()),
         Command::Init { dir } => app::init(&dir),
         Command::Schema { which } => app::schema(which.into()),
         Command::Completions { shell } => {

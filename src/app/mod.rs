@@ -13,6 +13,7 @@ mod report;
 mod run;
 mod status;
 mod terminal;
+mod travel;
 
 use std::path::Path;
 
@@ -22,6 +23,7 @@ use crate::review::trace::Filter;
 use crate::store::run_folder::resolve;
 pub use run::RunOptions;
 pub use terminal::init_tracing;
+pub use travel::{pack, unpack};
 
 /// How a command that did its work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -71,7 +71,11 @@ fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Er
             });
         }
     }
-    let dataset = match dataset::load(&loaded) {
+    let read = match run_folders_copy(&loaded) {
+        Some(copy) => dataset::load_path(&copy),
+        None => dataset::load(&loaded),
+    };
+    let dataset = match read {
         Ok(dataset) => Some(dataset),
         Err(found) => {
             problems.extend(found);
@@ -198,6 +202,19 @@ pub(super) fn engine(loaded: &Loaded) -> Result<Arc<dyn Engine>, Error> {
         let place = format!("{}: key `run.executor`", loaded.path.display());
         Invalid::one(place, message).into()
     })
+}
+
+/// A run folder's `manifest.toml` names the dataset where it was when the run was made; run
+/// again from the folder (an unpacked pack, SPEC §12), it reads the folder's own copy,
+/// `dataset.jsonl` (the sources as run, nested JSON Lines), when the named path is not there.
+/// The manifest is left as it was, so its SHA-256 in the report is the run's.
+fn run_folders_copy(loaded: &Loaded) -> Option<PathBuf> {
+    use crate::store::run_folder::{DATASET, MANIFEST, RUN};
+    let path = loaded.manifest.dataset.path.as_ref()?;
+    let folder = loaded.path.parent()?;
+    let copy = folder.join(DATASET);
+    let in_run_folder = loaded.path.file_name()? == MANIFEST && folder.join(RUN).is_file() && copy.is_file();
+    (in_run_folder && !loaded.resolve(path).exists()).then_some(copy)
 }
 
 pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {

@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub require_sandbox: bool,
     /// Print the final summary as JSON on stdout.
     pub json: bool,
+    /// A pack (`gacc pack`) whose cache entries are read as a layer beneath the run's cache.
+    pub from: Option<PathBuf>,
 }
 
 /// What a finished run left behind.
@@ -222,7 +224,17 @@ fn unmatched_labels(prepared: &Prepared, outcome: &runner::Outcome) -> Vec<crate
 }
 
 /// The cache the early reader opened when it is the run's, else the run's opened now.
-fn take_cache(opening: super::prepare::EarlyCache, root: &Path, prepared: &Prepared) -> Result<Cache, Error> {
+/// With `--from`, the run's cache over the pack's entries (unpacked once under the cache).
+fn take_cache(
+    opening: super::prepare::EarlyCache,
+    root: &Path,
+    prepared: &Prepared,
+    from: Option<&Path>,
+) -> Result<Cache, Error> {
+    if let Some(pack) = from {
+        let layer = crate::store::pack::layer_for(pack, root)?;
+        return Cache::layered(root, &[layer]).map_err(super::prepare::cache_error(&prepared.loaded, root));
+    }
     match opening {
         Some((early, reading)) if early == root => reading
             .join()
@@ -274,7 +286,7 @@ fn open(
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
-    let cache = take_cache(opening, &root, prepared)?;
+    let cache = take_cache(opening, &root, prepared, options.from.as_deref())?;
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
     // Batch endpoints record their batches beside the cache, and take up those left open.
     for endpoint in models.endpoints.values() {

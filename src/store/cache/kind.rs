@@ -6,7 +6,7 @@ use crate::protocol::Role;
 /// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
 /// recount's proven token counts. Written into each entry by name, and into an index by place.
 /// Its number is its place in `ALL`, which a segment's index file records: new kinds go last.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub(crate) enum Kind {
     Compressor,
@@ -41,7 +41,7 @@ impl Kind {
         }
     }
 
-    pub(super) fn named(name: &str) -> Option<Kind> {
+    pub(crate) fn named(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 

@@ -17,14 +17,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::parallel::Locked;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 mod index;
 mod kind;
 mod lease;
+mod stats;
 use index::{load_index, push_record, write_index};
 pub(crate) use kind::Kind;
+pub(crate) use stats::Stats;
 
 /// How often new entries are synced to disk.
 const SYNC_INTERVAL: Duration = Duration::from_millis(200);
@@ -92,18 +93,6 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// What `gacc cache stats` reports.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct Stats {
-    pub segments: usize,
-    pub bytes: u64,
-    pub entries: std::collections::BTreeMap<String, usize>,
-    /// Lines that failed to parse (torn by a crash); they are ignored.
-    pub torn_lines: usize,
-    /// Small entries whose payload is not the one their checksum states; ignored (a miss).
-    pub damaged: usize,
-}
-
 fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
     crate::hash::from_hex(text)
 }
@@ -116,14 +105,23 @@ impl Cache {
 
     /// Opens (creating) the cache at `root` and indexes every segment in it.
     pub(crate) fn open(root: &Path) -> std::io::Result<Cache> {
+        Cache::layered(root, &[])
+    }
+
+    /// Opens the cache at `root` with read-only `layers` beneath it (SPEC §12: an unpacked
+    /// pack's `cache/`): their entries are found as the root's are; new entries go to `root`.
+    pub(crate) fn layered(root: &Path, layers: &[PathBuf]) -> std::io::Result<Cache> {
         let folder = root.join(SEGMENTS);
         std::fs::create_dir_all(&folder)?;
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&folder)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "log"))
-            .collect();
-        names.sort();
+        let mut names = Vec::new();
+        for layer in layers {
+            let mut found = segment_files(&layer.join(SEGMENTS))?;
+            found.sort();
+            names.extend(found);
+        }
+        let mut own = segment_files(&folder)?;
+        own.sort();
+        names.extend(own);
         let mut segments = Vec::new();
         let mut index = Index::default();
         // Reserved at most once for all of it (pages never written are never made).
@@ -194,10 +192,32 @@ impl Cache {
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub(crate) fn get(&self, kind: Kind, key: &str) -> Option<Value> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
+        let payload = self.payload(location)?;
+        // A payload held in memory was checked once, when its segment was scanned (`scan`).
+        let checked = location.segment == RESIDENT || intact(&payload, &checksum);
+        checked.then(|| parse_response(&payload))?
+    }
+
+    /// The entry for `key` of `kind` as a segment holds it, newline included, if it is intact:
+    /// what a pack carries (SPEC §12).
+    pub(crate) fn line(&self, kind: Kind, key: &str) -> Option<Vec<u8>> {
+        let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
+        let payload = self.payload(location)?;
+        if !intact(&payload, &checksum) {
+            return None;
+        }
+        let mut line = format!("{key} {} {} ", kind.as_str(), crate::hash::hex(&checksum)).into_bytes();
+        line.extend_from_slice(&payload);
+        line.push(b'\n');
+        Some(line)
+    }
+
+    /// The payload at `location`: borrowed when it is held in memory, else read from its segment.
+    fn payload(&self, location: Location) -> Option<std::borrow::Cow<'_, [u8]>> {
         if location.segment == RESIDENT {
-            // Checked once, when its segment was scanned (`scan`).
             let start = usize::try_from(location.offset).ok()?;
-            return parse_response((self.inner.resident).get(start..start.checked_add(location.length)?)?);
+            let held = (self.inner.resident).get(start..start.checked_add(location.length)?)?;
+            return Some(std::borrow::Cow::Borrowed(held));
         }
         let mut payload = vec![0u8; location.length];
         let segments = self.inner.segments.read().unwrap_or_else(|e| e.into_inner());
@@ -205,8 +225,7 @@ impl Cache {
             .get(location.segment)?
             .read_exact_at(&mut payload, location.offset)
             .ok()?;
-        drop(segments);
-        intact(&payload, &checksum).then(|| parse_response(&payload))?
+        Some(std::borrow::Cow::Owned(payload))
     }
 
     pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
@@ -296,38 +315,6 @@ impl Cache {
             segment: segments.len() - 1,
         })
     }
-
-    /// Entries per kind, segments and bytes of the cache at `root`.
-    pub(crate) fn stats(root: &Path) -> std::io::Result<Stats> {
-        let mut stats = Stats::default();
-        let folder = root.join(SEGMENTS);
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            return Ok(stats);
-        };
-        let mut index = Index::default();
-        for entry in entries.filter_map(Result::ok) {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                stats.segments += 1;
-                stats.bytes += entry.metadata()?.len();
-                let segment = stats.segments;
-                let sinks = Sinks {
-                    index: &mut index,
-                    stats: &mut stats,
-                    resident: None,
-                    records: None,
-                };
-                scan(&File::open(&path)?, segment, 0, sinks)?;
-            }
-        }
-        for (kind, _) in index.keys() {
-            let name = Kind::ALL
-                .get(*kind as usize)
-                .map_or("unknown", |kind| kind.as_str());
-            *stats.entries.entry(name.to_owned()).or_default() += 1;
-        }
-        Ok(stats)
-    }
 }
 
 impl Inner {
@@ -405,6 +392,15 @@ fn scan(mut file: &File, segment: usize, start: u64, sinks: Sinks) -> std::io::R
         filled -= start;
         base += start as u64;
     }
+}
+
+/// The segment files (`*.log`) of a cache's `segments/` folder, in no order.
+fn segment_files(folder: &Path) -> std::io::Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(folder)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect())
 }
 
 /// Where a scan puts what it finds.

@@ -1,0 +1,313 @@
+//! A run that travels (SPEC §12): one `.tar.gz` holding a run folder, every cache entry its
+//! rows rest on, and the SHA-256 of every member.
+//!
+//! Members, in order: `run/<file>` for each file of the run folder (with `--no-dataset`,
+//! `run/dataset.jsonl` is left out and `run/dataset.sha256` holds its SHA-256);
+//! `cache/segments/pack.log`, the entries in a cache segment's own line format (so an unpacked
+//! pack's `cache/` is a cache); and last `SHA256SUMS`, one `<hex>  <member>` line per member
+//! (what `sha256sum -c` reads). Nothing gacc writes holds a secret, so neither does a pack.
+//!
+//! Reading one is hostile input: a member that is not a regular file, a name that leaves the
+//! folder, a member not in `SHA256SUMS` or not matching it, is an error naming it, and nothing
+//! of a pack that fails is left behind.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use sha2::{Digest, Sha256};
+
+use super::cache::{Cache, Kind};
+use super::run_folder::RunFolder;
+use crate::error::{Error, io};
+
+/// The list of members' SHA-256, the pack's last member.
+pub(crate) const SUMS: &str = "SHA256SUMS";
+/// The cache entries the rows rest on, as one cache segment.
+pub(crate) const ENTRIES: &str = "cache/segments/pack.log";
+/// Where the run folder's files go.
+pub(crate) const RUN: &str = "run";
+/// The run folder's copy of its dataset, which `--no-dataset` leaves out.
+const DATASET: &str = "dataset.jsonl";
+/// A member of a pack is at most this large when read back (a hostile pack cannot fill a disk
+/// through one member); a run's largest files are far below it.
+const MEMBER_LIMIT: u64 = 64 << 30;
+
+/// What `pack` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Packed {
+    pub members: usize,
+    pub entries: usize,
+    /// Keys named by rows that the cache no longer holds (the pack cannot replay them).
+    pub missing: Vec<(String, String)>,
+    pub bytes: u64,
+}
+
+/// Every `(kind name, key)` the rows of `run` name in their `calls` (an audit judge's,
+/// `judges.<name>`, is a judge entry).
+pub(crate) fn rested_on(run: &RunFolder) -> Result<BTreeSet<(Kind, String)>, Error> {
+    #[derive(serde::Deserialize)]
+    struct Calls {
+        #[serde(default)]
+        calls: BTreeMap<String, String>,
+    }
+    let mut keys = BTreeSet::new();
+    for file in ["memories.jsonl", "results.jsonl"] {
+        let path = run.file(file);
+        for (at, line) in run.open_lines(file)?.lines().enumerate() {
+            let line = line.map_err(io(&path))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row: Calls = serde_json::from_str(&line).map_err(|error| Error::Io {
+                path: path.clone(),
+                message: format!("line {}: not a row: {error}", at + 1),
+            })?;
+            for (name, key) in row.calls {
+                let kind = if name.starts_with("judges.") {
+                    Some(Kind::Judge)
+                } else {
+                    Kind::named(&name)
+                };
+                let Some(kind) = kind else {
+                    return Err(Error::Io {
+                        path: path.clone(),
+                        message: format!(
+                            "line {}: `calls` names `{name}`, which is no kind of cache entry",
+                            at + 1
+                        ),
+                    });
+                };
+                keys.insert((kind, key));
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// The entries of `keys` as one cache segment, how many, and those `cache` does not hold.
+fn segment_of(keys: &BTreeSet<(Kind, String)>, cache: &Cache) -> (Vec<u8>, usize, Vec<(String, String)>) {
+    let mut segment = Vec::new();
+    let mut missing = Vec::new();
+    let mut entries = 0;
+    for (kind, key) in keys {
+        match cache.line(*kind, key) {
+            Some(line) => {
+                segment.extend_from_slice(&line);
+                entries += 1;
+            }
+            None => missing.push((kind.as_str().to_owned(), key.clone())),
+        }
+    }
+    (segment, entries, missing)
+}
+
+/// Writes the pack of `run` to `out`: its files, the entries of `cache` its rows rest on, and
+/// the list of SHA-256. Written beside `out` and renamed, so `out` is whole or absent.
+pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) -> Result<Packed, Error> {
+    let (segment, entries, missing) = segment_of(&rested_on(run)?, cache);
+
+    let partial = out.with_extension("partial");
+    let file = std::fs::File::create(&partial).map_err(io(&partial))?;
+    let mut builder = tar::Builder::new(GzEncoder::new(
+        std::io::BufWriter::new(file),
+        Compression::default(),
+    ));
+    let mut sums = String::new();
+    let mut add = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        builder.append_data(&mut header, name, bytes)?;
+        sums.push_str(&format!("{}  {name}\n", crate::hash::sha256(bytes)));
+        Ok(())
+    };
+    let mut members = 0;
+    let mut names: Vec<PathBuf> = std::fs::read_dir(run.path())
+        .map_err(io(run.path()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file())
+        .collect();
+    names.sort();
+    for path in names {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        if name == DATASET && !dataset {
+            let sum = format!("{}  {DATASET}\n", crate::hash::sha256(&bytes));
+            add(&format!("{RUN}/dataset.sha256"), sum.as_bytes()).map_err(io(&partial))?;
+        } else {
+            add(&format!("{RUN}/{name}"), &bytes).map_err(io(&partial))?;
+        }
+        members += 1;
+    }
+    add(ENTRIES, &segment).map_err(io(&partial))?;
+    members += 1;
+    let mut header = tar::Header::new_gnu();
+    header.set_size(sums.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, SUMS, sums.as_bytes())
+        .map_err(io(&partial))?;
+    let finish =
+        |builder: tar::Builder<GzEncoder<std::io::BufWriter<std::fs::File>>>| -> std::io::Result<()> {
+            let mut buffered = builder.into_inner()?.finish()?;
+            buffered.flush()?;
+            buffered
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?
+                .sync_all()
+        };
+    finish(builder).map_err(io(&partial))?;
+    std::fs::rename(&partial, out).map_err(io(out))?;
+    let bytes = std::fs::metadata(out).map_err(io(out))?.len();
+    Ok(Packed {
+        members,
+        entries,
+        missing,
+        bytes,
+    })
+}
+
+/// Extracts the pack at `file` into `into` (created; it must not hold a pack already), checking
+/// every member against `SHA256SUMS`. Members go to a folder beside `into` first and are moved
+/// in place only when all of them checked, so a bad pack leaves nothing.
+pub(crate) fn unpack(file: &Path, into: &Path) -> Result<usize, Error> {
+    let bad = |message: String| Error::Io {
+        path: file.to_path_buf(),
+        message,
+    };
+    let opened = std::fs::File::open(file).map_err(io(file))?;
+    let mut archive = tar::Archive::new(GzDecoder::new(std::io::BufReader::new(opened)));
+    let staging = staging_folder(into);
+    std::fs::create_dir_all(&staging).map_err(io(&staging))?;
+    let result = (|| {
+        let mut found: BTreeMap<String, String> = BTreeMap::new();
+        let mut sums: Option<String> = None;
+        for entry in archive
+            .entries()
+            .map_err(|e| bad(format!("not a gacc pack: {e}")))?
+        {
+            let mut entry = entry.map_err(|e| bad(format!("a damaged member: {e}")))?;
+            let name = entry
+                .path()
+                .map_err(|e| bad(format!("a member's name: {e}")))?
+                .to_string_lossy()
+                .into_owned();
+            if entry.header().entry_type() != tar::EntryType::Regular {
+                return Err(bad(format!("member `{name}` is not a regular file")));
+            }
+            let relative =
+                member_path(&name).ok_or_else(|| bad(format!("member `{name}` leaves the pack's folder")))?;
+            if entry.size() > MEMBER_LIMIT {
+                return Err(bad(format!(
+                    "member `{name}` is {} bytes, past any run's",
+                    entry.size()
+                )));
+            }
+            if found.contains_key(&name) || sums.is_some() {
+                return Err(bad(format!("member `{name}` is given twice or after {SUMS}")));
+            }
+            let mut bytes = Vec::new();
+            (&mut entry)
+                .take(MEMBER_LIMIT)
+                .read_to_end(&mut bytes)
+                .map_err(|e| bad(format!("member `{name}`: {e}")))?;
+            if name == SUMS {
+                sums =
+                    Some(String::from_utf8(bytes.clone()).map_err(|_| bad(format!("{SUMS} is not text")))?);
+            } else {
+                found.insert(name.clone(), crate::hash::sha256(&bytes));
+            }
+            let target = staging.join(relative);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            std::fs::write(&target, &bytes).map_err(io(&target))?;
+        }
+        let sums = sums.ok_or_else(|| bad(format!("no {SUMS}: not a gacc pack, or cut short")))?;
+        check_sums(&sums, &found).map_err(bad)?;
+        Ok(found.len())
+    })();
+    match result {
+        Ok(members) => {
+            std::fs::rename(&staging, into).map_err(|e| Error::Io {
+                path: into.to_path_buf(),
+                message: format!("cannot put the unpacked pack here: {e} (is the folder there already?)"),
+            })?;
+            Ok(members)
+        }
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Err(error)
+        }
+    }
+}
+
+/// Every member against its line of `SHA256SUMS`: each listed, each matching, none extra.
+fn check_sums(sums: &str, found: &BTreeMap<String, String>) -> Result<(), String> {
+    let mut listed = BTreeMap::new();
+    for line in sums.lines() {
+        let Some((sum, name)) = line.split_once("  ") else {
+            return Err(format!("{SUMS}: `{line}` is not `<sha256>  <member>`"));
+        };
+        listed.insert(name.to_owned(), sum.to_owned());
+    }
+    for (name, sum) in found {
+        match listed.remove(name) {
+            None => return Err(format!("member `{name}` is not in {SUMS}")),
+            Some(stated) if &stated != sum => {
+                return Err(format!(
+                    "member `{name}`: SHA-256 is {sum}, {SUMS} states {stated} (the member was changed)"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(name) = listed.keys().next() {
+        return Err(format!("{SUMS} lists `{name}`, which the pack does not hold"));
+    }
+    Ok(())
+}
+
+/// A member's name as a path inside the pack's folder: relative, plain components only.
+fn member_path(name: &str) -> Option<PathBuf> {
+    let path = Path::new(name);
+    let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
+    (plain && path.components().next().is_some()).then(|| path.to_path_buf())
+}
+
+fn staging_folder(into: &Path) -> PathBuf {
+    let name = into
+        .file_name()
+        .map_or_else(|| "pack".into(), |n| n.to_string_lossy().into_owned());
+    into.with_file_name(format!(".{name}.unpacking-{}", std::process::id()))
+}
+
+/// The folder `--from FILE` reads a pack from: unpacked once under the cache, by the pack's
+/// SHA-256, and read from there on every later run.
+pub(crate) fn layer_for(file: &Path, cache_root: &Path) -> Result<PathBuf, Error> {
+    let mut hasher = Sha256::new();
+    let mut opened = std::fs::File::open(file).map_err(io(file))?;
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let read = opened.read(&mut block).map_err(io(file))?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&block[..read]);
+    }
+    let sum = crate::hash::hex(&hasher.finalize());
+    let folder = cache_root.join("packs").join(&sum[..16]);
+    if !folder.is_dir() {
+        std::fs::create_dir_all(cache_root.join("packs")).map_err(io(cache_root))?;
+        unpack(file, &folder)?;
+    }
+    Ok(folder.join("cache"))
+}

@@ -1,0 +1,315 @@
+//! A run that travels (SPEC §12): `gacc pack`, `gacc unpack`, `gacc run --from`. A pack made
+//! in one folder replays in another with no cache of its own: zero calls, the same
+//! report.json byte for byte; a changed manifest calls only what the pack lacks; a changed or
+//! hostile member is refused, naming it, and leaves nothing behind.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use common::{Scratch, made, read_bytes, read_json};
+
+/// Runs `experiments/<name>.toml` in a scratch folder and packs it; the pack's path.
+fn packed(scratch: &Scratch, name: &str) -> (PathBuf, PathBuf) {
+    let (status, folder, stderr) = scratch.run(&format!("experiments/{name}.toml"), &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let pack = scratch.path(&format!("{name}.gacc.tar.gz"));
+    let output = scratch
+        .gacc()
+        .args(["pack", folder.to_str().unwrap(), "-o", pack.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        pack.to_str().unwrap()
+    );
+    (folder, pack)
+}
+
+/// The pack's members and their bytes, in order.
+fn members(pack: &Path) -> Vec<(String, Vec<u8>)> {
+    let file = std::fs::File::open(pack).unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes).unwrap();
+            (name, bytes)
+        })
+        .collect()
+}
+
+/// Writes `members` as a pack (a .tar.gz) at `path`, each as `kind` says.
+fn write_pack(path: &Path, members: &[(String, Vec<u8>)], kind: impl Fn(&str) -> tar::EntryType) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::fast()));
+    for (name, bytes) in members {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(kind(name));
+        if kind(name) == tar::EntryType::Symlink {
+            header.set_size(0);
+            header.set_link_name("/etc/passwd").unwrap();
+        }
+        // The name is written into the header as given (no checks), as a hostile pack would.
+        let raw = &mut header.as_old_mut().name;
+        raw.fill(0);
+        raw[..name.len()].copy_from_slice(name.as_bytes());
+        header.set_cksum();
+        let body: &[u8] = if kind(name) == tar::EntryType::Symlink {
+            &[]
+        } else {
+            bytes
+        };
+        builder.append(&header, body).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap();
+}
+
+#[test]
+fn a_pack_replays_elsewhere_with_zero_calls_and_the_same_report() {
+    for name in ["fixture", "baselines"] {
+        let scratch = Scratch::new();
+        let (folder, pack) = packed(&scratch, name);
+        let listed: Vec<String> = members(&pack).into_iter().map(|(name, _)| name).collect();
+        assert!(listed.contains(&"run/report.json".to_owned()), "{listed:?}");
+        assert!(
+            listed.contains(&"cache/segments/pack.log".to_owned()),
+            "{listed:?}"
+        );
+        assert_eq!(listed.last().map(String::as_str), Some("SHA256SUMS"));
+
+        // Elsewhere: another folder, no cache, no experiments/.
+        let elsewhere = Scratch::empty();
+        let unpacked = elsewhere.path("shared");
+        let output = elsewhere
+            .gacc()
+            .args(["unpack", pack.to_str().unwrap(), unpacked.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let manifest = unpacked.join("run/manifest.toml");
+        let from = ["--from", pack.to_str().unwrap()];
+        let (status, replay, stderr) = elsewhere.run(manifest.to_str().unwrap(), &from);
+        assert_eq!(status, 0, "{name}: {stderr}");
+        for role in ["compressor", "reader", "judge"] {
+            assert_eq!(made(&replay, role), 0, "{name}: {role} calls on a replay");
+        }
+        assert_eq!(
+            read_bytes(&replay.join("report.json")),
+            read_bytes(&folder.join("report.json")),
+            "{name}: report.json differs on a replay"
+        );
+
+        // One more ratio: only what the pack lacks is called, call by call.
+        let report = read_json(&folder.join("report.json"));
+        let mut ratios: Vec<f64> = (report["experiment"]["ratios"].as_array().unwrap())
+            .iter()
+            .map(|r| r.as_f64().unwrap())
+            .collect();
+        ratios.push(0.37);
+        let set = format!("ratios={ratios:?}");
+        let (status, more, stderr) = elsewhere.run(
+            manifest.to_str().unwrap(),
+            &["--from", pack.to_str().unwrap(), "--set", &set],
+        );
+        assert_eq!(status, 0, "{name}: {stderr}");
+        for (role, file) in [
+            ("compressor", "memories.jsonl"),
+            ("reader", "results.jsonl"),
+            ("judge", "results.jsonl"),
+        ] {
+            let packed = call_keys(&folder.join(file), role);
+            let lacking = call_keys(&more.join(file), role).difference(&packed).count() as u64;
+            assert!(lacking > 0, "{name}: a new ratio needs new {role} calls");
+            assert_eq!(
+                made(&more, role),
+                lacking,
+                "{name}: {role} calls beyond what the pack holds"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_changed_or_hostile_member_is_refused_by_name_and_leaves_nothing() {
+    let scratch = Scratch::new();
+    let (_, pack) = packed(&scratch, "fixture");
+    let good = members(&pack);
+    let regular = |_: &str| tar::EntryType::Regular;
+    let refused = |members: &[(String, Vec<u8>)], kind: &dyn Fn(&str) -> tar::EntryType, expected: &str| {
+        let bad = scratch.path("bad.gacc.tar.gz");
+        write_pack(&bad, members, kind);
+        let into = scratch.path("into");
+        let output = scratch
+            .gacc()
+            .args(["unpack", bad.to_str().unwrap(), into.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "expected `{expected}` in: {stderr}");
+        assert!(!into.exists(), "a refused pack left {}", into.display());
+        let left: Vec<_> = std::fs::read_dir(scratch.dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains("unpacking"))
+            .collect();
+        assert!(left.is_empty(), "a refused pack left its staging folder");
+        // `--from` reads the same way.
+        let (status, _, stderr) = scratch.run("experiments/fixture.toml", &["--from", bad.to_str().unwrap()]);
+        assert_ne!(status, 0);
+        assert!(
+            stderr.contains(expected),
+            "--from: expected `{expected}` in: {stderr}"
+        );
+    };
+
+    // A member's bytes changed after packing.
+    let mut changed = good.clone();
+    let report = changed
+        .iter_mut()
+        .find(|(name, _)| name == "run/report.json")
+        .unwrap();
+    report.1 = String::from_utf8(report.1.clone())
+        .unwrap()
+        .replacen("0.6666", "0.9999", 1)
+        .into_bytes();
+    refused(&changed, &regular, "member `run/report.json`: SHA-256 is");
+
+    // A member the list does not name, and one the list names that is missing.
+    let mut extra = good.clone();
+    extra.insert(0, ("run/extra.txt".into(), b"x".to_vec()));
+    refused(&extra, &regular, "member `run/extra.txt` is not in SHA256SUMS");
+    let missing: Vec<_> = good
+        .iter()
+        .filter(|(name, _)| name != "run/run.json")
+        .cloned()
+        .collect();
+    refused(&missing, &regular, "SHA256SUMS lists `run/run.json`");
+
+    // Names that leave the folder, and a link.
+    for name in ["../escape.txt", "/tmp/absolute.txt", "run/../../escape.txt"] {
+        let mut hostile = good.clone();
+        hostile.insert(0, (name.into(), b"x".to_vec()));
+        refused(&hostile, &regular, "leaves the pack's folder");
+        assert!(!scratch.dir.path().parent().unwrap().join("escape.txt").exists());
+    }
+    let mut linked = good.clone();
+    linked.insert(0, ("run/link".into(), Vec::new()));
+    let link = |name: &str| {
+        if name == "run/link" {
+            tar::EntryType::Symlink
+        } else {
+            tar::EntryType::Regular
+        }
+    };
+    refused(&linked, &link, "member `run/link` is not a regular file");
+
+    // Cut short: no list at the end.
+    refused(&good[..good.len() - 1], &regular, "no SHA256SUMS");
+    // Not a pack at all.
+    let garbage = scratch.write("garbage.gacc.tar.gz", "not gzip");
+    let output = scratch
+        .gacc()
+        .args(["unpack", garbage.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("garbage.gacc.tar.gz"));
+}
+
+#[test]
+fn a_pack_needs_the_runs_cache_and_says_which_entry_is_missing() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    // A cache that exists but holds none of the run's entries.
+    std::fs::create_dir_all(scratch.path("other/segments")).unwrap();
+    let output = scratch
+        .gacc()
+        .args([
+            "pack",
+            folder.to_str().unwrap(),
+            "--cache",
+            "other",
+            "-o",
+            "x.gacc.tar.gz",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("are not in this cache"), "{stderr}");
+    assert!(!scratch.path("x.gacc.tar.gz").exists());
+    // With --no-dataset the dataset stays out and its SHA-256 goes in.
+    let output = scratch
+        .gacc()
+        .args([
+            "pack",
+            folder.to_str().unwrap(),
+            "--no-dataset",
+            "-o",
+            "y.gacc.tar.gz",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = members(&scratch.path("y.gacc.tar.gz"));
+    assert!(listed.iter().all(|(name, _)| name != "run/dataset.jsonl"));
+    let (_, sum) = listed
+        .iter()
+        .find(|(name, _)| name == "run/dataset.sha256")
+        .unwrap();
+    let dataset = read_bytes(&folder.join("dataset.jsonl"));
+    let expected = sha256_hex(&dataset);
+    assert_eq!(
+        String::from_utf8_lossy(sum),
+        format!("{expected}  dataset.jsonl\n")
+    );
+}
+
+/// The distinct keys of `role`'s calls the rows of `file` name.
+fn call_keys(file: &Path, role: &str) -> std::collections::BTreeSet<String> {
+    common::read_lines(file)
+        .iter()
+        .filter_map(|row| Some(row["calls"][role].as_str()?.to_owned()))
+        .collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(bytes)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
