@@ -313,3 +313,62 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .unwrap()
         .to_owned()
 }
+
+#[test]
+fn a_model_runs_pack_replays_with_no_request_to_its_server() {
+    use common::mock_api::{Behaviour, Format, KEY, MockApi, llm_manifest};
+    let scratch = Scratch::new();
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    scratch.write(
+        "experiments/llm.toml",
+        &llm_manifest(&api.url, Format::OpenAi, "", ""),
+    );
+    let key = [("MOCK_API_KEY", KEY)];
+    let (status, folder, stderr) = scratch.run_with_env("experiments/llm.toml", &["-q"], &key);
+    assert_eq!(status, 0, "{stderr}");
+    let paid = api.requests();
+    assert!(paid > 0);
+    let pack = scratch.path("llm.gacc.tar.gz");
+    let output = scratch
+        .gacc()
+        .args(["pack", folder.to_str().unwrap(), "-o", pack.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    common::mock_api::assert_no_key(&scratch, &String::from_utf8_lossy(&output.stderr));
+    let packed = members(&pack);
+    assert!(
+        packed
+            .iter()
+            .all(|(_, bytes)| !String::from_utf8_lossy(bytes).contains(KEY))
+    );
+
+    let elsewhere = Scratch::empty();
+    let unpacked = elsewhere.path("shared");
+    let output = elsewhere
+        .gacc()
+        .args(["unpack", pack.to_str().unwrap(), unpacked.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let manifest = unpacked.join("run/manifest.toml");
+    let from = ["--from", pack.to_str().unwrap()];
+    let (status, replay, stderr) = elsewhere.run_with_env(manifest.to_str().unwrap(), &from, &key);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(api.requests(), paid, "a replay sent requests to the server");
+    for role in ["compressor", "reader", "judge"] {
+        assert_eq!(made(&replay, role), 0, "{role} calls on a replay");
+    }
+    assert_eq!(
+        read_bytes(&replay.join("report.json")),
+        read_bytes(&folder.join("report.json"))
+    );
+}
