@@ -137,6 +137,19 @@ pub(crate) enum Command {
         #[arg(value_hint = clap::ValueHint::DirPath)]
         dir: Option<PathBuf>,
     },
+    /// Recompute every figure a run or a pack states from its cache entries and its dataset
+    /// (no call is made); exit 0 "verified", or 1 listing each that does not follow.
+    Verify {
+        /// A pack, a run folder, `latest`, or -N (the N-th newest run).
+        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::AnyPath)]
+        target: PathBuf,
+        /// Verify against this dataset instead of the run's copy.
+        #[arg(long, value_name = "PATH")]
+        dataset: Option<PathBuf>,
+        /// For a run folder: the cache it was run with.
+        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
+        cache: PathBuf,
+    },
     /// Past runs under --runs (default runs/): list them, or show one.
     Runs {
         #[command(subcommand)]
@@ -354,6 +367,7 @@ impl RunArgs {
             require_sandbox: self.require_sandbox,
             json: self.json,
             from: self.from,
+            offline_over: None,
         }
     }
 }

@@ -114,6 +114,11 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             no_dataset,
         } => app::pack(runs, &run_dir, output.as_deref(), &cache, !no_dataset),
         Command::Unpack { pack, dir } => app::unpack(&pack, dir.as_deref()),
+        Command::Verify {
+            target,
+            dataset,
+            cache,
+        } => app::verify(runs, &target, dataset.as_deref(), &cache),
         Command::Init { dir } => app::init(&dir),
         Command::Schema { which } => app::schema(which.into()),
         Command::Completions { shell } => {

@@ -372,3 +372,129 @@ fn a_model_runs_pack_replays_with_no_request_to_its_server() {
         read_bytes(&folder.join("report.json"))
     );
 }
+
+/// `members` with `SHA256SUMS` made to match them again (a tamperer who knows the format).
+fn resummed(members: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = members
+        .iter()
+        .filter(|(name, _)| name != "SHA256SUMS")
+        .cloned()
+        .collect();
+    let sums: String = out
+        .iter()
+        .map(|(name, bytes)| format!("{}  {name}\n", sha256_hex(bytes)))
+        .collect();
+    out.push(("SHA256SUMS".into(), sums.into_bytes()));
+    out
+}
+
+/// `gacc verify` on `target`: (exit status, stdout).
+fn verify(scratch: &Scratch, target: &Path, extra: &[&str]) -> (i32, String) {
+    let output = scratch
+        .gacc()
+        .arg("verify")
+        .arg(target)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (
+        output.status.code().unwrap(),
+        stdout + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+#[test]
+fn verify_passes_a_true_pack_and_names_each_figure_that_does_not_follow() {
+    let scratch = Scratch::new();
+    let (folder, pack) = packed(&scratch, "fixture");
+    assert_eq!(verify(&scratch, &pack, &[]), (0, "verified\n".to_owned()));
+    let (status, printed) = verify(&scratch, &folder, &[]);
+    assert_eq!((status, printed.trim()), (0, "verified"));
+    let good = members(&pack);
+    let edited = |member: &str, edit: &dyn Fn(String) -> String| {
+        let mut changed = good.clone();
+        let (_, bytes) = changed.iter_mut().find(|(name, _)| name == member).unwrap();
+        *bytes = edit(String::from_utf8(bytes.clone()).unwrap()).into_bytes();
+        assert_ne!(changed, good, "{member}: the edit changed nothing");
+        changed
+    };
+    let refused = |members: Vec<(String, Vec<u8>)>, expected: &[&str]| {
+        let bad = scratch.path("tampered.gacc.tar.gz");
+        write_pack(&bad, &members, |_| tar::EntryType::Regular);
+        let (status, printed) = verify(&scratch, &bad, &[]);
+        assert_eq!(status, 1, "{printed}");
+        for part in expected {
+            assert!(printed.contains(part), "expected `{part}` in:\n{printed}");
+        }
+    };
+
+    // A result row's verdict flipped: its judge entry says otherwise.
+    let flipped = edited("run/results.jsonl", &|text| {
+        text.replacen("\"correct\":true", "\"correct\":false", 1)
+    });
+    refused(
+        resummed(&flipped),
+        &["results.jsonl line", "correct: stated false, recomputed true"],
+    );
+
+    // A Micro in report.json edited.
+    let micro = edited("run/report.json", &|text| {
+        text.replacen("\"micro\": 0.6666666666666666", "\"micro\": 0.75", 1)
+    });
+    refused(
+        resummed(&micro),
+        &["report.json: cells[0].seeds[0].micro: stated 0.75, recomputed 0.6666666666666666"],
+    );
+
+    // A ledger L edited.
+    let budget = edited("run/memories.jsonl", &|text| {
+        text.replacen("\"budget\":11,", "\"budget\":12,", 1)
+    });
+    refused(
+        resummed(&budget),
+        &["memories.jsonl line 1: budget: stated 12, recomputed 11"],
+    );
+
+    // A memory's text edited in the entries (its checksum made to match): its counts no longer follow.
+    let text = edited("cache/segments/pack.log", &|segment| {
+        segment
+            .lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.splitn(4, ' ').collect();
+                if fields[1] != "text" {
+                    return format!("{line}\n");
+                }
+                let payload =
+                    fields[3].replacen("\"memory\":\"", "\"memory\":\"Not what the compressor wrote. ", 1);
+                format!(
+                    "{} {} {} {payload}\n",
+                    fields[0],
+                    fields[1],
+                    sha256_hex(payload.as_bytes())
+                )
+            })
+            .collect()
+    });
+    refused(
+        resummed(&text),
+        &["report.json: integrity.count_errors: stated 0, recomputed 12"],
+    );
+
+    // A member's bytes changed (the list left alone).
+    refused(micro, &["run/report.json: sha256: stated"]);
+
+    // A dataset that is not the one packed.
+    let other = scratch.write(
+        "other.jsonl",
+        &std::fs::read_to_string(folder.join("dataset.jsonl"))
+            .unwrap()
+            .replacen("reactor", "turbine", 1),
+    );
+    let (status, printed) = verify(&scratch, &pack, &["--dataset", other.to_str().unwrap()]);
+    assert_eq!(status, 1, "{printed}");
+    assert!(
+        printed.contains("report.json: dataset.sha256: stated"),
+        "{printed}"
+    );
+}

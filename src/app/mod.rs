@@ -14,6 +14,7 @@ mod run;
 mod status;
 mod terminal;
 mod travel;
+mod verify;
 
 use std::path::Path;
 
@@ -24,6 +25,7 @@ use crate::store::run_folder::resolve;
 pub use run::RunOptions;
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
+pub use verify::verify;
 
 /// How a command that did its work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -101,7 +101,7 @@ pub(super) async fn obtain(
         shared.calls.found(role);
         return Ok((response, Origin::Cache));
     }
-    if shared.stopped.load(Ordering::Relaxed) {
+    if shared.stopped.load(Ordering::Relaxed) || shared.setup.offline {
         return Err(Failure {
             kind: FailureKind::Cancelled,
             stderr_tail: String::new(),

@@ -66,6 +66,8 @@ pub(crate) struct Setup {
     pub jobs_in_flight: Option<usize>,
     /// Where each memory's rows are written as they fold (the run folder's row files).
     pub rows: Option<RowSink>,
+    /// No call is made: a call the cache does not answer fails (`gacc verify`).
+    pub offline: bool,
 }
 
 /// What a run produced, in plan order.
@@ -582,6 +584,7 @@ mod tests {
             memories: None,
             jobs_in_flight: None,
             rows: None,
+            offline: false,
         }
     }
 

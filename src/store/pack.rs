@@ -175,74 +175,81 @@ pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) ->
     })
 }
 
-/// Extracts the pack at `file` into `into` (created; it must not hold a pack already), checking
-/// every member against `SHA256SUMS`. Members go to a folder beside `into` first and are moved
-/// in place only when all of them checked, so a bad pack leaves nothing.
-pub(crate) fn unpack(file: &Path, into: &Path) -> Result<usize, Error> {
+/// A pack's members as read: each name (checked to stay inside the folder) and its bytes, in
+/// order, and its `SHA256SUMS`.
+pub(crate) struct Members {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub sums: String,
+}
+
+/// Reads every member of the pack at `file`, refusing (naming it) a member that is not a
+/// regular file, whose name leaves the folder or comes twice, that is too large, or that
+/// follows `SHA256SUMS`, and a pack without that list.
+pub(crate) fn read_members(file: &Path) -> Result<Members, Error> {
     let bad = |message: String| Error::Io {
         path: file.to_path_buf(),
         message,
     };
     let opened = std::fs::File::open(file).map_err(io(file))?;
     let mut archive = tar::Archive::new(GzDecoder::new(std::io::BufReader::new(opened)));
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut sums: Option<String> = None;
+    for entry in archive
+        .entries()
+        .map_err(|e| bad(format!("not a gacc pack: {e}")))?
+    {
+        let mut entry = entry.map_err(|e| bad(format!("a damaged member: {e}")))?;
+        let name = entry
+            .path()
+            .map_err(|e| bad(format!("a member's name: {e}")))?
+            .to_string_lossy()
+            .into_owned();
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            return Err(bad(format!("member `{name}` is not a regular file")));
+        }
+        if member_path(&name).is_none() {
+            return Err(bad(format!("member `{name}` leaves the pack's folder")));
+        }
+        if entry.size() > MEMBER_LIMIT {
+            return Err(bad(format!(
+                "member `{name}` is {} bytes, past any run's",
+                entry.size()
+            )));
+        }
+        if !names.insert(name.clone()) || sums.is_some() {
+            return Err(bad(format!("member `{name}` is given twice or after {SUMS}")));
+        }
+        let mut bytes = Vec::new();
+        (&mut entry)
+            .take(MEMBER_LIMIT)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("member `{name}`: {e}")))?;
+        if name == SUMS {
+            sums = Some(String::from_utf8(bytes).map_err(|_| bad(format!("{SUMS} is not text")))?);
+        } else {
+            files.push((name, bytes));
+        }
+    }
+    let sums = sums.ok_or_else(|| bad(format!("no {SUMS}: not a gacc pack, or cut short")))?;
+    Ok(Members { files, sums })
+}
+
+/// Extracts the pack at `file` into `into` (created; it must not hold a pack already), checking
+/// every member against `SHA256SUMS`. Members go to a folder beside `into` first and are moved
+/// in place only when all of them checked, so a bad pack leaves nothing.
+pub(crate) fn unpack(file: &Path, into: &Path) -> Result<usize, Error> {
+    let members = read_members(file)?;
+    if let Some(first) = disagreements(&members).first() {
+        return Err(Error::Io {
+            path: file.to_path_buf(),
+            message: first.to_string(),
+        });
+    }
     let staging = staging_folder(into);
-    std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let result = (|| {
-        let mut found: BTreeMap<String, String> = BTreeMap::new();
-        let mut sums: Option<String> = None;
-        for entry in archive
-            .entries()
-            .map_err(|e| bad(format!("not a gacc pack: {e}")))?
-        {
-            let mut entry = entry.map_err(|e| bad(format!("a damaged member: {e}")))?;
-            let name = entry
-                .path()
-                .map_err(|e| bad(format!("a member's name: {e}")))?
-                .to_string_lossy()
-                .into_owned();
-            if entry.header().entry_type() != tar::EntryType::Regular {
-                return Err(bad(format!("member `{name}` is not a regular file")));
-            }
-            let relative =
-                member_path(&name).ok_or_else(|| bad(format!("member `{name}` leaves the pack's folder")))?;
-            if entry.size() > MEMBER_LIMIT {
-                return Err(bad(format!(
-                    "member `{name}` is {} bytes, past any run's",
-                    entry.size()
-                )));
-            }
-            if found.contains_key(&name) || sums.is_some() {
-                return Err(bad(format!("member `{name}` is given twice or after {SUMS}")));
-            }
-            let mut bytes = Vec::new();
-            (&mut entry)
-                .take(MEMBER_LIMIT)
-                .read_to_end(&mut bytes)
-                .map_err(|e| bad(format!("member `{name}`: {e}")))?;
-            if name == SUMS {
-                sums =
-                    Some(String::from_utf8(bytes.clone()).map_err(|_| bad(format!("{SUMS} is not text")))?);
-            } else {
-                found.insert(name.clone(), crate::hash::sha256(&bytes));
-            }
-            let target = staging.join(relative);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
-            }
-            std::fs::write(&target, &bytes).map_err(io(&target))?;
-        }
-        let sums = sums.ok_or_else(|| bad(format!("no {SUMS}: not a gacc pack, or cut short")))?;
-        check_sums(&sums, &found).map_err(bad)?;
-        Ok(found.len())
-    })();
-    match result {
-        Ok(members) => {
-            std::fs::rename(&staging, into).map_err(|e| Error::Io {
-                path: into.to_path_buf(),
-                message: format!("cannot put the unpacked pack here: {e} (is the folder there already?)"),
-            })?;
-            Ok(members)
-        }
+    let written = write_members(&members, &staging);
+    match written.and_then(|()| std::fs::rename(&staging, into).map_err(io(into))) {
+        Ok(()) => Ok(members.files.len()),
         Err(error) => {
             let _ = std::fs::remove_dir_all(&staging);
             Err(error)
@@ -250,30 +257,82 @@ pub(crate) fn unpack(file: &Path, into: &Path) -> Result<usize, Error> {
     }
 }
 
-/// Every member against its line of `SHA256SUMS`: each listed, each matching, none extra.
-fn check_sums(sums: &str, found: &BTreeMap<String, String>) -> Result<(), String> {
-    let mut listed = BTreeMap::new();
-    for line in sums.lines() {
-        let Some((sum, name)) = line.split_once("  ") else {
-            return Err(format!("{SUMS}: `{line}` is not `<sha256>  <member>`"));
-        };
-        listed.insert(name.to_owned(), sum.to_owned());
-    }
-    for (name, sum) in found {
-        match listed.remove(name) {
-            None => return Err(format!("member `{name}` is not in {SUMS}")),
-            Some(stated) if &stated != sum => {
-                return Err(format!(
-                    "member `{name}`: SHA-256 is {sum}, {SUMS} states {stated} (the member was changed)"
-                ));
-            }
-            Some(_) => {}
+/// Writes every member, and `SHA256SUMS`, under `folder` (created).
+pub(crate) fn write_members(members: &Members, folder: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(folder).map_err(io(folder))?;
+    let all = (members.files.iter()).map(|(name, bytes)| (name.as_str(), bytes.as_slice()));
+    for (name, bytes) in all.chain([(SUMS, members.sums.as_bytes())]) {
+        let target = folder.join(member_path(name).unwrap_or_default());
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-    }
-    if let Some(name) = listed.keys().next() {
-        return Err(format!("{SUMS} lists `{name}`, which the pack does not hold"));
+        std::fs::write(&target, bytes).map_err(io(&target))?;
     }
     Ok(())
+}
+
+/// A member that does not follow `SHA256SUMS`: its name, what the list states and what its
+/// bytes give ("absent" where there is none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Disagreement {
+    pub member: String,
+    pub stated: String,
+    pub recomputed: String,
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Disagreement {
+            member,
+            stated,
+            recomputed,
+        } = self;
+        match (stated.as_str(), recomputed.as_str()) {
+            (ABSENT, _) => write!(f, "member `{member}` is not in {SUMS}"),
+            (_, ABSENT) => write!(f, "{SUMS} lists `{member}`, which the pack does not hold"),
+            _ => write!(
+                f,
+                "member `{member}`: SHA-256 is {recomputed}, {SUMS} states {stated} (the member was changed)"
+            ),
+        }
+    }
+}
+
+const ABSENT: &str = "absent";
+
+/// Every member against its line of `SHA256SUMS`: each listed, each matching, none extra.
+pub(crate) fn disagreements(members: &Members) -> Vec<Disagreement> {
+    let mut listed = BTreeMap::new();
+    let mut found = Vec::new();
+    for line in members.sums.lines() {
+        match line.split_once("  ") {
+            Some((sum, name)) => {
+                listed.insert(name.to_owned(), sum.to_owned());
+            }
+            None => found.push(Disagreement {
+                member: SUMS.into(),
+                stated: line.into(),
+                recomputed: "not `<sha256>  <member>`".into(),
+            }),
+        }
+    }
+    for (name, bytes) in &members.files {
+        let sum = crate::hash::sha256(bytes);
+        match listed.remove(name) {
+            Some(stated) if stated == sum => {}
+            stated => found.push(Disagreement {
+                member: name.clone(),
+                stated: stated.unwrap_or_else(|| ABSENT.into()),
+                recomputed: sum,
+            }),
+        }
+    }
+    found.extend(listed.into_iter().map(|(member, stated)| Disagreement {
+        member,
+        stated,
+        recomputed: ABSENT.into(),
+    }));
+    found
 }
 
 /// A member's name as a path inside the pack's folder: relative, plain components only.

@@ -52,6 +52,9 @@ pub struct RunOptions {
     pub json: bool,
     /// A pack (`gacc pack`) whose cache entries are read as a layer beneath the run's cache.
     pub from: Option<PathBuf>,
+    /// A cache read as a layer beneath the run's, and no call made: what it does not hold
+    /// fails (`gacc verify`'s replay).
+    pub offline_over: Option<PathBuf>,
 }
 
 /// What a finished run left behind.
@@ -112,6 +115,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: prepared.loaded.manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
+        offline: options.offline_over.is_some(),
         memories: recount.feed(),
         jobs_in_flight: jobs_in_flight(&prepared, &models),
         rows: Some(RowSink::create(&folder)?),
@@ -230,10 +234,15 @@ fn take_cache(
     root: &Path,
     prepared: &Prepared,
     from: Option<&Path>,
+    offline_over: Option<&Path>,
 ) -> Result<Cache, Error> {
     if let Some(pack) = from {
         let layer = crate::store::pack::layer_for(pack, root)?;
         return Cache::layered(root, &[layer]).map_err(super::prepare::cache_error(&prepared.loaded, root));
+    }
+    if let Some(layer) = offline_over {
+        return Cache::layered(root, &[layer.to_path_buf()])
+            .map_err(super::prepare::cache_error(&prepared.loaded, root));
     }
     match opening {
         Some((early, reading)) if early == root => reading
@@ -286,7 +295,13 @@ fn open(
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
-    let cache = take_cache(opening, &root, prepared, options.from.as_deref())?;
+    let cache = take_cache(
+        opening,
+        &root,
+        prepared,
+        options.from.as_deref(),
+        options.offline_over.as_deref(),
+    )?;
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
     // Batch endpoints record their batches beside the cache, and take up those left open.
     for endpoint in models.endpoints.values() {

@@ -1,0 +1,217 @@
+//! `gacc verify PACK|RUN` (SPEC §12): every figure a run states, recomputed from its cache
+//! entries and its dataset, and compared.
+//!
+//! The run is replayed from its own manifest with no call allowed: every answer comes from
+//! the entries the pack (or the run's cache) holds, and everything else is recomputed as a run
+//! computes it: each source's `N`, each `L`, each cut and re-encoded count with the declared
+//! tokenizer, the ledger, every row's verdict from its judge entry, every metric, interval and
+//! integrity counter. A pack's members are checked against its `SHA256SUMS` first. Each
+//! stated figure that differs from the recomputed one is listed: file, field, stated,
+//! recomputed.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::Ended;
+use super::run::RunOptions;
+use crate::error::{Error, io};
+use crate::store::pack;
+use crate::store::run_folder::{DATASET, MANIFEST, MEMORIES, REPORT_JSON, RESULTS, RUN, resolve};
+
+/// At most this many differences are printed (all are counted).
+const SHOWN: usize = 40;
+
+/// A stated figure that does not follow from the entries and the dataset.
+#[derive(Debug, Clone, PartialEq)]
+struct Figure {
+    file: String,
+    field: String,
+    stated: String,
+    recomputed: String,
+}
+
+/// `gacc verify TARGET`: exit 0 printing "verified", or 1 listing every figure that does not
+/// follow. Works in a scratch folder of its own, removed after.
+pub fn verify(runs: &Path, target: &Path, dataset: Option<&Path>, cache: &Path) -> Result<Ended, Error> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let work = std::env::temp_dir().join(format!("gacc-verify-{}-{nanos}", std::process::id()));
+    let result = verify_in(&work, runs, target, dataset, cache);
+    let _ = std::fs::remove_dir_all(&work);
+    let figures = result?;
+    if figures.is_empty() {
+        println!("verified");
+        return Ok(Ended::Success);
+    }
+    for figure in figures.iter().take(SHOWN) {
+        println!(
+            "{}: {}: stated {}, recomputed {}",
+            figure.file, figure.field, figure.stated, figure.recomputed
+        );
+    }
+    if figures.len() > SHOWN {
+        println!("… and {} more", figures.len() - SHOWN);
+    }
+    eprintln!(
+        "{} figure(s) do not follow from the entries and the dataset",
+        figures.len()
+    );
+    Ok(Ended::Failed)
+}
+
+fn verify_in(
+    work: &Path,
+    runs: &Path,
+    target: &Path,
+    dataset: Option<&Path>,
+    cache: &Path,
+) -> Result<Vec<Figure>, Error> {
+    let mut figures = Vec::new();
+    let (stated, layer) = if target.is_file() {
+        let members = pack::read_members(target)?;
+        figures.extend(pack::disagreements(&members).into_iter().map(|d| Figure {
+            file: d.member,
+            field: "sha256".into(),
+            stated: d.stated,
+            recomputed: d.recomputed,
+        }));
+        let unpacked = work.join("pack");
+        pack::write_members(&members, &unpacked)?;
+        (unpacked.join(pack::RUN), unpacked.join("cache"))
+    } else {
+        (resolve(target, runs)?.path().to_path_buf(), cache.to_path_buf())
+    };
+    let manifest = replay_folder(work, &stated, dataset)?;
+    let options = RunOptions {
+        manifest,
+        out: Some(work.join("replay").join("runs")),
+        quiet: true,
+        offline_over: Some(layer),
+        ..RunOptions::default()
+    };
+    let replayed = super::run::run(&options)?.folder;
+    figures.extend(compare_json(&stated, &replayed, REPORT_JSON)?);
+    for file in [MEMORIES, RESULTS] {
+        figures.extend(compare_rows(&stated, &replayed, file)?);
+    }
+    Ok(figures)
+}
+
+/// A folder holding the run's manifest and run record, and the dataset to verify against (the
+/// run's copy, or `dataset` converted to the run folder's form); the manifest's path.
+fn replay_folder(work: &Path, stated: &Path, dataset: Option<&Path>) -> Result<PathBuf, Error> {
+    let replay = work.join("replay");
+    let run = replay.join("run");
+    // The replay's own project: its cache starts empty and only the layer answers.
+    let marker = replay.join(crate::inputs::manifest::PROJECT_MARKER);
+    std::fs::create_dir_all(&marker).map_err(io(&marker))?;
+    std::fs::create_dir_all(replay.join("runs")).map_err(io(&replay))?;
+    std::fs::create_dir_all(&run).map_err(io(&run))?;
+    for name in [MANIFEST, RUN] {
+        std::fs::copy(stated.join(name), run.join(name)).map_err(io(&stated.join(name)))?;
+    }
+    match dataset {
+        Some(path) => {
+            let loaded = crate::inputs::dataset::load_path(path).map_err(crate::error::Invalid)?;
+            crate::files::write(&run.join(DATASET), &crate::inputs::dataset::nested_jsonl(&loaded))?;
+        }
+        None => {
+            let copy = stated.join(DATASET);
+            if !copy.is_file() {
+                return Err(Error::Io {
+                    path: copy,
+                    message:
+                        "the run holds no dataset (packed with --no-dataset?): give it with --dataset PATH"
+                            .into(),
+                });
+            }
+            std::fs::copy(&copy, run.join(DATASET)).map_err(io(&copy))?;
+        }
+    }
+    Ok(run.join(MANIFEST))
+}
+
+/// Every field of `file` (JSON) that differs between the stated and the replayed run.
+fn compare_json(stated: &Path, replayed: &Path, file: &str) -> Result<Vec<Figure>, Error> {
+    let read = |folder: &Path| -> Result<Value, Error> {
+        let path = folder.join(file);
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let mut figures = Vec::new();
+    differences(file, "", &read(stated)?, &read(replayed)?, &mut figures);
+    Ok(figures)
+}
+
+/// Every field of every row of `file` (JSON Lines) that differs, row by row in plan order.
+/// A ledger row's `cached` says where this run found its memory, not a figure: left out.
+fn compare_rows(stated: &Path, replayed: &Path, file: &str) -> Result<Vec<Figure>, Error> {
+    let read = |folder: &Path| -> Result<Vec<Value>, Error> {
+        let path = folder.join(file);
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        Ok(text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let mut row: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+                if let Some(row) = row.as_object_mut() {
+                    row.remove("cached");
+                }
+                row
+            })
+            .collect())
+    };
+    let (stated, replayed) = (read(stated)?, read(replayed)?);
+    let mut figures = Vec::new();
+    if stated.len() != replayed.len() {
+        figures.push(Figure {
+            file: file.into(),
+            field: "rows".into(),
+            stated: stated.len().to_string(),
+            recomputed: replayed.len().to_string(),
+        });
+    }
+    for (at, (left, right)) in stated.iter().zip(&replayed).enumerate() {
+        differences(&format!("{file} line {}", at + 1), "", left, right, &mut figures);
+    }
+    Ok(figures)
+}
+
+/// Adds each leaf where `stated` and `recomputed` differ, named by its path (`cells[0].micro.mean`).
+fn differences(file: &str, path: &str, stated: &Value, recomputed: &Value, out: &mut Vec<Figure>) {
+    match (stated, recomputed) {
+        (Value::Object(left), Value::Object(right)) => {
+            let keys: std::collections::BTreeSet<&String> = left.keys().chain(right.keys()).collect();
+            for key in keys {
+                let inner = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let (l, r) = (
+                    left.get(key).unwrap_or(&Value::Null),
+                    right.get(key).unwrap_or(&Value::Null),
+                );
+                differences(file, &inner, l, r, out);
+            }
+        }
+        (Value::Array(left), Value::Array(right)) if left.len() == right.len() => {
+            for (at, (l, r)) in left.iter().zip(right).enumerate() {
+                differences(file, &format!("{path}[{at}]"), l, r, out);
+            }
+        }
+        (left, right) if left != right => out.push(Figure {
+            file: file.into(),
+            field: if path.is_empty() {
+                "(whole)".into()
+            } else {
+                path.into()
+            },
+            stated: left.to_string(),
+            recomputed: right.to_string(),
+        }),
+        _ => {}
+    }
+}
