@@ -149,6 +149,13 @@ pub(crate) enum Command {
         /// For a run folder: the cache it was run with.
         #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
         cache: PathBuf,
+        /// Re-judge a seeded share of the answers with this judge (a built-in rule judge, or a
+        /// `[judges.NAME]` of the run's manifest) and report agreement and kappa.
+        #[arg(long, value_name = "NAME")]
+        rejudge: Option<String>,
+        /// The share of answers `--rejudge` looks at.
+        #[arg(long, value_name = "F", default_value_t = 1.0, requires = "rejudge")]
+        fraction: f64,
     },
     /// Past runs under --runs (default runs/): list them, or show one.
     Runs {
@@ -368,6 +375,7 @@ impl RunArgs {
             json: self.json,
             from: self.from,
             offline_over: None,
+            offline_allowed: Vec::new(),
         }
     }
 }

@@ -118,7 +118,12 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             target,
             dataset,
             cache,
-        } => app::verify(runs, &target, dataset.as_deref(), &cache),
+            rejudge,
+            fraction,
+        } => {
+            let rejudge = rejudge.map(|judge| app::Rejudge { judge, fraction });
+            app::verify(runs, &target, dataset.as_deref(), &cache, rejudge.as_ref())
+        }
         Command::Init { dir } => app::init(&dir),
         Command::Schema { which } => app::schema(which.into()),
         Command::Completions { shell } => {

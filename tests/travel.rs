@@ -498,3 +498,64 @@ fn verify_passes_a_true_pack_and_names_each_figure_that_does_not_follow() {
         "{printed}"
     );
 }
+
+#[test]
+fn rejudge_reports_the_share_a_disagreeing_judge_disagrees_on_and_its_kappa() {
+    let scratch = Scratch::new();
+    let (folder, pack) = packed(&scratch, "baselines");
+    // The run's judge is `contains`; `exact` disagrees wherever a right answer is more than the
+    // reference (the extractive reader answers with a whole sentence).
+    let (status, printed) = verify(&scratch, &pack, &["--rejudge", "exact", "--fraction", "1"]);
+    assert_eq!(status, 0, "{printed}");
+    let references: std::collections::HashMap<String, String> =
+        common::read_lines(&folder.join("dataset.jsonl"))
+            .iter()
+            .flat_map(|source| source["goals"].as_array().unwrap().clone())
+            .flat_map(|goal| goal["questions"].as_array().unwrap().clone())
+            .map(|q| {
+                (
+                    q["id"].as_str().unwrap().to_owned(),
+                    q["reference"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+    let (mut n, mut agree, mut run_yes, mut exact_yes, mut run_only, mut exact_only) =
+        (0.0, 0.0, 0.0, 0.0, 0, 0);
+    for row in common::read_lines(&folder.join("results.jsonl")) {
+        let (Some(run), Some(answer)) = (row["correct"].as_bool(), row["answer"].as_str()) else {
+            continue;
+        };
+        let exact = answer.trim() == references[row["question_id"].as_str().unwrap()].trim();
+        n += 1.0;
+        agree += f64::from(u8::from(run == exact));
+        run_yes += f64::from(u8::from(run));
+        exact_yes += f64::from(u8::from(exact));
+        run_only += usize::from(run && !exact);
+        exact_only += usize::from(exact && !run);
+    }
+    let observed = agree / n;
+    let chance = (run_yes / n) * (exact_yes / n) + (1.0 - run_yes / n) * (1.0 - exact_yes / n);
+    let kappa = (observed - chance) / (1.0 - chance);
+    assert!(
+        observed < 0.9 && run_only > 0,
+        "the judges should disagree: {observed}"
+    );
+    let expected = format!("rejudged by `exact` (1 of answers): {n} compared, agreement ");
+    assert!(
+        printed.contains(&expected),
+        "expected `{expected}` in:\n{printed}"
+    );
+    // The figures as printed (three decimals) against the recount.
+    let figure = |after: &str| -> f64 {
+        let rest = &printed[printed.find(after).unwrap() + after.len()..];
+        rest.split([',', ' ']).next().unwrap().parse().unwrap()
+    };
+    assert!(
+        (figure("agreement ") - observed).abs() < 5e-4,
+        "{observed} in:\n{printed}"
+    );
+    assert!((figure("kappa ") - kappa).abs() < 5e-4, "{kappa} in:\n{printed}");
+    let counts = format!("run's judge right and `exact` not {run_only}, the reverse {exact_only}");
+    assert!(printed.contains(&counts), "expected `{counts}` in:\n{printed}");
+    assert!(printed.ends_with("verified\n"), "{printed}");
+}

@@ -25,7 +25,7 @@ use crate::store::run_folder::resolve;
 pub use run::RunOptions;
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
-pub use verify::verify;
+pub use verify::{Rejudge, verify};
 
 /// How a command that did its work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

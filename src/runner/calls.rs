@@ -101,7 +101,8 @@ pub(super) async fn obtain(
         shared.calls.found(role);
         return Ok((response, Origin::Cache));
     }
-    if shared.stopped.load(Ordering::Relaxed) || shared.setup.offline {
+    let offline = (shared.setup.offline.as_ref()).is_some_and(|allowed| !allowed.contains(&callback.name));
+    if shared.stopped.load(Ordering::Relaxed) || offline {
         return Err(Failure {
             kind: FailureKind::Cancelled,
             stderr_tail: String::new(),

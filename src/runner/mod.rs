@@ -66,8 +66,9 @@ pub(crate) struct Setup {
     pub jobs_in_flight: Option<usize>,
     /// Where each memory's rows are written as they fold (the run folder's row files).
     pub rows: Option<RowSink>,
-    /// No call is made: a call the cache does not answer fails (`gacc verify`).
-    pub offline: bool,
+    /// With `Some`, only the callbacks named may call; any other call the cache does not
+    /// answer fails (`gacc verify`'s replay, and its `--rejudge` judge).
+    pub offline: Option<Vec<String>>,
 }
 
 /// What a run produced, in plan order.
@@ -584,7 +585,7 @@ mod tests {
             memories: None,
             jobs_in_flight: None,
             rows: None,
-            offline: false,
+            offline: None,
         }
     }
 

@@ -52,9 +52,10 @@ pub struct RunOptions {
     pub json: bool,
     /// A pack (`gacc pack`) whose cache entries are read as a layer beneath the run's cache.
     pub from: Option<PathBuf>,
-    /// A cache read as a layer beneath the run's, and no call made: what it does not hold
-    /// fails (`gacc verify`'s replay).
+    /// A cache read as a layer beneath the run's, and no call made but by the callbacks
+    /// named: what it does not hold fails (`gacc verify`'s replay).
     pub offline_over: Option<PathBuf>,
+    pub offline_allowed: Vec<String>,
 }
 
 /// What a finished run left behind.
@@ -115,7 +116,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: prepared.loaded.manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
-        offline: options.offline_over.is_some(),
+        offline: options
+            .offline_over
+            .as_ref()
+            .map(|_| options.offline_allowed.clone()),
         memories: recount.feed(),
         jobs_in_flight: jobs_in_flight(&prepared, &models),
         rows: Some(RowSink::create(&folder)?),
