@@ -371,6 +371,11 @@ fn a_model_runs_pack_replays_with_no_request_to_its_server() {
         read_bytes(&replay.join("report.json")),
         read_bytes(&folder.join("report.json"))
     );
+
+    // A reviewer without the key verifies it: no key is needed where no call may be made.
+    let (status, printed) = verify(&elsewhere, &pack, &[]);
+    assert_eq!((status, printed.as_str()), (0, "verified\n"));
+    assert_eq!(api.requests(), paid, "verify sent requests to the server");
 }
 
 /// `members` with `SHA256SUMS` made to match them again (a tamperer who knows the format).

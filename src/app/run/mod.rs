@@ -87,7 +87,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started = Instant::now();
     let mut phases = Phases::default();
     let opening = open_cache_early(&options.manifest, &options.sets);
-    let prepared = prepare(&options.manifest, &options.sets)?;
+    // A replay that may not call (`gacc verify`) needs no endpoint's key.
+    let prepared = match options.offline_over {
+        Some(_) => super::prepare::prepare_without_keys(&options.manifest, &options.sets)?,
+        None => prepare(&options.manifest, &options.sets)?,
+    };
     for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
         eprintln!("warning: {warning}");
     }
@@ -295,7 +299,7 @@ fn open(
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let engine = engine(&prepared.loaded)?;
-    let models = models(&prepared.loaded, false)?;
+    let models = models(&prepared.loaded, options.offline_over.is_some())?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
