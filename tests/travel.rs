@@ -221,6 +221,16 @@ fn a_changed_or_hostile_member_is_refused_by_name_and_leaves_nothing() {
     };
     refused(&linked, &link, "member `run/link` is not a regular file");
 
+    // A folder that is there already is left alone.
+    std::fs::create_dir_all(scratch.path("there")).unwrap();
+    let output = scratch
+        .gacc()
+        .args(["unpack", pack.to_str().unwrap(), "there"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("there: is there already"));
+
     // Cut short: no list at the end.
     refused(&good[..good.len() - 1], &regular, "no SHA256SUMS");
     // Not a pack at all.
@@ -257,6 +267,30 @@ fn a_pack_needs_the_runs_cache_and_says_which_entry_is_missing() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("are not in this cache"), "{stderr}");
     assert!(!scratch.path("x.gacc.tar.gz").exists());
+    // Rows that name no entries (an older gacc's) cannot make a pack that replays.
+    let old = scratch.path("old-run");
+    std::fs::create_dir_all(&old).unwrap();
+    for name in ["results.jsonl", "memories.jsonl"] {
+        let text = std::fs::read_to_string(folder.join(name)).unwrap();
+        let stripped: String = common::read_lines(&folder.join(name))
+            .into_iter()
+            .map(|mut row| {
+                row.as_object_mut().unwrap().remove("calls");
+                format!("{row}\n")
+            })
+            .collect();
+        assert_ne!(text, stripped);
+        std::fs::write(old.join(name), stripped).unwrap();
+    }
+    let output = scratch
+        .gacc()
+        .args(["pack", old.to_str().unwrap(), "-o", "z.gacc.tar.gz"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("its rows name no cache entries"));
+    assert!(!scratch.path("z.gacc.tar.gz").exists());
+
     // With --no-dataset the dataset stays out and its SHA-256 goes in.
     let output = scratch
         .gacc()

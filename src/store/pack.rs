@@ -106,7 +106,16 @@ fn segment_of(keys: &BTreeSet<(Kind, String)>, cache: &Cache) -> (Vec<u8>, usize
 /// Writes the pack of `run` to `out`: its files, the entries of `cache` its rows rest on, and
 /// the list of SHA-256. Written beside `out` and renamed, so `out` is whole or absent.
 pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) -> Result<Packed, Error> {
-    let (segment, entries, missing) = segment_of(&rested_on(run)?, cache);
+    let keys = rested_on(run)?;
+    if keys.is_empty() {
+        return Err(Error::Io {
+            path: run.file("results.jsonl"),
+            message: "its rows name no cache entries (`calls`): a run made by an older gacc, or \
+                      one with no rows, cannot be packed to replay; run its manifest again"
+                .into(),
+        });
+    }
+    let (segment, entries, missing) = segment_of(&keys, cache);
 
     let partial = out.with_extension("partial");
     let file = std::fs::File::create(&partial).map_err(io(&partial))?;
@@ -239,6 +248,12 @@ pub(crate) fn read_members(file: &Path) -> Result<Members, Error> {
 /// every member against `SHA256SUMS`. Members go to a folder beside `into` first and are moved
 /// in place only when all of them checked, so a bad pack leaves nothing.
 pub(crate) fn unpack(file: &Path, into: &Path) -> Result<usize, Error> {
+    if into.exists() {
+        return Err(Error::Io {
+            path: into.to_path_buf(),
+            message: "is there already: unpack into a new folder".into(),
+        });
+    }
     let members = read_members(file)?;
     if let Some(first) = disagreements(&members).first() {
         return Err(Error::Io {
