@@ -385,3 +385,61 @@ pub(crate) fn layer_for(file: &Path, cache_root: &Path) -> Result<PathBuf, Error
     }
     Ok(folder.join("cache"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_name_is_plain_and_relative() {
+        for inside in ["run/report.json", "SHA256SUMS", "cache/segments/pack.log"] {
+            assert!(member_path(inside).is_some(), "{inside}");
+        }
+        // What gacc never writes is refused, `./` included.
+        for outside in ["", "/etc/passwd", "../x", "run/../../x", "run/..", "/", "./run/x"] {
+            assert_eq!(member_path(outside), None, "{outside}");
+        }
+    }
+
+    #[test]
+    fn every_disagreement_with_the_list_is_named_once() {
+        let members = |files: &[(&str, &str)], sums: String| Members {
+            files: files
+                .iter()
+                .map(|(n, b)| ((*n).to_owned(), b.as_bytes().to_vec()))
+                .collect(),
+            sums,
+        };
+        let sum = |text: &str| crate::hash::sha256(text.as_bytes());
+        let good = format!("{}  a\n{}  b\n", sum("x"), sum("y"));
+        assert!(disagreements(&members(&[("a", "x"), ("b", "y")], good.clone())).is_empty());
+
+        let found = disagreements(&members(&[("a", "x"), ("b", "changed"), ("c", "z")], good));
+        let named: Vec<(&str, &str, &str)> = (found.iter())
+            .map(|d| (d.member.as_str(), d.stated.as_str(), d.recomputed.as_str()))
+            .collect();
+        let (changed, extra) = (sum("changed"), sum("z"));
+        assert_eq!(
+            named,
+            [
+                ("b", sum("y").as_str(), changed.as_str()),
+                ("c", ABSENT, extra.as_str())
+            ]
+        );
+        assert!(found[1].to_string().contains("member `c` is not in SHA256SUMS"));
+
+        let missing = disagreements(&members(
+            &[("a", "x")],
+            format!("{}  a\n{}  b\n", sum("x"), sum("y")),
+        ));
+        assert_eq!(missing.len(), 1);
+        assert_eq!(
+            missing[0].to_string(),
+            "SHA256SUMS lists `b`, which the pack does not hold"
+        );
+
+        let garbled = disagreements(&members(&[], "no two spaces\n".into()));
+        assert_eq!(garbled.len(), 1);
+        assert_eq!(garbled[0].member, SUMS);
+    }
+}
