@@ -395,7 +395,8 @@ fn a_model_runs_pack_replays_with_no_request_to_its_server() {
     );
     let manifest = unpacked.join("run/manifest.toml");
     let from = ["--from", pack.to_str().unwrap()];
-    let (status, replay, stderr) = elsewhere.run_with_env(manifest.to_str().unwrap(), &from, &key);
+    // No key on this machine: the pack answers every call, so none is needed.
+    let (status, replay, stderr) = elsewhere.run(manifest.to_str().unwrap(), &from);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(api.requests(), paid, "a replay sent requests to the server");
     for role in ["compressor", "reader", "judge"] {
@@ -405,6 +406,19 @@ fn a_model_runs_pack_replays_with_no_request_to_its_server() {
         read_bytes(&replay.join("report.json")),
         read_bytes(&folder.join("report.json"))
     );
+
+    // A call the pack lacks needs the key: without it, it fails at once, saying why.
+    let more = ["--from", pack.to_str().unwrap(), "--set", "ratios=[0.15, 0.4]"];
+    let (status, _, stderr) = elsewhere.run(manifest.to_str().unwrap(), &more);
+    assert_eq!(status, 1, "{stderr}");
+    let expected = "`api_key_env` names `MOCK_API_KEY`, which is not set: this call is not in the pack";
+    assert!(stderr.contains(expected), "expected `{expected}` in:\n{stderr}");
+    assert_eq!(api.requests(), paid, "a call without its key reached the server");
+    // With the key, it is made.
+    let (status, _, stderr) = elsewhere.run_with_env(manifest.to_str().unwrap(), &more, &key);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(api.requests() > paid);
+    let paid = api.requests();
 
     // A reviewer without the key verifies it: no key is needed where no call may be made.
     let (status, printed) = verify(&elsewhere, &pack, &[]);

@@ -102,7 +102,7 @@ struct Bounder {
 
 impl Bounder {
     fn new(prepared: &Prepared) -> Result<Bounder, Error> {
-        let models = models(&prepared.loaded, true)?;
+        let models = models(&prepared.loaded, crate::app::prepare::Keys::Planning)?;
         let estimator: Arc<dyn crate::inputs::tokenizer::Tokenizer> =
             Arc::new(crate::inputs::tokenizer::Cl100k::new());
         let launcher = |spec: &CallbackSpec| -> Option<Arc<ModelLauncher>> {

@@ -80,7 +80,7 @@ pub(crate) fn check(
     let protected = Protected::of(loaded, &cache_root(loaded), Some(&runs));
     let sandboxing = Sandboxing::new(sandbox::kernel_abi(), protected).map_err(io(&std::env::temp_dir()))?;
     // A check runs here whatever the run's engine: it is about the callback, not the cluster.
-    let models = models(loaded, false)?;
+    let models = models(loaded, crate::app::prepare::Keys::Required)?;
     let here: Arc<dyn Engine> = Arc::new(Here);
     let (built, confinements) = callbacks(loaded, &sandboxing, &here, &models)?;
     let chosen = chosen(&built, name, manifest)?;

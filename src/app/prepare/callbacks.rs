@@ -164,10 +164,22 @@ pub(crate) struct Models {
     estimator: Option<Arc<dyn Tokenizer>>,
 }
 
+/// How a command opens the endpoints' keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::app) enum Keys {
+    /// Every endpoint's key must be set (a run, `gacc callback check`).
+    Required,
+    /// Keys are not read: calls are only counted and priced (`gacc plan`, `gacc verify`).
+    Planning,
+    /// Keys where set; an endpoint without one fails the calls it is asked to make
+    /// (`gacc run --from`, where the pack answers most).
+    IfSet,
+}
+
 /// Opens the endpoints the manifest's model built-ins name.
-/// The manifest's model endpoints; `planning` builds them to count and price calls only
-/// (`gacc plan`), without their keys.
-pub(in crate::app) fn models(loaded: &Loaded, planning: bool) -> Result<Models, Error> {
+/// The manifest's model endpoints, their keys read as `keys` says.
+pub(in crate::app) fn models(loaded: &Loaded, keys: Keys) -> Result<Models, Error> {
+    let planning = keys == Keys::Planning;
     let mut endpoints = BTreeMap::new();
     let mut problems = Vec::new();
     let named: std::collections::BTreeSet<&str> = loaded
@@ -182,10 +194,10 @@ pub(in crate::app) fn models(loaded: &Loaded, planning: bool) -> Result<Models, 
         let Some(spec) = loaded.manifest.models.get(name) else {
             continue;
         };
-        let endpoint = if planning {
-            Endpoint::for_planning(name, spec)
-        } else {
-            Endpoint::new(name, spec)
+        let endpoint = match keys {
+            Keys::Planning => Endpoint::for_planning(name, spec),
+            Keys::Required => Endpoint::new(name, spec),
+            Keys::IfSet => Endpoint::key_if_set(name, spec),
         };
         match endpoint {
             Ok(mut endpoint) => {

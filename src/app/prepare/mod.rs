@@ -19,6 +19,7 @@ use crate::inputs::tokenizer::Tokenizer;
 use crate::plan::{self, Plan};
 use crate::store::cache::Cache;
 
+pub(in crate::app) use callbacks::Keys;
 pub(crate) use callbacks::Models;
 pub(super) use callbacks::{Confinements, callbacks, models};
 use callbacks::{argv, current_exe};

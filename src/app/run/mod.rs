@@ -88,9 +88,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let opening = open_cache_early(&options.manifest, &options.sets);
     // A replay that may not call (`gacc verify`) needs no endpoint's key.
-    let prepared = match options.offline_over {
-        Some(_) => super::prepare::prepare_without_keys(&options.manifest, &options.sets)?,
-        None => prepare(&options.manifest, &options.sets)?,
+    let prepared = match (&options.offline_over, &options.from) {
+        (None, None) => prepare(&options.manifest, &options.sets)?,
+        // Keys are checked where a call needs one (`Keys`).
+        _ => super::prepare::prepare_without_keys(&options.manifest, &options.sets)?,
     };
     for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
         eprintln!("warning: {warning}");
@@ -299,7 +300,12 @@ fn open(
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let engine = engine(&prepared.loaded)?;
-    let models = models(&prepared.loaded, options.offline_over.is_some())?;
+    let keys = match (&options.offline_over, &options.from) {
+        (Some(_), _) => super::prepare::Keys::Planning,
+        (None, Some(_)) => super::prepare::Keys::IfSet,
+        (None, None) => super::prepare::Keys::Required,
+    };
+    let models = models(&prepared.loaded, keys)?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);

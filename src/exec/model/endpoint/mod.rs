@@ -73,6 +73,24 @@ impl Endpoint {
         Endpoint::with_key(name, spec, true)
     }
 
+    /// The endpoint for a run over a pack (`gacc run --from`): its key when it is set; when it
+    /// is not, every call it is asked to make (one the pack does not answer) fails at once,
+    /// saying so, while the pack's answers need no key.
+    pub(crate) fn key_if_set(name: &str, spec: &ModelSpec) -> Result<Endpoint, String> {
+        match Endpoint::with_key(name, spec, true) {
+            Ok(endpoint) => Ok(endpoint),
+            Err(unset) if spec.api_key_env.is_some() => {
+                let endpoint = Endpoint::with_key(name, spec, false)?;
+                *endpoint.rejected.locked() = Some(FailureKind::Rejected {
+                    endpoint: name.to_owned(),
+                    message: format!("{unset}: this call is not in the pack, and making it needs the key"),
+                });
+                Ok(endpoint)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     /// Starts the live limit from what the endpoint ended on in an earlier run (`final_limit`
     /// in its `run.json`) where that run drew no 429 (a server without a rate limit, where the
     /// limit is found from latency; with a rate limit the pace sets it): a second run against
