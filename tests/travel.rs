@@ -32,6 +32,24 @@ fn packed(scratch: &Scratch, name: &str) -> (PathBuf, PathBuf) {
     (folder, pack)
 }
 
+/// `pack` unpacked in a new scratch folder (no cache, no experiments/); that folder and the
+/// packed run's manifest.
+fn unpacked_elsewhere(pack: &Path) -> (Scratch, PathBuf) {
+    let elsewhere = Scratch::empty();
+    let unpacked = elsewhere.path("shared");
+    let output = elsewhere
+        .gacc()
+        .args(["unpack", pack.to_str().unwrap(), unpacked.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (elsewhere, unpacked.join("run/manifest.toml"))
+}
+
 /// The pack's members and their bytes, in order.
 fn members(pack: &Path) -> Vec<(String, Vec<u8>)> {
     let file = std::fs::File::open(pack).unwrap();
@@ -91,19 +109,7 @@ fn a_pack_replays_elsewhere_with_zero_calls_and_the_same_report() {
         assert_eq!(listed.last().map(String::as_str), Some("SHA256SUMS"));
 
         // Elsewhere: another folder, no cache, no experiments/.
-        let elsewhere = Scratch::empty();
-        let unpacked = elsewhere.path("shared");
-        let output = elsewhere
-            .gacc()
-            .args(["unpack", pack.to_str().unwrap(), unpacked.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let manifest = unpacked.join("run/manifest.toml");
+        let (elsewhere, manifest) = unpacked_elsewhere(&pack);
         let from = ["--from", pack.to_str().unwrap()];
         let (status, replay, stderr) = elsewhere.run(manifest.to_str().unwrap(), &from);
         assert_eq!(status, 0, "{name}: {stderr}");
@@ -381,19 +387,7 @@ fn a_model_runs_pack_replays_with_no_request_to_its_server() {
             .all(|(_, bytes)| !String::from_utf8_lossy(bytes).contains(KEY))
     );
 
-    let elsewhere = Scratch::empty();
-    let unpacked = elsewhere.path("shared");
-    let output = elsewhere
-        .gacc()
-        .args(["unpack", pack.to_str().unwrap(), unpacked.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let manifest = unpacked.join("run/manifest.toml");
+    let (elsewhere, manifest) = unpacked_elsewhere(&pack);
     let from = ["--from", pack.to_str().unwrap()];
     // No key on this machine: the pack answers every call, so none is needed.
     let (status, replay, stderr) = elsewhere.run(manifest.to_str().unwrap(), &from);
