@@ -107,6 +107,8 @@ pub(crate) struct Progress {
     pub started: Instant,
     /// The model endpoints, whose live limits the progress line shows.
     pub endpoints: Vec<std::sync::Arc<crate::exec::model::Endpoint>>,
+    /// What the model calls of this run have cost so far.
+    pub costs: Option<std::sync::Arc<crate::exec::model::CostGuard>>,
     /// Audit judgements given (SPEC §10), and how many of them the cache answered: their
     /// number is known only as the answers come, so they have no total.
     pub audited: AtomicUsize,
@@ -119,6 +121,7 @@ impl Default for Progress {
             stages: Default::default(),
             started: Instant::now(),
             endpoints: Vec::new(),
+            costs: None,
             audited: AtomicUsize::new(0),
             audited_cached: AtomicUsize::new(0),
         }
@@ -177,6 +180,7 @@ impl Progress {
             .collect();
         LiveProgress {
             audited: load(&self.audited),
+            cost_usd: self.costs.as_ref().map_or(0.0, |costs| costs.paid()),
             endpoints,
             seconds: self.started.elapsed().as_secs_f64(),
             stages,

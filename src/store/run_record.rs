@@ -66,6 +66,8 @@ pub(crate) struct EndpointRecord {
 pub(crate) struct LiveProgress {
     /// Audit judgements given so far (their number is known only as they come).
     pub audited: usize,
+    /// What this run's model calls have cost so far (USD).
+    pub cost_usd: f64,
     /// Per model endpoint: what it is doing now.
     pub endpoints: BTreeMap<String, EndpointLive>,
     /// Seconds since the jobs started.

@@ -109,6 +109,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let (folder, dataset_digest, plan_writer) = start_folder(&opened.runs, started_at, &prepared, options)?;
     let progress = Arc::new(Progress {
         endpoints: models.endpoints.values().cloned().collect(),
+        costs: Some(models.costs.clone()),
         ..Progress::default()
     });
     let setup = runner::Setup {

@@ -75,6 +75,11 @@ impl CostGuard {
         Ok(())
     }
 
+    /// What this run's model calls have cost so far.
+    pub(crate) fn paid(&self) -> f64 {
+        self.spent.locked().0
+    }
+
     fn settle(&self, most: f64, cost: f64) {
         let mut spent = self.spent.locked();
         spent.1 = (spent.1 - most).max(0.0);
