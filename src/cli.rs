@@ -157,6 +157,21 @@ pub(crate) enum Command {
         #[arg(long, value_name = "F", default_value_t = 1.0, requires = "rejudge")]
         fraction: f64,
     },
+    /// Browse runs and packs in a web browser: a local, read-only server over DIR.
+    View {
+        /// The folder of runs and packs (default: --runs, runs/).
+        #[arg(value_hint = clap::ValueHint::DirPath)]
+        dir: Option<PathBuf>,
+        /// The port (0: any free one).
+        #[arg(long, default_value_t = 8040)]
+        port: u16,
+        /// The address to listen on; anything but 127.0.0.1 shows your runs to your network.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// The cache a pack is unpacked into, once, when it is opened.
+        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
+        cache: PathBuf,
+    },
     /// Past runs under --runs (default runs/): list them, or show one.
     Runs {
         #[command(subcommand)]

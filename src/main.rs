@@ -124,6 +124,16 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             let rejudge = rejudge.map(|judge| app::Rejudge { judge, fraction });
             app::verify(runs, &target, dataset.as_deref(), &cache, rejudge.as_ref())
         }
+        Command::View {
+            dir,
+            port,
+            host,
+            cache,
+        } => app::view(
+            dir.as_deref().unwrap_or(runs),
+            &app::Address { host, port },
+            &cache,
+        ),
         Command::Init { dir } => app::init(&dir),
         Command::Schema { which } => app::schema(which.into()),
         Command::Completions { shell } => {

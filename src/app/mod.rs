@@ -15,6 +15,7 @@ mod status;
 mod terminal;
 mod travel;
 mod verify;
+mod view;
 
 use std::path::Path;
 
@@ -26,6 +27,7 @@ pub use run::RunOptions;
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
 pub use verify::{Rejudge, verify};
+pub use view::{Address, view};
 
 /// How a command that did its work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Helpers for tests that drive the real `gacc` binary in a scratch folder.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod mock_api;
 
 use std::path::{Path, PathBuf};

@@ -230,7 +230,7 @@ impl CellLabel {
         }
     }
 
-    fn of(cell: &StoredCell) -> Self {
+    pub(crate) fn of(cell: &StoredCell) -> Self {
         CellLabel::new(
             &cell.compressor,
             &cell.condition,
@@ -241,7 +241,7 @@ impl CellLabel {
 }
 
 /// A results row's cell, named as its report cell is (the same fields, as written).
-fn cell_of(row: &ResultRow) -> CellLabel {
+pub(crate) fn cell_of(row: &ResultRow) -> CellLabel {
     let written = |value: serde_json::Result<Value>| value.unwrap_or(Value::Null);
     CellLabel::new(
         &Value::String(row.compressor.clone()),

@@ -1,0 +1,273 @@
+//! `gacc view [DIR]` (SPEC §12): a local, read-only web app over the runs and packs under a
+//! folder — the runs list, a run's page and its full report, a cell's questions, a question's
+//! drill-down, two runs compared, and a live page for a run in flight.
+//!
+//! It binds to 127.0.0.1 unless told otherwise and answers only GET. Every run is named by
+//! its path inside the folder and checked to stay there (`site`); a request's Host must name
+//! the address served (so a page of another site cannot read it through a rebound name).
+
+mod drill;
+mod live;
+mod pages;
+mod site;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+use super::Ended;
+use crate::error::{Error, runtime_error};
+use crate::report::html::{Packing, render};
+use crate::store::run_folder::{REPORT_HTML, REPORT_JSON};
+use site::Site;
+
+/// Where `gacc view` listens.
+#[derive(Debug, Clone)]
+pub struct Address {
+    pub host: String,
+    pub port: u16,
+}
+
+type Params = Query<HashMap<String, String>>;
+
+/// Serves the folder until Ctrl-C; prints the address first.
+pub fn view(dir: &Path, address: &Address, cache: &Path) -> Result<Ended, Error> {
+    let site = Arc::new(Site::new(dir, cache)?);
+    let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;
+    runtime.block_on(async {
+        let bind = (address.host.as_str(), address.port);
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|error| Error::Io {
+                path: dir.to_path_buf(),
+                message: format!("cannot listen on {}:{}: {error}", address.host, address.port),
+            })?;
+        let bound = listener.local_addr().map_err(|error| Error::Io {
+            path: dir.to_path_buf(),
+            message: format!("cannot listen: {error}"),
+        })?;
+        println!(
+            "gacc view: serving {} at http://{bound}/ (Ctrl-C stops)",
+            site.root.display()
+        );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        let app = router(site, bound);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .map_err(|error| Error::Io {
+                path: dir.to_path_buf(),
+                message: format!("the server stopped: {error}"),
+            })
+    })?;
+    Ok(Ended::Success)
+}
+
+fn router(site: Arc<Site>, bound: SocketAddr) -> Router {
+    let hosts: Arc<Vec<String>> = Arc::new(allowed_hosts(bound));
+    Router::new()
+        .route("/", get(list))
+        .route("/run", get(run))
+        .route("/report", get(report))
+        .route("/cell", get(cell))
+        .route("/question", get(question))
+        .route("/compare", get(compare))
+        .route("/live", get(live_page))
+        .route("/live.json", get(live_json))
+        .fallback(|| async { not_found() })
+        .with_state(site)
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            let hosts = hosts.clone();
+            async move { guard(&hosts, request, next).await }
+        }))
+}
+
+/// The Host values a request may carry: the address served, and `localhost` for a loopback one.
+fn allowed_hosts(bound: SocketAddr) -> Vec<String> {
+    let port = bound.port();
+    let mut hosts = vec![bound.to_string()];
+    if bound.ip().is_loopback() {
+        hosts.push(format!("localhost:{port}"));
+        hosts.push(format!("127.0.0.1:{port}"));
+    }
+    hosts
+}
+
+/// Refuses a request for another host; marks every answer as not to be sniffed or framed.
+async fn guard(hosts: &[String], request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    let unspecified = hosts
+        .first()
+        .is_some_and(|h| h.starts_with("0.0.0.0") || h.starts_with("[::]"));
+    if !unspecified && !host.is_some_and(|h| hosts.iter().any(|allowed| allowed == h)) {
+        return (StatusCode::MISDIRECTED_REQUEST, "gacc view: not this host\n").into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Html(pages::page("Not found", "<p>Nothing here.</p>")),
+    )
+        .into_response()
+}
+
+fn failed(error: &Error) -> Response {
+    let body = format!("<p>{}</p>", pages::esc(&error.to_string()));
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Html(pages::page("Cannot show this", &body)),
+    )
+        .into_response()
+}
+
+/// Runs `work` off the runtime's threads (it reads files); a panic is a 500.
+async fn blocking(work: impl FnOnce() -> Response + Send + 'static) -> Response {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|_| {
+        (StatusCode::INTERNAL_SERVER_ERROR, "gacc view: the page failed\n").into_response()
+    })
+}
+
+async fn list(State(site): State<Arc<Site>>) -> Response {
+    blocking(move || Html(pages::runs(&site.runs(), &site.packs())).into_response()).await
+}
+
+async fn run(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    blocking(move || {
+        let id = params.get("run").map(String::as_str).unwrap_or_default();
+        let Some(folder) = site.run(id) else {
+            return not_found();
+        };
+        if !folder.file(REPORT_JSON).is_file() {
+            return Redirect::to(&format!("/live?run={}", pages::query(id))).into_response();
+        }
+        match site.load(&folder) {
+            Ok(loaded) => Html(pages::run(id, &loaded, &site.runs())).into_response(),
+            Err(error) => failed(&error),
+        }
+    })
+    .await
+}
+
+async fn report(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    blocking(move || {
+        let Some(folder) = params.get("run").and_then(|id| site.run(id)) else {
+            return not_found();
+        };
+        let page = match std::fs::read_to_string(folder.file(REPORT_HTML)) {
+            Ok(page) => Ok(page),
+            Err(_) => render(folder.path(), Packing::Auto),
+        };
+        match page {
+            Ok(page) => Html(crate::secrets::redact(&page).into_owned()).into_response(),
+            Err(error) => failed(&error),
+        }
+    })
+    .await
+}
+
+async fn cell(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    numbered(site, params, "cell", pages::cell).await
+}
+
+async fn question(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    numbered(site, params, "row", drill::question).await
+}
+
+/// A page of a run's numbered part (`?run=ID&{part}=N`); not found when the run or the
+/// part is not.
+async fn numbered(
+    site: Arc<Site>,
+    params: HashMap<String, String>,
+    part: &'static str,
+    render: fn(&str, &site::Loaded, usize) -> Option<String>,
+) -> Response {
+    blocking(move || {
+        let id = params.get("run").map(String::as_str).unwrap_or_default();
+        let index = params.get(part).and_then(|n| n.parse::<usize>().ok());
+        let (Some(folder), Some(index)) = (site.run(id), index) else {
+            return not_found();
+        };
+        match site.load(&folder) {
+            Ok(loaded) => render(id, &loaded, index).map_or_else(not_found, |p| Html(p).into_response()),
+            Err(error) => failed(&error),
+        }
+    })
+    .await
+}
+
+async fn compare(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    blocking(move || {
+        let (a, b) = (params.get("a"), params.get("b"));
+        let (Some(a), Some(b)) = (a, b) else {
+            return not_found();
+        };
+        let (Some(run_a), Some(run_b)) = (site.run(a), site.run(b)) else {
+            return not_found();
+        };
+        match crate::review::diff::diff(run_a.path(), run_b.path()) {
+            Ok(diff) => Html(pages::compare(&diff, (a, b))).into_response(),
+            Err(error) => failed(&error),
+        }
+    })
+    .await
+}
+
+async fn live_page(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    blocking(move || {
+        let id = params.get("run").map(String::as_str).unwrap_or_default();
+        match site.run(id) {
+            Some(folder) => Html(live::page_of(id, &live::now(&folder))).into_response(),
+            None => not_found(),
+        }
+    })
+    .await
+}
+
+/// The longest `/live.json?after=N` waits for the run to move from N.
+const LONGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The run as it is now; with `after=N`, once its `done` is no longer N (or it finished, or
+/// `LONGEST_WAIT` passed), so the live page sees each change as it comes without a busy poll.
+async fn live_json(State(site): State<Arc<Site>>, Query(params): Params) -> Response {
+    let id = params.get("run").cloned().unwrap_or_default();
+    let after = params.get("after").and_then(|n| n.parse::<usize>().ok());
+    let Some(folder) = site.run(&id) else {
+        return not_found();
+    };
+    let started = std::time::Instant::now();
+    let live = loop {
+        let folder = folder.clone();
+        let Ok(live) = tokio::task::spawn_blocking(move || live::now(&folder)).await else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "gacc view: the page failed\n").into_response();
+        };
+        let moved = after.is_none_or(|n| n != live.done);
+        if moved || live.finished || started.elapsed() >= LONGEST_WAIT {
+            break live;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let body = serde_json::to_string(&live).unwrap_or_default();
+    let body = crate::secrets::redact(&body).into_owned();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
