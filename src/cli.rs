@@ -149,13 +149,22 @@ pub(crate) enum Command {
         /// For a run folder: the cache it was run with.
         #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
         cache: PathBuf,
-        /// Re-judge a seeded share of the answers with this judge (a built-in rule judge, or a
-        /// `[judges.NAME]` of the run's manifest) and report agreement and kappa.
+        /// Re-judge a seeded share of the answers with this judge (a built-in rule judge, a
+        /// `[judges.NAME]` of the run's manifest or of --callbacks) and report agreement and kappa.
         #[arg(long, value_name = "NAME")]
         rejudge: Option<String>,
-        /// The share of answers `--rejudge` looks at.
-        #[arg(long, value_name = "F", default_value_t = 1.0, requires = "rejudge")]
+        /// Re-read a seeded share of the questions with this reader (a built-in, or a
+        /// `[readers.NAME]` of --callbacks; the run's judge judges its answers) and report
+        /// agreement and kappa with the run's verdicts.
+        #[arg(long, value_name = "NAME")]
+        reread: Option<String>,
+        /// The share of answers (--rejudge) or questions (--reread) checked.
+        #[arg(long, value_name = "F", default_value_t = 1.0)]
         fraction: f64,
+        /// Your own callbacks for the spot checks: a TOML file of `[judges.NAME]`,
+        /// `[readers.NAME]` and the `[models.NAME]` endpoints they call.
+        #[arg(long, value_name = "FILE")]
+        callbacks: Option<PathBuf>,
     },
     /// Browse runs and packs in a web browser: a local, read-only server over DIR.
     View {

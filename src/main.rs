@@ -119,10 +119,17 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             dataset,
             cache,
             rejudge,
+            reread,
             fraction,
+            callbacks,
         } => {
-            let rejudge = rejudge.map(|judge| app::Rejudge { judge, fraction });
-            app::verify(runs, &target, dataset.as_deref(), &cache, rejudge.as_ref())
+            let checks = app::SpotChecks {
+                rejudge,
+                reread,
+                fraction,
+                callbacks,
+            };
+            app::verify(runs, &target, dataset.as_deref(), &cache, &checks)
         }
         Command::View {
             dir,

@@ -588,11 +588,192 @@ fn rejudge_reports_the_share_a_disagreeing_judge_disagrees_on_and_its_kappa() {
         "the judges should disagree: {observed}"
     );
     let expected = format!("rejudged by `exact` (1 of answers): {n} compared, agreement ");
-    assert!(
-        printed.contains(&expected),
-        "expected `{expected}` in:\n{printed}"
+    let counts = format!("run's judge right and `exact` not {run_only}, the reverse {exact_only}");
+    assert_spot_line(&printed, &expected, (observed, kappa), &counts);
+}
+
+/// Whether a spot check's seeded share at `fraction` holds the question `id`: the SHA-256 of
+/// `[0, id, ""]` (as JSON), read as a number in [0, 1), below `fraction` (recounted here).
+fn in_share(id: &str, fraction: f64) -> bool {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(serde_json::json!([0, id, ""]).to_string().as_bytes());
+    let head = u64::from_be_bytes(digest[..8].try_into().unwrap());
+    (head as f64 / 2f64.powi(64)) < fraction
+}
+
+#[test]
+fn reread_reports_how_often_another_readers_verdicts_agree_recounted() {
+    let scratch = Scratch::new();
+    let (folder, pack) = packed(&scratch, "baselines");
+    // The run reads with the extractive reader; `field-lookup` answers from field=value pairs,
+    // which the baselines' memories rarely hold: the two disagree on many questions.
+    let (status, printed) = verify(
+        &scratch,
+        &pack,
+        &["--reread", "field-lookup", "--fraction", "0.5"],
     );
-    // The figures as printed (three decimals) against the recount.
+    assert_eq!(status, 0, "{printed}");
+    // The recount: a run of the same manifest read by `field-lookup`, paired with the run's
+    // verdicts on the questions in the share.
+    let (status, other, stderr) = scratch.run(
+        "experiments/baselines.toml",
+        &["-q", "--set", "reader={ builtin = \"field-lookup\" }"],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    let theirs = common::verdicts(&other);
+    let [mut a, mut b, mut c, mut d] = [0u64; 4];
+    for row in common::read_lines(&folder.join("results.jsonl")) {
+        if !in_share(row["question_id"].as_str().unwrap(), 0.5) {
+            continue;
+        }
+        let (Some(run), Some(again)) = (
+            row["correct"].as_bool(),
+            theirs[&common::question_key(&row)].as_bool(),
+        ) else {
+            continue;
+        };
+        match (run, again) {
+            (true, true) => a += 1,
+            (true, false) => b += 1,
+            (false, true) => c += 1,
+            (false, false) => d += 1,
+        }
+    }
+    let n = a + b + c + d;
+    let all = common::read_lines(&folder.join("results.jsonl")).len() as u64;
+    assert!(
+        n > all / 4 && n < all * 3 / 4,
+        "about half the questions: {n} of {all}"
+    );
+    assert!(b > 0, "the readers should disagree");
+    let (a, b, c, d) = (a as f64, b as f64, c as f64, d as f64);
+    let observed = (a + d) / n as f64;
+    let kappa = 2.0 * (a * d - b * c) / ((a + b) * (b + d) + (a + c) * (c + d));
+    let expected = format!("reread by `field-lookup` (0.5 of questions): {n} compared, agreement ");
+    let counts = format!("run's reader right and `field-lookup` not {b}, the reverse {c}");
+    assert_spot_line(&printed, &expected, (observed, kappa), &counts);
+}
+
+#[test]
+fn spot_checks_take_the_verifiers_own_callbacks_from_a_file() {
+    let scratch = Scratch::new();
+    let (_, pack) = packed(&scratch, "fixture");
+    // A judge and a reader of the verifier's, named as they like.
+    let theirs = scratch.write(
+        "mine.toml",
+        "[judges.strict]\nbuiltin = \"exact\"\nrevision = \"1\"\n\n[readers.lookup]\nbuiltin = \"field-lookup\"\nrevision = \"1\"\n",
+    );
+    let callbacks = theirs.to_str().unwrap();
+    let (status, printed) = verify(
+        &scratch,
+        &pack,
+        &[
+            "--rejudge",
+            "strict",
+            "--reread",
+            "lookup",
+            "--callbacks",
+            callbacks,
+        ],
+    );
+    assert_eq!(status, 0, "{printed}");
+    // The fixture's reader and judge are these very built-ins: full agreement, both ways.
+    assert!(
+        printed.contains("rejudged by `strict` (1 of answers): 36 compared, agreement 1.000"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("reread by `lookup` (1 of questions): 36 compared, agreement 1.000"),
+        "{printed}"
+    );
+    // A share out of range, and a file that is not TOML, are named.
+    let (status, printed) = verify(
+        &scratch,
+        &pack,
+        &[
+            "--reread",
+            "lookup",
+            "--fraction",
+            "1.5",
+            "--callbacks",
+            callbacks,
+        ],
+    );
+    assert_eq!(status, 2, "{printed}");
+    assert!(printed.contains("--fraction"), "{printed}");
+    let broken = scratch.write("broken.toml", "[judges.strict\n");
+    let (status, printed) = verify(
+        &scratch,
+        &pack,
+        &["--rejudge", "strict", "--callbacks", broken.to_str().unwrap()],
+    );
+    assert_eq!(status, 2, "{printed}");
+    assert!(printed.contains("broken.toml"), "{printed}");
+}
+
+#[test]
+fn a_verifiers_model_judge_rechecks_a_pack_through_its_own_endpoint() {
+    use common::mock_api::{Behaviour, Format, KEY, MockApi};
+    let scratch = Scratch::new();
+    let (_, pack) = packed(&scratch, "fixture");
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    let theirs = scratch.write(
+        "mine.toml",
+        &format!(
+            "[models.mine]\napi = \"{}\"\nbase_url = \"{}\"\nmodel = \"mock-1\"\napi_key_env = \"MY_KEY\"\n\n\
+             [judges.mine]\nbuiltin = \"llm-judge\"\nparams = {{ model = \"mine\" }}\n",
+            Format::OpenAi.api(),
+            api.url
+        ),
+    );
+    let output = scratch
+        .gacc()
+        .arg("verify")
+        .arg(&pack)
+        .args([
+            "--rejudge",
+            "mine",
+            "--fraction",
+            "0.5",
+            "--callbacks",
+            theirs.to_str().unwrap(),
+        ])
+        .env("MY_KEY", KEY)
+        .output()
+        .unwrap();
+    let printed =
+        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{printed}");
+    assert!(
+        printed.contains("rejudged by `mine` (0.5 of answers): "),
+        "{printed}"
+    );
+    let compared: u64 = printed
+        .split("answers): ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        compared > 0 && compared < 36,
+        "a share of the 36 answers: {printed}"
+    );
+    assert_eq!(
+        api.requests(),
+        compared,
+        "one judge request per answer in the share"
+    );
+    common::mock_api::assert_no_key(&scratch, &printed);
+}
+
+/// A spot check's printed line against a recount: it starts `expected` (what was compared),
+/// its agreement and kappa (three decimals) match, and it names the `counts` of each way the
+/// verdicts differ; the pack still verifies.
+fn assert_spot_line(printed: &str, expected: &str, (observed, kappa): (f64, f64), counts: &str) {
+    assert!(printed.contains(expected), "expected `{expected}` in:\n{printed}");
     let figure = |after: &str| -> f64 {
         let rest = &printed[printed.find(after).unwrap() + after.len()..];
         rest.split([',', ' ']).next().unwrap().parse().unwrap()
@@ -602,7 +783,6 @@ fn rejudge_reports_the_share_a_disagreeing_judge_disagrees_on_and_its_kappa() {
         "{observed} in:\n{printed}"
     );
     assert!((figure("kappa ") - kappa).abs() < 5e-4, "{kappa} in:\n{printed}");
-    let counts = format!("run's judge right and `exact` not {run_only}, the reverse {exact_only}");
-    assert!(printed.contains(&counts), "expected `{counts}` in:\n{printed}");
+    assert!(printed.contains(counts), "expected `{counts}` in:\n{printed}");
     assert!(printed.ends_with("verified\n"), "{printed}");
 }

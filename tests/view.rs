@@ -206,25 +206,7 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
         assert!(close(shown_a[i], cell_a["micro"]["mean"].as_f64()), "cell {i}");
         assert!(close(shown_b[i], cell_b["micro"]["mean"].as_f64()), "cell {i}");
     }
-    let verdicts = |folder: &Path| -> std::collections::HashMap<String, Value> {
-        read_lines(&folder.join("results.jsonl"))
-            .into_iter()
-            .map(|row| {
-                let key = [
-                    "seed",
-                    "compressor",
-                    "condition",
-                    "ratio",
-                    "goal_id",
-                    "question_id",
-                ]
-                .map(|f| row[f].to_string())
-                .join(" ");
-                (key, row["correct"].clone())
-            })
-            .collect()
-    };
-    let (va, vb) = (verdicts(&a), verdicts(&b));
+    let (va, vb) = (common::verdicts(&a), common::verdicts(&b));
     let flips = va
         .iter()
         .filter(|(key, verdict)| {

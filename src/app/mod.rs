@@ -26,7 +26,7 @@ use crate::store::run_folder::resolve;
 pub use run::RunOptions;
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
-pub use verify::{Rejudge, verify};
+pub use verify::{SpotChecks, verify};
 pub use view::{Address, view};
 
 /// How a command that did its work ended.

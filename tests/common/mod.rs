@@ -291,3 +291,25 @@ fn kernel_has_landlock() -> bool {
     };
     abi > 0
 }
+
+/// A results row's question in its cell and seed, as one string.
+pub fn question_key(row: &Value) -> String {
+    [
+        "seed",
+        "compressor",
+        "condition",
+        "ratio",
+        "goal_id",
+        "question_id",
+    ]
+    .map(|f| row[f].to_string())
+    .join(" ")
+}
+
+/// Each question's verdict (`correct`) in a run folder's `results.jsonl`, by `question_key`.
+pub fn verdicts(folder: &Path) -> std::collections::HashMap<String, Value> {
+    read_lines(&folder.join("results.jsonl"))
+        .into_iter()
+        .map(|row| (question_key(&row), row["correct"].clone()))
+        .collect()
+}

@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+mod spot;
+
+pub use spot::SpotChecks;
+
 use super::Ended;
 use super::run::RunOptions;
 use crate::error::{Error, io};
@@ -33,30 +37,22 @@ struct Figure {
 
 /// `gacc verify TARGET`: exit 0 printing "verified", or 1 listing every figure that does not
 /// follow. Works in a scratch folder of its own, removed after.
-/// A spot check of the judge: a judge of the verifier's (a built-in rule judge, or a
-/// `[judges.NAME]` of the run's manifest) re-judges a seeded share of the answers.
-#[derive(Debug, Clone)]
-pub struct Rejudge {
-    pub judge: String,
-    pub fraction: f64,
-}
-
 pub fn verify(
     runs: &Path,
     target: &Path,
     dataset: Option<&Path>,
     cache: &Path,
-    rejudge: Option<&Rejudge>,
+    checks: &SpotChecks,
 ) -> Result<Ended, Error> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let work = std::env::temp_dir().join(format!("gacc-verify-{}-{nanos}", std::process::id()));
-    let result = verify_in(&work, runs, target, dataset, cache, rejudge);
+    let result = verify_in(&work, runs, target, dataset, cache, checks);
     let _ = std::fs::remove_dir_all(&work);
-    let (figures, rejudged) = result?;
-    if let Some(line) = rejudged {
-        println!("{line}");
+    let (figures, checked) = result?;
+    for line in checked {
+        println!("{}", crate::secrets::redact(&line));
     }
     if figures.is_empty() {
         println!("verified");
@@ -86,8 +82,8 @@ fn verify_in(
     target: &Path,
     dataset: Option<&Path>,
     cache: &Path,
-    rejudge: Option<&Rejudge>,
-) -> Result<(Vec<Figure>, Option<String>), Error> {
+    checks: &SpotChecks,
+) -> Result<(Vec<Figure>, Vec<String>), Error> {
     let mut figures = Vec::new();
     let (stated, layer) = if target.is_file() {
         let members = pack::read_members(target)?;
@@ -116,67 +112,13 @@ fn verify_in(
     for file in [MEMORIES, RESULTS] {
         figures.extend(compare_rows(&stated, &replayed, file)?);
     }
-    let rejudged = match rejudge {
-        Some(rejudge) => Some(spot_check(
-            &work.join("rejudge"),
-            &stated,
-            dataset,
-            layer,
-            rejudge,
-        )?),
-        None => None,
-    };
-    Ok((figures, rejudged))
-}
-
-/// Replays the run with `rejudge`'s judge as its one audit judge (§10), the only callback
-/// allowed to call; its agreement with the run's verdicts and Cohen's κ, as a line.
-fn spot_check(
-    folder: &Path,
-    stated: &Path,
-    dataset: Option<&Path>,
-    layer: PathBuf,
-    rejudge: &Rejudge,
-) -> Result<String, Error> {
-    let Rejudge { judge, fraction } = rejudge;
-    let manifest = replay_folder(folder, stated, dataset)?;
-    let options = RunOptions {
-        manifest,
-        sets: vec![
-            format!("audit.judges=[\"{judge}\"]"),
-            format!("audit.fraction={fraction}"),
-        ],
-        out: Some(folder.join("runs")),
-        quiet: true,
-        offline_over: Some(layer),
-        offline_allowed: vec![format!("judges.{judge}")],
-        ..RunOptions::default()
-    };
-    let finished = super::run::run(&options)?;
-    let path = finished.folder.join(REPORT_JSON);
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).map_err(io(&path))?).unwrap_or(Value::Null);
-    let audit = &report["judge_audit"]["judges"][judge];
-    let number = |value: &Value| {
-        value
-            .as_f64()
-            .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"))
-    };
-    Ok(format!(
-        "rejudged by `{judge}` ({fraction} of answers): {} compared, agreement {}, kappa {} (95% {} to {}), run's judge right and `{judge}` not {}, the reverse {}",
-        audit["compared"],
-        number(&audit["agreement"]),
-        number(&audit["kappa"]),
-        number(&audit["kappa_95"]["low"]),
-        number(&audit["kappa_95"]["high"]),
-        audit["scoring_only"],
-        audit["audit_only"],
-    ))
+    let checked = spot::run_checks(work, &stated, dataset, &layer, checks)?;
+    Ok((figures, checked))
 }
 
 /// A folder holding the run's manifest and run record, and the dataset to verify against (the
 /// run's copy, or `dataset` converted to the run folder's form); the manifest's path.
-fn replay_folder(replay: &Path, stated: &Path, dataset: Option<&Path>) -> Result<PathBuf, Error> {
+pub(super) fn replay_folder(replay: &Path, stated: &Path, dataset: Option<&Path>) -> Result<PathBuf, Error> {
     let run = replay.join("run");
     // The replay's own project: its cache starts empty and only the layer answers.
     let marker = replay.join(crate::inputs::manifest::PROJECT_MARKER);
