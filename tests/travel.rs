@@ -170,6 +170,10 @@ fn a_changed_or_hostile_member_is_refused_by_name_and_leaves_nothing() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(expected), "expected `{expected}` in: {stderr}");
+        assert!(
+            !stderr.contains('\u{1b}'),
+            "a raw escape reached the terminal: {stderr:?}"
+        );
         assert!(!into.exists(), "a refused pack left {}", into.display());
         let left: Vec<_> = std::fs::read_dir(scratch.dir.path())
             .unwrap()
@@ -216,6 +220,18 @@ fn a_changed_or_hostile_member_is_refused_by_name_and_leaves_nothing() {
         refused(&hostile, &regular, "leaves the pack's folder");
         assert!(!scratch.dir.path().parent().unwrap().join("escape.txt").exists());
     }
+    // A name with control characters (a terminal escape) is refused and shown escaped.
+    let mut painted = good.clone();
+    painted.insert(0, ("run/\u{1b}[31mred".into(), b"x".to_vec()));
+    refused(
+        &painted,
+        &regular,
+        "member `run/\\u{1b}[31mred` leaves the pack's folder",
+    );
+    let mut listed = good.clone();
+    let sums = &mut listed.last_mut().unwrap().1;
+    sums.extend_from_slice(format!("{}  run/\u{1b}[2Jgone\n", "0".repeat(64)).as_bytes());
+    refused(&listed, &regular, "SHA256SUMS lists `run/\\u{1b}[2Jgone`");
     let mut linked = good.clone();
     linked.insert(0, ("run/link".into(), Vec::new()));
     let link = |name: &str| {

@@ -216,26 +216,28 @@ pub(crate) fn read_members(file: &Path) -> Result<Members, Error> {
             .map_err(|e| bad(format!("a member's name: {e}")))?
             .to_string_lossy()
             .into_owned();
+        // What the pack names is shown escaped: a name may hold control characters.
+        let shown = name.escape_debug().to_string();
         if entry.header().entry_type() != tar::EntryType::Regular {
-            return Err(bad(format!("member `{name}` is not a regular file")));
+            return Err(bad(format!("member `{shown}` is not a regular file")));
         }
         if member_path(&name).is_none() {
-            return Err(bad(format!("member `{name}` leaves the pack's folder")));
+            return Err(bad(format!("member `{shown}` leaves the pack's folder")));
         }
         if entry.size() > MEMBER_LIMIT {
             return Err(bad(format!(
-                "member `{name}` is {} bytes, past any run's",
+                "member `{shown}` is {} bytes, past any run's",
                 entry.size()
             )));
         }
         if !names.insert(name.clone()) || sums.is_some() {
-            return Err(bad(format!("member `{name}` is given twice or after {SUMS}")));
+            return Err(bad(format!("member `{shown}` is given twice or after {SUMS}")));
         }
         let mut bytes = Vec::new();
         (&mut entry)
             .take(MEMBER_LIMIT)
             .read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("member `{name}`: {e}")))?;
+            .map_err(|e| bad(format!("member `{shown}`: {e}")))?;
         if name == SUMS {
             sums = Some(String::from_utf8(bytes).map_err(|_| bad(format!("{SUMS} is not text")))?);
         } else {
@@ -328,7 +330,7 @@ pub(crate) fn disagreements(members: &Members) -> Vec<Disagreement> {
             }
             None => found.push(Disagreement {
                 member: SUMS.into(),
-                stated: line.into(),
+                stated: line.escape_debug().to_string(),
                 recomputed: "not `<sha256>  <member>`".into(),
             }),
         }
@@ -344,16 +346,21 @@ pub(crate) fn disagreements(members: &Members) -> Vec<Disagreement> {
             }),
         }
     }
+    // The list's own names and sums are anyone's text: shown escaped.
     found.extend(listed.into_iter().map(|(member, stated)| Disagreement {
-        member,
-        stated,
+        member: member.escape_debug().to_string(),
+        stated: stated.escape_debug().to_string(),
         recomputed: ABSENT.into(),
     }));
     found
 }
 
-/// A member's name as a path inside the pack's folder: relative, plain components only.
+/// A member's name as a path inside the pack's folder: relative, plain components only, no
+/// control character.
 fn member_path(name: &str) -> Option<PathBuf> {
+    if name.chars().any(char::is_control) {
+        return None;
+    }
     let path = Path::new(name);
     let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
     (plain && path.components().next().is_some()).then(|| path.to_path_buf())
@@ -403,7 +410,17 @@ mod tests {
             assert!(member_path(inside).is_some(), "{inside}");
         }
         // What gacc never writes is refused, `./` included.
-        for outside in ["", "/etc/passwd", "../x", "run/../../x", "run/..", "/", "./run/x"] {
+        for outside in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "run/../../x",
+            "run/..",
+            "/",
+            "./run/x",
+            "run/\u{1b}[31mred",
+            "run/a\nb",
+        ] {
             assert_eq!(member_path(outside), None, "{outside}");
         }
     }

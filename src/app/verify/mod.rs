@@ -64,7 +64,7 @@ pub fn verify(
             "{}: {}: stated {}, recomputed {}",
             figure.file, figure.field, figure.stated, figure.recomputed
         );
-        println!("{}", crate::secrets::redact(&line));
+        println!("{}", printable(&crate::secrets::redact(&line)));
     }
     if figures.len() > SHOWN {
         println!("… and {} more", figures.len() - SHOWN);
@@ -74,6 +74,21 @@ pub fn verify(
         figures.len()
     );
     Ok(Ended::Failed)
+}
+
+/// `text` with each control character escaped: a pack's names and lists are anyone's bytes,
+/// and must not move the terminal's cursor or colour what follows.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 fn verify_in(
@@ -229,5 +244,16 @@ fn differences(file: &str, path: &str, stated: &Value, recomputed: &Value, out: 
             recomputed: right.to_string(),
         }),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_control_character_is_printed_escaped_and_the_rest_as_is() {
+        assert_eq!(
+            super::printable("run/\u{1b}[2J \"x\" é\n"),
+            "run/\\u{1b}[2J \"x\" é\\n"
+        );
     }
 }
