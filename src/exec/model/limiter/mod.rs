@@ -39,6 +39,11 @@ const CUT_ABOVE: f64 = 1.6;
 const SETTLE: f64 = 1.3;
 /// How far past what replies have shown the server to hold at speed the start may grow.
 pub(super) const VALIDATED_ROOM: usize = 3;
+/// The first round trip's room: where replies are steady, the first that shows the start's
+/// calls answered at speed lets the limit grow to this many times them at once (4 → 64).
+pub(super) const FIRST_ROOM: usize = 16;
+/// After that jump, the room past what replies have shown (the server may be full already).
+pub(super) const ROOM_AFTER_JUMP: usize = 2;
 /// Room over what the server held usefully when the start ends.
 const EXIT_ROOM: f64 = 1.15;
 /// A callback's latency is averaged over the last `RECENT` and `LONG` replies, and its unloaded
@@ -95,6 +100,8 @@ struct State {
     useful: f64,
     /// The most calls in the server a reply answered at speed has shown (during the start).
     validated: usize,
+    /// The start jumped to `FIRST_ROOM` times its calls.
+    jumped: bool,
     /// Replies in the current and the last throughput windows.
     replies: [u64; 2],
     window_start: Option<Instant>,
@@ -184,6 +191,7 @@ impl Limiter {
                 last_ratio: 1.0,
                 useful: 0.0,
                 validated: 0,
+                jumped: false,
                 replies: [0, 0],
                 window_start: None,
                 peak: 0,
@@ -409,12 +417,17 @@ mod tests {
             reply(&limiter, RTT).await;
         }
         assert_eq!(limit(&limiter), START);
-        // A call waiting for a place: two more places per reply at first.
+        // A call waiting for a place: the first reply that shows the start's calls answered at
+        // speed (steady replies) makes it `FIRST_ROOM` times the start; each after grows it by
+        // `STARTUP_GROWTH`.
         limiter.waiting.fetch_add(1, Ordering::Relaxed);
-        for _ in 0..10 {
+        reply(&limiter, RTT).await;
+        assert_eq!(limit(&limiter), START * FIRST_ROOM);
+        for _ in 0..9 {
             reply(&limiter, RTT).await;
         }
-        assert_eq!(limit(&limiter), START + 10 * STARTUP_GROWTH as usize);
+        let grown = START * FIRST_ROOM + 9 * STARTUP_GROWTH as usize;
+        assert_eq!(limit(&limiter), grown);
         // Calls waiting on the pace hold their places: the limit does not grow then.
         let mut pacing = limiter.acquire(0).await;
         let mut also = limiter.acquire(0).await;
@@ -431,7 +444,7 @@ mod tests {
             )
         };
         both.await;
-        assert_eq!(limit(&limiter), START + 10 * STARTUP_GROWTH as usize);
+        assert_eq!(limit(&limiter), grown);
         limiter.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 

@@ -8,8 +8,8 @@ use tokio::sync::SemaphorePermit;
 use tokio::time::Instant;
 
 use super::{
-    CUT_ABOVE, EXIT_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, Limiter, REFUSAL_UNKNOWN, SETTLE, STARTUP_GROWTH,
-    VALIDATED_ROOM,
+    CUT_ABOVE, EXIT_ROOM, FIRST_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, Limiter, REFUSAL_UNKNOWN,
+    ROOM_AFTER_JUMP, SETTLE, START, STARTUP_GROWTH, VALIDATED_ROOM,
 };
 
 /// A call's place under the limit; given back when dropped.
@@ -114,6 +114,19 @@ impl Slot<'_> {
         if paused || !limiter.bound(&state) || state.limit >= limiter.max {
             return;
         }
+        if state.startup {
+            state.validated = state.validated.max(self.company);
+        }
+        // A jump is safe only where replies are steady: one slow reply then says the server is
+        // full, within the round trip the jump filled it.
+        let first_round = state.startup && state.validated <= START && reading.steady;
+        if first_round {
+            // The start's calls came back at speed: it may fill `FIRST_ROOM` times them at once.
+            let target = (state.validated * FIRST_ROOM).max(state.limit);
+            limiter.set_limit(&mut state, target);
+            state.jumped = true;
+            return;
+        }
         state.credit += if state.startup { STARTUP_GROWTH } else { GROWTH };
         let whole = state.credit.floor();
         if whole >= 1.0 {
@@ -122,8 +135,12 @@ impl Slot<'_> {
             if state.startup {
                 // Never past a few times what a reply has shown the server to hold at speed:
                 // the next round trip's calls are sent before any of them can say it is full.
-                state.validated = state.validated.max(self.company);
-                target = target.min(state.validated * VALIDATED_ROOM).max(state.limit);
+                let room = if state.jumped {
+                    ROOM_AFTER_JUMP
+                } else {
+                    VALIDATED_ROOM
+                };
+                target = target.min(state.validated * room).max(state.limit);
             }
             limiter.set_limit(&mut state, target);
         }
