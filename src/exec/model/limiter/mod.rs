@@ -44,6 +44,10 @@ pub(super) const VALIDATED_ROOM: usize = 3;
 pub(super) const FIRST_ROOM: usize = 16;
 /// After that jump, the room past what replies have shown (the server may be full already).
 pub(super) const ROOM_AFTER_JUMP: usize = 2;
+/// The jump saves round trips, which matter only when they are long (a model generating
+/// tokens); a server that answers faster is found in milliseconds without it, and a rate
+/// limit that answers at once is not sent a burst it would refuse.
+pub(super) const JUMP_ABOVE: Duration = Duration::from_millis(50);
 /// Room over what the server held usefully when the start ends.
 const EXIT_ROOM: f64 = 1.15;
 /// A callback's latency is averaged over the last `RECENT` and `LONG` replies, and its unloaded
@@ -446,6 +450,24 @@ mod tests {
         both.await;
         assert_eq!(limit(&limiter), grown);
         limiter.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_slow_steady_replies_let_the_start_jump() {
+        for (latency, jumped) in [(RTT, true), (Duration::from_millis(5), false)] {
+            let limiter = Limiter::new(1024, true);
+            for _ in 0..4 {
+                reply(&limiter, latency).await;
+            }
+            limiter.waiting.fetch_add(1, Ordering::Relaxed);
+            reply(&limiter, latency).await;
+            let expected = if jumped {
+                START * FIRST_ROOM
+            } else {
+                START + STARTUP_GROWTH as usize
+            };
+            assert_eq!(limit(&limiter), expected, "replies of {latency:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,7 +8,7 @@ use tokio::sync::SemaphorePermit;
 use tokio::time::Instant;
 
 use super::{
-    CUT_ABOVE, EXIT_ROOM, FIRST_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, Limiter, REFUSAL_UNKNOWN,
+    CUT_ABOVE, EXIT_ROOM, FIRST_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, JUMP_ABOVE, Limiter, REFUSAL_UNKNOWN,
     ROOM_AFTER_JUMP, SETTLE, START, STARTUP_GROWTH, VALIDATED_ROOM,
 };
 
@@ -117,9 +117,10 @@ impl Slot<'_> {
         if state.startup {
             state.validated = state.validated.max(self.company);
         }
-        // A jump is safe only where replies are steady: one slow reply then says the server is
-        // full, within the round trip the jump filled it.
-        let first_round = state.startup && state.validated <= START && reading.steady;
+        // A jump is safe only where replies are steady (one slow reply then says the server is
+        // full, within the round trip the jump filled it), and worth it only where they are slow.
+        let first_round =
+            state.startup && state.validated <= START && reading.steady && latency >= JUMP_ABOVE;
         if first_round {
             // The start's calls came back at speed: it may fill `FIRST_ROOM` times them at once.
             let target = (state.validated * FIRST_ROOM).max(state.limit);
