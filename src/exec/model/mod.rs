@@ -426,6 +426,24 @@ fn scrub_failure(kind: &mut FailureKind, key: Option<&str>) {
 mod tests {
     use super::*;
     use crate::inputs::models::Api;
+
+    /// What the live progress shows as the cost so far: what calls cost once settled, not what
+    /// calls in flight reserved.
+    #[test]
+    fn the_cost_so_far_counts_settled_calls_only() {
+        let guard = CostGuard::new(None);
+        guard.reserve(0.5).unwrap();
+        guard.reserve(0.5).unwrap();
+        assert_eq!(guard.paid(), 0.0);
+        guard.settle(0.5, 0.125);
+        assert_eq!(guard.paid(), 0.125);
+        let progress = crate::runner::Progress {
+            costs: Some(Arc::new(guard)),
+            ..crate::runner::Progress::default()
+        };
+        let live = progress.live(crate::store::run_record::RunStatus::Running);
+        assert_eq!(live.cost_usd, 0.125);
+    }
     use crate::inputs::models::ModelSpec;
     use endpoint::retry_after;
     use std::time::Duration;
