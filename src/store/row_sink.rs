@@ -140,10 +140,18 @@ struct Appender {
 const GATHER_EVERY: Duration = Duration::from_millis(25);
 
 /// The writer thread: gathers what arrives in a buffer (written whenever it fills) and
-/// flushes it once the oldest bytes in it have waited [`FLUSH_EVERY`]; the file's SHA-256
-/// when the sender is dropped.
-fn write_pieces(file: File, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<String> {
-    let mut out = std::io::BufWriter::with_capacity(CHUNK, Hashing::new(file));
+/// flushes it once the oldest bytes in it have waited [`FLUSH_EVERY`]; when the sender is
+/// dropped, the file's SHA-256 if `hashed` (`results.jsonl`'s is in the report), else nothing.
+fn write_pieces(file: File, hashed: bool, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<String> {
+    if hashed {
+        Ok(gather(Hashing::new(file), pieces)?.digest())
+    } else {
+        gather(file, pieces).map(|_| String::new())
+    }
+}
+
+fn gather<W: Write>(file: W, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<W> {
+    let mut out = std::io::BufWriter::with_capacity(CHUNK, file);
     // When the oldest bytes not yet flushed are due; none wait while it is unset, and the
     // thread sleeps until the next bytes arrive.
     let mut due: Option<Instant> = None;
@@ -168,16 +176,16 @@ fn write_pieces(file: File, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result
             (Err(mpsc::TryRecvError::Empty), None) => {}
         }
     }
-    Ok(out.into_inner().map_err(|e| e.into_error())?.digest())
+    out.into_inner().map_err(|e| e.into_error())
 }
 
 impl Appender {
-    fn create(path: PathBuf) -> Result<Appender, Error> {
+    fn create(path: PathBuf, hashed: bool) -> Result<Appender, Error> {
         let file = File::create(&path).map_err(crate::error::io(&path))?;
         let (pieces, received) = mpsc::channel::<Vec<u8>>();
         let writer = std::thread::Builder::new()
             .name("gacc-rows".into())
-            .spawn(move || write_pieces(file, &received))
+            .spawn(move || write_pieces(file, hashed, &received))
             .map_err(crate::error::io(&path))?;
         Ok(Appender {
             path,
@@ -226,8 +234,8 @@ impl RowSink {
     /// Creates the run folder's `memories.jsonl` and `results.jsonl`, empty.
     pub(crate) fn create(folder: &RunFolder) -> Result<RowSink, Error> {
         Ok(RowSink {
-            memories: Appender::create(folder.file(MEMORIES))?,
-            results: Appender::create(folder.file(RESULTS))?,
+            memories: Appender::create(folder.file(MEMORIES), false)?,
+            results: Appender::create(folder.file(RESULTS), true)?,
         })
     }
 
