@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{
     CUT_ABOVE, EXIT_ROOM, FIRST_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, JUMP_ABOVE, Limiter, REFUSAL_UNKNOWN,
-    ROOM_AFTER_JUMP, SETTLE, START, STARTUP_GROWTH, VALIDATED_ROOM,
+    ROOM_AFTER_JUMP, SETTLE, START, STARTUP_GROWTH, State, VALIDATED_ROOM,
 };
 
 /// A call's place under the limit; given back when dropped.
@@ -114,17 +114,24 @@ impl Slot<'_> {
         if paused || !limiter.bound(&state) || state.limit >= limiter.max {
             return;
         }
+        let steady_and_slow = reading.steady && latency >= JUMP_ABOVE;
+        self.grow(limiter, &mut state, steady_and_slow);
+    }
+
+    /// Grows the limit after a reply at speed while calls wait for a place: at once to
+    /// `FIRST_ROOM` times the start's calls where `steady_and_slow`, else by a few places a
+    /// reply during the start (never past a few times what replies have shown), then slowly.
+    fn grow(&self, limiter: &Limiter, state: &mut State, steady_and_slow: bool) {
         if state.startup {
             state.validated = state.validated.max(self.company);
         }
         // A jump is safe only where replies are steady (one slow reply then says the server is
         // full, within the round trip the jump filled it), and worth it only where they are slow.
-        let first_round =
-            state.startup && state.validated <= START && reading.steady && latency >= JUMP_ABOVE;
+        let first_round = state.startup && state.validated <= START && steady_and_slow;
         if first_round {
             // The start's calls came back at speed: it may fill `FIRST_ROOM` times them at once.
             let target = (state.validated * FIRST_ROOM).max(state.limit);
-            limiter.set_limit(&mut state, target);
+            limiter.set_limit(state, target);
             state.jumped = true;
             return;
         }
@@ -143,7 +150,7 @@ impl Slot<'_> {
                 };
                 target = target.min(state.validated * room).max(state.limit);
             }
-            limiter.set_limit(&mut state, target);
+            limiter.set_limit(state, target);
         }
     }
 
