@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::pages::{esc, page, query};
+use super::site::Site;
 use crate::store::run_folder::{MEMORIES, REPORT_JSON, RESULTS, RUN, RunFolder};
 use crate::store::run_record::{LiveProgress, RunRecord};
 
@@ -29,16 +30,14 @@ pub(super) struct Live {
     pub done: usize,
 }
 
-/// The run in `folder` as it is now.
-pub(super) fn now(folder: &RunFolder) -> Live {
+/// The run in `folder` as it is now (its rows counted by `site`, which reads each file once).
+pub(super) fn now(site: &Site, folder: &RunFolder) -> Live {
     let record = folder
         .read_text(RUN)
         .ok()
         .and_then(|text| RunRecord::parse(&text));
     let finished = folder.file(REPORT_JSON).is_file();
-    let lines = |name: &str| {
-        std::fs::read(folder.file(name)).map_or(0, |bytes| memchr::memchr_iter(b'\n', &bytes).count())
-    };
+    let lines = |name: &str| site.lines(&folder.file(name));
     let (state, progress, seconds, updated, failures) = match record {
         Some(record) => {
             let progress = record.progress.unwrap_or_default();

@@ -237,7 +237,7 @@ async fn live_page(State(site): State<Arc<Site>>, Query(params): Params) -> Resp
     blocking(move || {
         let id = params.get("run").map(String::as_str).unwrap_or_default();
         match site.run(id) {
-            Some(folder) => Html(live::page_of(id, &live::now(&folder))).into_response(),
+            Some(folder) => Html(live::page_of(id, &live::now(&site, &folder))).into_response(),
             None => not_found(),
         }
     })
@@ -257,8 +257,8 @@ async fn live_json(State(site): State<Arc<Site>>, Query(params): Params) -> Resp
     };
     let started = std::time::Instant::now();
     let live = loop {
-        let folder = folder.clone();
-        let Ok(live) = tokio::task::spawn_blocking(move || live::now(&folder)).await else {
+        let (site, folder) = (site.clone(), folder.clone());
+        let Ok(live) = tokio::task::spawn_blocking(move || live::now(&site, &folder)).await else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "gacc view: the page failed\n").into_response();
         };
         let moved = after.is_none_or(|n| n != live.done);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::site::{Listed, Loaded};
 use crate::report::stored::{StoredCell, StoredSpread, text};
-use crate::review::diff::{CellLabel, Diff, cell_of};
+use crate::review::diff::{CellLabel, Diff};
 use crate::review::runs::summarize;
 
 /// The page's frame: its title, the style, a link home, and `body`.
@@ -203,8 +203,13 @@ pub(super) fn rows_of<'a>(
     loaded: &'a Loaded,
     cell: &StoredCell,
 ) -> impl Iterator<Item = (usize, &'a crate::store::ledger::ResultRow)> {
-    let wanted = CellLabel::of(cell);
-    (loaded.results.iter().enumerate()).filter(move |(_, row)| cell_of(row) == wanted)
+    let places = loaded
+        .by_cell
+        .get(&CellLabel::of(cell))
+        .map_or(&[][..], Vec::as_slice);
+    places
+        .iter()
+        .filter_map(|&at| Some((at, loaded.results.get(at)?)))
 }
 
 /// Rows a cell's page lists at most.

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::inputs::records::Source;
 use crate::report::stored::StoredReport;
+use crate::review::diff::{CellLabel, cell_of};
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
 use crate::store::pack;
 use crate::store::run_folder::{
@@ -31,6 +32,8 @@ pub(super) struct Site {
     /// The cache whose `packs/` layer a pack is unpacked into, once.
     pub cache: PathBuf,
     kept: Mutex<Vec<(PathBuf, SystemTime, Arc<Loaded>)>>,
+    /// Per row file of a run in flight: how far it was read and the lines found so far.
+    counted: Mutex<HashMap<PathBuf, (u64, usize)>>,
 }
 
 /// A finished run's rows, as its pages read them.
@@ -40,6 +43,8 @@ pub(super) struct Loaded {
     pub ledger: Vec<LedgerRow>,
     pub texts: HashMap<String, Arc<str>>,
     pub results: Vec<ResultRow>,
+    /// Each cell's rows, as places in `results`, found once.
+    pub by_cell: HashMap<CellLabel, Vec<usize>>,
 }
 
 /// A run the site lists: its name in links, and its folder.
@@ -58,6 +63,7 @@ impl Site {
             root,
             cache: cache.to_path_buf(),
             kept: Mutex::new(Vec::new()),
+            counted: Mutex::new(HashMap::new()),
         })
     }
 
@@ -127,6 +133,37 @@ impl Site {
         path.starts_with(&self.root).then_some(path)
     }
 
+    /// The lines in the row file at `path`, reading only what was appended since the last
+    /// look (the live page asks several times a second; a paper-scale run's rows are 200 MB).
+    /// A file that shrank (a new run) is counted again from its start.
+    pub(super) fn lines(&self, path: &Path) -> usize {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut counted = self
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut offset, mut lines) = counted.get(path).copied().unwrap_or((0, 0));
+        let Ok(mut file) = std::fs::File::open(path) else {
+            return 0;
+        };
+        let length = file.metadata().map_or(0, |m| m.len());
+        if length < offset {
+            (offset, lines) = (0, 0);
+        }
+        let mut block = vec![0u8; 1 << 20];
+        if file.seek(SeekFrom::Start(offset)).is_ok() {
+            while let Ok(read) = file.read(&mut block) {
+                if read == 0 {
+                    break;
+                }
+                lines += memchr::memchr_iter(b'\n', &block[..read]).count();
+                offset += read as u64;
+            }
+        }
+        counted.insert(path.to_path_buf(), (offset, lines));
+        lines
+    }
+
     /// The rows of a finished run, read once and kept while its results are unchanged.
     pub(super) fn load(&self, folder: &RunFolder) -> Result<Arc<Loaded>, Error> {
         let path = folder.path().to_path_buf();
@@ -157,18 +194,41 @@ pub(super) fn is_run(path: &Path) -> bool {
 
 fn read(folder: &RunFolder) -> Result<Loaded, Error> {
     let texts: Vec<MemoryText> = folder.read_rows(MEMORY_TEXTS)?;
+    let results: Vec<ResultRow> = folder.read_rows(RESULTS)?;
+    let mut by_cell: HashMap<CellLabel, Vec<usize>> = HashMap::new();
+    for (at, row) in results.iter().enumerate() {
+        by_cell.entry(cell_of(row)).or_default().push(at);
+    }
     Ok(Loaded {
         report: StoredReport::of(&folder.read_json(REPORT_JSON)?),
         sources: folder.read_rows(DATASET)?,
         ledger: folder.read_rows(MEMORIES)?,
         texts: texts.into_iter().map(|t| (t.sha256, t.memory)).collect(),
-        results: folder.read_rows(RESULTS)?,
+        results,
+        by_cell,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_file_is_counted_as_it_grows_and_anew_when_it_shrinks() {
+        use std::io::Write;
+        let scratch = tempfile::tempdir().unwrap();
+        let site = Site::new(scratch.path(), &scratch.path().join("cache")).unwrap();
+        let rows = scratch.path().join("results.jsonl");
+        assert_eq!(site.lines(&rows), 0, "no file yet");
+        std::fs::write(&rows, "{}\n{}\n{\"half\":").unwrap();
+        assert_eq!(site.lines(&rows), 2);
+        let mut file = std::fs::OpenOptions::new().append(true).open(&rows).unwrap();
+        file.write_all(b"1}\n{}\n").unwrap();
+        assert_eq!(site.lines(&rows), 4);
+        assert_eq!(site.lines(&rows), 4, "nothing new");
+        std::fs::write(&rows, "{}\n").unwrap();
+        assert_eq!(site.lines(&rows), 1, "a new file of rows");
+    }
 
     #[test]
     fn only_a_plain_path_inside_the_root_is_found() {
