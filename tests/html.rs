@@ -360,8 +360,12 @@ fn the_page_works_in_chromium() {
         ] {
             assert!(detail.contains(text), "{name}: the opened goal shows {text:?}");
         }
+        // (The evidence a memory kept is marked: the text is read without the marks.)
+        let unmarked = detail
+            .replace("<mark class=\"span-kept\">", "")
+            .replace("</mark>", "");
         assert!(
-            detail.contains("label=&lt;/script&gt;&lt;!--x"),
+            unmarked.contains("label=&lt;/script&gt;&lt;!--x"),
             "{name}: the memory shows the text as text"
         );
         assert!(!dom.contains("label=</script>"), "{name}: no text became markup");
@@ -426,4 +430,100 @@ fn the_judge_audit_shows_in_the_page() {
     }
     // One line per change the report lists.
     assert_eq!(section.matches("<li>").count(), changes, "{section}");
+}
+
+/// What a `data-NAME="…"` attribute holds, each time it occurs, in order.
+fn attributes<'a>(dom: &'a str, name: &str) -> Vec<&'a str> {
+    let marker = format!("{name}=\"");
+    dom.match_indices(&marker)
+        .map(|(at, _)| {
+            let rest = &dom[at + marker.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect()
+}
+
+#[test]
+fn why_a_score_is_what_it_is_shows_in_the_page() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let sets = ["-q", "--set", "seeds=[1]", "--set", "ratios=[0.25, 1.0]"];
+    let (status, folder, stderr) = scratch.run("experiments/baselines.toml", &sets);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let dom = browse(
+        &browser,
+        &["--dump-dom".into()],
+        &url(&folder.join("report.html"), "goal=water-finance&open=1000"),
+    );
+
+    // A bar per cell, in the report's order, of its four attribution counts.
+    let bars: Vec<String> = report["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let a = &c["attribution"];
+            format!(
+                "{},{},{},{}",
+                a["kept_right"], a["kept_wrong"], a["lost_right"], a["lost_wrong"]
+            )
+        })
+        .collect();
+    assert_eq!(attributes(&dom, "data-attribution"), bars);
+    for column in ["floor", "ceiling", "gap closed"] {
+        assert!(dom.contains(&format!(">{column}</button>")), "no {column} column");
+    }
+
+    // The goal's memories: each answer lists its question's spans, kept or lost as its row
+    // says; the memory marks what it kept, and only that.
+    let results = read_lines(&folder.join("results.jsonl"));
+    let dataset = read_lines(&folder.join("dataset.jsonl"));
+    let goal = dataset
+        .iter()
+        .flat_map(|s| s["goals"].as_array().unwrap())
+        .find(|g| g["id"] == "water-finance")
+        .unwrap();
+    let spans: Vec<String> = goal["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["evidence"].as_str().unwrap().to_owned())
+        .collect();
+    let rows: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["goal_id"] == "water-finance")
+        .collect();
+    let kept = rows.iter().filter(|r| r["evidence_kept"] == 1.0).count();
+    let flags = attributes(&dom, "data-kept");
+    assert_eq!(flags.len(), rows.len(), "one span per question in this dataset");
+    assert_eq!(flags.iter().filter(|f| **f == "1").count(), kept);
+    assert!(
+        kept > 0 && kept < rows.len(),
+        "some memories keep, some lose: {kept}"
+    );
+    let marks: Vec<&str> = dom
+        .match_indices("<mark class=\"span-kept\">")
+        .map(|(at, found)| {
+            let rest = &dom[at + found.len()..];
+            &rest[..rest.find("</mark>").unwrap()]
+        })
+        .collect();
+    assert!(!marks.is_empty());
+    for mark in marks {
+        let mark = unescape(mark).to_lowercase();
+        assert!(spans.iter().any(|s| s.to_lowercase() == mark), "{mark}");
+    }
+
+    // The Micro chart draws the floor and the ceiling as lines, at the cells' values.
+    let cell = &report["cells"][0];
+    for (line, field) in [
+        ("floor (empty memory)", "floor_micro"),
+        ("ceiling (whole source)", "ceiling_micro"),
+    ] {
+        let label = format!("{line}: {:.3}", cell[field].as_f64().unwrap());
+        assert!(dom.contains(&label), "no {label} in the chart");
+    }
 }

@@ -96,7 +96,7 @@ fn export_csv_reads_back_with_every_field_of_the_rows() {
         .map(|row| (row["key"].as_str().unwrap().to_owned(), row))
         .collect();
     assert_eq!(records.len(), results.len());
-    assert_eq!(header.len(), 25, "{header:?}");
+    assert_eq!(header.len(), 29, "{header:?}");
     let text = |value: &Value| match value {
         Value::Null => String::new(),
         Value::String(text) => text.clone(),

@@ -475,3 +475,98 @@ fn a_table_is_read_as_written_or_refused_naming_file_line_and_column() {
         );
     }
 }
+
+#[test]
+fn a_tables_evidence_and_tags_columns_read_convert_and_check() {
+    let scratch = Scratch::new();
+    // The fixture with evidence (one span, or a JSON array) and question tags.
+    let mut sources = jsonl(&scratch, "experiments/data/fixture.jsonl");
+    let text = sources[0]["text"].as_str().unwrap().to_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains('=')).collect();
+    let questions = sources[0]["goals"][0]["questions"].as_array_mut().unwrap();
+    questions[0]["evidence"] = serde_json::json!(lines[0]);
+    questions[0]["tags"] = serde_json::json!(["status", "reactor"]);
+    questions[1]["evidence"] = serde_json::json!([lines[0], lines[1]]);
+    let nested: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+    scratch.write("evidence.jsonl", &(nested.join("\n") + "\n"));
+
+    // Nested → CSV → nested keeps both; the CSV holds a list as its JSON.
+    convert(&scratch, "evidence.jsonl", "evidence.csv");
+    let csv = std::fs::read_to_string(scratch.path("evidence.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",reference,evidence,tags"),
+        "{csv}"
+    );
+    assert!(csv.contains("\"[\"\"status\"\",\"\"reactor\"\"]\""), "{csv}");
+    convert(&scratch, "evidence.csv", "back.jsonl");
+    assert_eq!(jsonl(&scratch, "evidence.jsonl"), jsonl(&scratch, "back.jsonl"));
+    convert(&scratch, "evidence.jsonl", "evidence-table.jsonl");
+    convert(&scratch, "evidence-table.jsonl", "back2.jsonl");
+    assert_eq!(jsonl(&scratch, "evidence.jsonl"), jsonl(&scratch, "back2.jsonl"));
+
+    // A run on the table: the rows say which questions state evidence.
+    std::fs::copy(
+        scratch.path("evidence.csv"),
+        scratch.path("experiments/data/evidence.csv"),
+    )
+    .unwrap();
+    let folder = fixture_from(&scratch, "data/evidence.csv", "");
+    let results = jsonl(&scratch, &folder.join("results.jsonl").to_string_lossy());
+    let basis = |id: &str| {
+        let row = results.iter().find(|r| r["question_id"] == id).unwrap();
+        row["evidence_basis"].as_str().unwrap().to_owned()
+    };
+    let ids: Vec<String> = questions_of(&sources);
+    assert_eq!(basis(&ids[0]), "evidence");
+    assert_eq!(basis(&ids[1]), "evidence");
+    assert_eq!(basis(&ids[2]), "reference");
+    let report = read_json(&folder.join("report.json"));
+    let status = report["by_tag"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tag"] == "status")
+        .unwrap();
+    assert_eq!(status["on"], "question");
+    assert_eq!(status["carriers"], 1);
+
+    // A span the source does not hold, in a table: exit 2, the question named.
+    let broken = csv.replace(
+        &format!("\"[\"\"{}\"\"", lines[0]),
+        "\"[\"\"a span from nowhere\"\"",
+    );
+    assert_ne!(broken, csv, "{csv}");
+    scratch.write("experiments/data/broken.csv", &broken);
+    let (_, stderr) = fails_on(&scratch, "data/broken.csv");
+    assert!(stderr.contains(&format!("question `{}`", ids[1])), "{stderr}");
+    assert!(
+        stderr.contains("\"a span from nowhere\" is not in the source"),
+        "{stderr}"
+    );
+
+    // A source's or goal's tags have no column: converting them to a table is refused.
+    sources[1]["tags"] = serde_json::json!(["genre"]);
+    let nested: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+    scratch.write("tagged.jsonl", &(nested.join("\n") + "\n"));
+    let out = scratch
+        .gacc()
+        .args(["dataset", "convert", "tagged.jsonl", "tagged.csv"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("has tags, which a question table cannot hold"),
+        "{stderr}"
+    );
+}
+
+/// The ids of the first goal's questions.
+fn questions_of(sources: &[serde_json::Value]) -> Vec<String> {
+    sources[0]["goals"][0]["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_str().unwrap().to_owned())
+        .collect()
+}

@@ -224,28 +224,42 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
     let row = &results[index];
     let dom = page(&format!("/question?run={}&row={index}", query(&id_a)));
     assert_eq!(text_of(&dom, "answer"), row["answer"].as_str().unwrap());
-    let reference = dataset
+    let asked = dataset
         .iter()
         .flat_map(|s| s["goals"].as_array().unwrap())
         .flat_map(|g| g["questions"].as_array().unwrap())
         .find(|q| q["id"] == row["question_id"])
-        .unwrap()["reference"]
-        .as_str()
         .unwrap();
+    let reference = asked["reference"].as_str().unwrap();
     assert_eq!(text_of(&dom, "reference"), reference);
     assert!(dom.contains("data-correct=\"true\""));
+    // Its evidence spans (its reference when it states none), each marked where it occurs.
+    let spans: Vec<&str> = match &asked["evidence"] {
+        Value::String(span) => vec![span.as_str()],
+        Value::Array(spans) => spans.iter().map(|s| s.as_str().unwrap()).collect(),
+        _ => vec![reference],
+    };
     let source = dataset.iter().find(|s| s["id"] == row["source_id"]).unwrap()["text"]
         .as_str()
         .unwrap();
-    let in_source = source
-        .to_ascii_lowercase()
-        .matches(&reference.to_ascii_lowercase())
-        .count();
-    assert!(in_source > 0, "the fixture's references occur in their sources");
+    let in_source: usize = (spans.iter())
+        .map(|span| {
+            source
+                .to_ascii_lowercase()
+                .matches(&span.to_ascii_lowercase())
+                .count()
+        })
+        .sum();
+    assert!(in_source > 0, "the spans occur in their sources");
     assert_eq!(dom.matches("<mark class=\"evidence\">").count(), in_source);
-    assert!(
+    let kept = (row["evidence_kept"].as_f64().unwrap() * spans.len() as f64).round() as usize;
+    assert!(dom.contains(&format!("data-spans=\"{}\" data-kept=\"{kept}\"", spans.len())));
+    assert_eq!(dom.matches("<li class=\"kept\"").count(), kept);
+    assert_eq!(dom.matches("<li class=\"lost\"").count(), spans.len() - kept);
+    assert_eq!(
         dom.contains("<mark class=\"kept\">"),
-        "a right answer's memory kept its reference"
+        kept > 0,
+        "the memory marks what it kept"
     );
     assert!(
         !dom.contains("api_key") && !dom.contains("sk-"),

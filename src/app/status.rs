@@ -1,6 +1,9 @@
 //! The read-only commands over a manifest: `gacc validate`, `gacc plan` and
 //! `gacc dataset stats`. None of them calls a callback.
 
+mod anchors;
+mod panel;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -187,6 +190,7 @@ pub(super) fn plan_status(
         walk.count(Stage::Read, |s| s.jobs += job.questions.len());
         walk.count(Stage::Judge, |s| s.jobs += job.questions.len());
         walk.memory(job);
+        walk.anchors(job);
     }
     let Walk { status, bounder, .. } = walk;
     let manifest = &prepared.loaded.manifest;
@@ -262,6 +266,7 @@ impl Walk<'_> {
             let memory = plan.memory_key(job, truncation);
             for question in &job.questions {
                 self.bound_question(source, job, question, Pending::Unknown(&memory), None);
+                self.bound_panel(source, job, question, None);
             }
             return;
         };
@@ -290,6 +295,7 @@ impl Walk<'_> {
     fn questions(&mut self, source: &Source, job: &MemoryJob, memory_sha256: &str) {
         let plan = &self.prepared.plan;
         for question in &job.questions {
+            self.bound_panel(source, job, question, Some(memory_sha256));
             let read_key = plan.read_key(job, question, memory_sha256);
             let legacy = || plan.legacy_read_key(job, question, memory_sha256);
             let read = cached(self.cache, Role::Reader, &read_key, legacy);

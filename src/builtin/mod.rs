@@ -15,7 +15,7 @@ use callbacks::{
 };
 
 mod callbacks;
-mod text;
+pub(crate) mod text;
 
 /// A built-in callback: its name, how it answers (and so its role), and behaviour version
 /// (part of its cache identity).

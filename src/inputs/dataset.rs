@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Problem;
+use crate::inputs::evidence;
 use crate::inputs::manifest::Loaded;
-use crate::inputs::records::Goal;
+use crate::inputs::records::{Goal, Question};
 use crate::inputs::records::{Source, SourceRecord};
 use crate::inputs::table::{self, Columns};
 
@@ -109,6 +110,7 @@ pub(crate) fn nested_jsonl(dataset: &Dataset) -> Vec<u8> {
             text: Some(source.text.clone()),
             path: None,
             goals: source.goals.clone(),
+            tags: source.tags.clone(),
         };
         out.extend(serde_json::to_string(&record).unwrap_or_default().into_bytes());
         out.push(b'\n');
@@ -240,7 +242,6 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
 /// Which part of a JSON Lines record that is JSON but not a source record is wrong: its source
 /// id, and the first goal and question that do not read (by id, else by number).
 fn where_in_record(line: &str) -> Option<String> {
-    use crate::inputs::records::{Goal, Question};
     let value: serde_json::Value = serde_json::from_str(line).ok()?;
     let name = |value: &serde_json::Value, number: usize| match value.get("id").and_then(|i| i.as_str()) {
         Some(id) => format!("`{id}`"),
@@ -299,6 +300,7 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
     } in records
     {
         unique("source", &record.id, &place, problems);
+        evidence::check_tags(&record.tags, &place, problems);
         let text = source_text(record.text, record.path.as_deref(), &folder, &place, problems);
         if record.goals.is_empty() {
             problems.push(Problem {
@@ -309,6 +311,7 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
         for goal in &record.goals {
             let goal_place = format!("{place}, goal `{}`", goal.id);
             unique("goal", &goal.id, &goal_place, problems);
+            evidence::check_tags(&goal.tags, &goal_place, problems);
             if goal.text.trim().is_empty() {
                 problems.push(Problem {
                     place: goal_place.clone(),
@@ -335,12 +338,15 @@ fn check(records: Vec<Located>, problems: &mut Vec<Problem>) -> Dataset {
                         });
                     }
                 }
+                evidence::check_evidence(question, &text, &question_place, problems);
+                evidence::check_tags(&question.tags, &question_place, problems);
             }
         }
         sources.push(Source {
             id: record.id,
             text,
             goals: record.goals,
+            tags: record.tags,
         });
     }
     Dataset { sources }

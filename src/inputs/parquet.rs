@@ -75,6 +75,14 @@ fn read_rows(path: &Path, file: &str, columns: &Columns, problems: &mut Vec<Prob
     if problems.len() > before {
         return Vec::new();
     }
+    for (_, column) in columns.optional() {
+        let field = schema.get_fields().iter().find(|f| f.name() == column);
+        if let Some(field) = field.filter(|f| f.is_primitive())
+            && !kept.iter().any(|k: &TypePtr| k.name() == column)
+        {
+            kept.push(field.clone());
+        }
+    }
     let projection = match Type::group_type_builder(schema.name()).with_fields(kept).build() {
         Ok(projection) => projection,
         Err(error) => {

@@ -17,6 +17,9 @@ pub(crate) struct SourceRecord {
     pub path: Option<PathBuf>,
     #[serde(default)]
     pub goals: Vec<Goal>,
+    /// Labels to break scores down by (SPEC §11), e.g. the source's genre.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -26,6 +29,8 @@ pub(crate) struct Goal {
     pub text: String,
     #[serde(default)]
     pub questions: Vec<Question>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -34,6 +39,32 @@ pub(crate) struct Question {
     pub id: String,
     pub question: String,
     pub reference: String,
+    /// The spans of the source the answer rests on (SPEC §11): each verbatim in the source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+    /// Labels to break scores down by, e.g. the question's type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// A question's evidence as written: one span, or a list of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum Evidence {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Question {
+    /// The spans a memory must keep for this question (SPEC §11): its evidence, or else its
+    /// reference as its one span; and whether they are its evidence.
+    pub(crate) fn spans(&self) -> (Vec<&str>, bool) {
+        match &self.evidence {
+            Some(Evidence::One(span)) => (vec![span.as_str()], true),
+            Some(Evidence::Many(spans)) => (spans.iter().map(String::as_str).collect(), true),
+            None => (vec![self.reference.as_str()], false),
+        }
+    }
 }
 
 /// A source with its text loaded.
@@ -42,6 +73,8 @@ pub(crate) struct Source {
     pub id: String,
     pub text: String,
     pub goals: Vec<Goal>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl Source {

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Problem;
-use crate::inputs::records::{Goal, Question, Source, SourceRecord};
+
+mod write;
+use crate::inputs::records::{Evidence, Goal, Question, SourceRecord};
+pub(crate) use write::write;
 
 /// The columns of a question table, by their role.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -25,6 +28,10 @@ pub(crate) struct Columns {
     pub question_id: String,
     pub question: String,
     pub reference: String,
+    /// Optional: the question's evidence, one span or a JSON array of spans (SPEC §11).
+    pub evidence: String,
+    /// Optional: the question's tags, a JSON array or a comma-separated list.
+    pub tags: String,
 }
 
 impl Default for Columns {
@@ -37,6 +44,8 @@ impl Default for Columns {
             question_id: "question_id".into(),
             question: "question".into(),
             reference: "reference".into(),
+            evidence: "evidence".into(),
+            tags: "tags".into(),
         }
     }
 }
@@ -53,6 +62,19 @@ impl Columns {
             ("question", &self.question),
             ("reference", &self.reference),
         ]
+    }
+
+    /// The columns a table may leave out, by their role.
+    pub(super) fn optional(&self) -> [(&'static str, &str); 2] {
+        [("evidence", &self.evidence), ("tags", &self.tags)]
+    }
+}
+
+/// An optional cell as a list: a JSON array of strings, or else `split` applied to the text.
+fn listed(cell: &str, split: fn(&str) -> Vec<String>) -> Vec<String> {
+    match serde_json::from_str::<Vec<String>>(cell.trim()) {
+        Ok(list) if cell.trim_start().starts_with('[') => list,
+        _ => split(cell),
     }
 }
 
@@ -151,7 +173,12 @@ pub(crate) fn grouped(
             };
             problems.push(at(line, column, message.into()));
         }
-        if values.len() == columns.named().len()
+        for (role, column) in columns.optional() {
+            if let Some(value) = cells.get(column).filter(|v| !v.trim().is_empty()) {
+                values.insert(role, value.clone());
+            }
+        }
+        if columns.named().iter().all(|(role, _)| values.contains_key(role))
             && let Err((column, message)) = grouped.add(line, &values, file)
         {
             let column = columns
@@ -211,6 +238,7 @@ impl Grouped {
                     text: Some(values["text"].clone()),
                     path: None,
                     goals: Vec::new(),
+                    tags: Vec::new(),
                 };
                 self.sources.push((
                     record,
@@ -247,6 +275,7 @@ impl Grouped {
                     id: goal_id.clone(),
                     text: values["goal"].clone(),
                     questions: Vec::new(),
+                    tags: Vec::new(),
                 });
                 goals.len() - 1
             }
@@ -261,10 +290,27 @@ impl Grouped {
             ));
         }
         self.question_at.insert(question_id.clone(), line);
+        let evidence = values.get("evidence").map(|cell| {
+            let mut spans = listed(cell, |cell| vec![cell.to_owned()]);
+            match spans.len() {
+                1 => Evidence::One(spans.remove(0)),
+                _ => Evidence::Many(spans),
+            }
+        });
+        let tags = values.get("tags").map_or_else(Vec::new, |cell| {
+            listed(cell, |cell| {
+                cell.split(',')
+                    .map(|t| t.trim().to_owned())
+                    .filter(|t| !t.is_empty())
+                    .collect()
+            })
+        });
         goals[goal].questions.push(Question {
             id: question_id.clone(),
             question: values["question"].clone(),
             reference: values["reference"].clone(),
+            evidence,
+            tags,
         });
         Ok(())
     }
@@ -403,44 +449,4 @@ fn json_rows(text: &str, file: &str) -> Vec<ReadRow> {
         rows.push(Ok((line_number, cells)));
     }
     rows
-}
-
-/// A dataset as a question table, in `columns`: CSV when `csv`, else JSON Lines.
-pub(crate) fn write(sources: &[Source], columns: &Columns, csv: bool) -> Result<Vec<u8>, String> {
-    let names: Vec<&str> = columns.named().iter().map(|(_, c)| *c).collect();
-    let rows = sources.iter().flat_map(|source| {
-        source.goals.iter().flat_map(move |goal| {
-            goal.questions.iter().map(move |question| {
-                [
-                    source.id.as_str(),
-                    source.text.as_str(),
-                    goal.id.as_str(),
-                    goal.text.as_str(),
-                    question.id.as_str(),
-                    question.question.as_str(),
-                    question.reference.as_str(),
-                ]
-            })
-        })
-    });
-    if csv {
-        let mut writer = csv::Writer::from_writer(Vec::new());
-        writer.write_record(&names).map_err(|e| e.to_string())?;
-        for row in rows {
-            writer.write_record(row).map_err(|e| e.to_string())?;
-        }
-        writer.into_inner().map_err(|e| e.to_string())
-    } else {
-        let mut out = Vec::new();
-        for row in rows {
-            let object: serde_json::Map<String, Value> = names
-                .iter()
-                .zip(row)
-                .map(|(name, value)| ((*name).to_owned(), Value::from(value)))
-                .collect();
-            out.extend(Value::Object(object).to_string().into_bytes());
-            out.push(b'\n');
-        }
-        Ok(out)
-    }
 }

@@ -211,6 +211,21 @@ impl Plan {
         self.judge_key_under(&audit.identity_json, job, question, answer, seed)
     }
 
+    /// A panel reader's call for a question of `job` read from the memory with this hash: a
+    /// reader call's key under that reader's identity (the run reader's own key when it is the
+    /// same reader).
+    pub(crate) fn panel_read_key(
+        &self,
+        panel: &super::PlannedCallback,
+        job: &MemoryJob,
+        question: &QuestionJob,
+        memory_sha256: &str,
+    ) -> String {
+        let hashes = &self.question_sha256[job.source][question.goal][question.question];
+        let seed = panel.seed.key_term(job.id.seed);
+        reader_key_with(&panel.identity_json, memory_sha256, &hashes.question, seed)
+    }
+
     /// The keys the same calls had before seeds reached the model (every key with its run
     /// seed), where the request is the same: an entry under one answers the call.
     pub(crate) fn legacy_read_key(

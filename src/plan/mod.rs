@@ -1,7 +1,12 @@
 //! The job graph (SPEC §5 `plan.json`): every memory to make, every question to read and
 //! judge from it, and the keys that name them. Built before anything runs; never changed.
 
+mod anchors;
+mod cross;
 pub(crate) mod keys;
+
+pub(crate) use anchors::{Anchor, Anchors};
+pub(crate) use cross::derangement;
 
 use std::collections::BTreeMap;
 
@@ -16,7 +21,6 @@ use crate::inputs::tokenizer::Tokenizer;
 use crate::parallel::map_in_parallel;
 use crate::protocol::{CallbackSet, Ratio};
 use crate::protocol::{CellId, Condition, MemoryId};
-use crate::rng::SplitMix64;
 
 pub(crate) const SCHEMA: &str = "gacc.plan/2";
 
@@ -62,6 +66,11 @@ pub(crate) struct Plan {
     pub callbacks: CallbackSet<PlannedCallback>,
     /// The share of answers each audit judge audits (SPEC §10), in `[audit] judges` order.
     pub audit_shares: Vec<(String, f64)>,
+    /// Which anchor reads each question also gets (SPEC §11).
+    pub anchors: Anchors,
+    /// The share of (memory, question) pairs each panel reader re-reads, in `[audit] readers`
+    /// order (SPEC §11).
+    pub panel_shares: Vec<(String, f64)>,
     pub tokenizer_identity: Value,
     /// Each source's SHA-256, in dataset order.
     pub source_sha256: Vec<String>,
@@ -108,11 +117,19 @@ impl Plan {
 /// `[seed, question id, answer]` (as JSON), read as a number in [0, 1), is below `fraction`.
 /// The same answers in every run, and a larger share audits a superset.
 pub(crate) fn audited(seed: u64, question_id: &str, answer: &str, fraction: f64) -> bool {
-    if fraction >= 1.0 {
-        return true;
-    }
-    let text = serde_json::json!([seed, question_id, answer]).to_string();
-    let digest = crate::hash::sha256(&text);
+    fraction >= 1.0 || below(&serde_json::json!([seed, question_id, answer]), fraction)
+}
+
+/// Whether a (memory, question) pair is in the sample a panel reader at `fraction` re-reads
+/// (SPEC §11): the SHA-256 of `[seed, question id, memory's SHA-256]` (as JSON), read as a
+/// number in [0, 1), is below `fraction`, as `audited` draws answers.
+pub(crate) fn in_panel(seed: u64, question_id: &str, memory_sha256: &str, fraction: f64) -> bool {
+    fraction >= 1.0 || below(&serde_json::json!([seed, question_id, memory_sha256]), fraction)
+}
+
+/// The SHA-256 of `drawn` (as JSON), read as a number in [0, 1), is below `fraction`.
+fn below(drawn: &Value, fraction: f64) -> bool {
+    let digest = crate::hash::sha256(drawn.to_string());
     let head = u64::from_str_radix(&digest[..16], 16).unwrap_or(u64::MAX);
     (head as f64 / 2f64.powi(64)) < fraction
 }
@@ -173,6 +190,10 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         memories,
         callbacks,
         audit_shares,
+        anchors: Anchors::of(manifest),
+        panel_shares: (manifest.panel_readers().into_iter())
+            .map(|(name, _, fraction)| (name.to_owned(), fraction))
+            .collect(),
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
@@ -463,35 +484,6 @@ impl<'a> CompressEntry<'a> {
             stage: "compress",
         }
     }
-}
-
-/// How many seeded shuffles to try for a true derangement before choosing per goal.
-const DERANGEMENT_TRIES: usize = 1000;
-
-/// For each goal (source, goal), a goal of a different source: a permutation of all goals
-/// when one exists, seeded by `seed`; otherwise a seeded choice per goal.
-pub(crate) fn derangement(goals: &[(usize, usize)], seed: u64) -> Vec<(usize, usize)> {
-    let sources: std::collections::BTreeSet<usize> = goals.iter().map(|g| g.0).collect();
-    if sources.len() < 2 {
-        return goals.to_vec();
-    }
-    let mut rng = SplitMix64::new(seed ^ 0x6761_6363_2d78_676c);
-    let mut order: Vec<usize> = (0..goals.len()).collect();
-    for _ in 0..DERANGEMENT_TRIES {
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
-        if order.iter().enumerate().all(|(i, &j)| goals[i].0 != goals[j].0) {
-            return order.into_iter().map(|j| goals[j]).collect();
-        }
-    }
-    goals
-        .iter()
-        .map(|&(s, _)| {
-            let others: Vec<&(usize, usize)> = goals.iter().filter(|g| g.0 != s).collect();
-            *others[rng.below(others.len())]
-        })
-        .collect()
 }
 
 #[cfg(test)]

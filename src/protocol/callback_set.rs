@@ -1,5 +1,6 @@
 //! One value per callback of a run, in the shape a manifest gives them: each compressor by
-//! name, the reader, the judge, and the audit judges (SPEC §10) by name. The manifest's
+//! name, the reader, the judge, the audit judges (SPEC §10) and the panel readers (SPEC §11) by
+//! name. The manifest's
 //! settings, the plan's identities, the runner's callables and the preview's launchers are
 //! each a `CallbackSet`, so an audit judge is found by its name everywhere.
 
@@ -14,6 +15,8 @@ pub(crate) struct CallbackSet<T> {
     pub judge: T,
     /// The audit judges by name, in `[audit] judges` order.
     pub audits: Vec<(String, T)>,
+    /// The panel readers by name, in `[audit] readers` order (SPEC §11).
+    pub panel: Vec<(String, T)>,
 }
 
 impl<T> CallbackSet<T> {
@@ -37,7 +40,17 @@ impl<T> CallbackSet<T> {
                 .iter()
                 .map(|(name, value)| (name.clone(), make(format!("judges.{name}"), Role::Judge, value)))
                 .collect(),
+            panel: self
+                .panel
+                .iter()
+                .map(|(name, value)| (name.clone(), make(format!("readers.{name}"), Role::Reader, value)))
+                .collect(),
         }
+    }
+
+    /// A panel reader's value, by its name in `[audit] readers`.
+    pub(crate) fn panel_reader(&self, name: &str) -> Option<&T> {
+        self.panel.iter().find(|(n, _)| n == name).map(|(_, value)| value)
     }
 
     /// An audit judge's value, by its name in `[audit] judges`.
@@ -58,12 +71,17 @@ impl<T> CallbackSet<T> {
             .audits
             .iter()
             .map(|(name, value)| (format!("judges.{name}"), Role::Judge, value));
+        let panel = self
+            .panel
+            .iter()
+            .map(|(name, value)| (format!("readers.{name}"), Role::Reader, value));
         compressors
             .chain([
                 ("reader".to_owned(), Role::Reader, &self.reader),
                 ("judge".to_owned(), Role::Judge, &self.judge),
             ])
             .chain(audits)
+            .chain(panel)
     }
 }
 
@@ -77,6 +95,7 @@ mod tests {
             reader: 3,
             judge: 4,
             audits: vec![("strict".to_owned(), 5), ("lenient".to_owned(), 6)],
+            panel: vec![("small".to_owned(), 7)],
         }
     }
 
@@ -91,6 +110,7 @@ mod tests {
             ("judge", Role::Judge, 4),
             ("judges.strict", Role::Judge, 5),
             ("judges.lenient", Role::Judge, 6),
+            ("readers.small", Role::Reader, 7),
         ];
         let expected: Vec<(String, Role, u32)> = expected
             .iter()
@@ -108,6 +128,7 @@ mod tests {
             expected.iter().map(|(k, _, _)| k.clone()).collect::<Vec<_>>()
         );
         assert_eq!(doubled.audit("lenient"), Some(&12));
+        assert_eq!(doubled.panel_reader("small"), Some(&14));
         assert_eq!(doubled.compressors["b"], 4);
     }
 

@@ -205,7 +205,7 @@ fn share(part: usize, whole: usize) -> Option<f64> {
 }
 
 /// Per cell (in first-seen order), the audit judge's Micro and Macro over what it audited.
-fn audited_cells(audited: &[(&ResultRow, Option<bool>)]) -> Vec<AuditedCell> {
+pub(crate) fn audited_cells(audited: &[(&ResultRow, Option<bool>)]) -> Vec<AuditedCell> {
     let mut order: Vec<CellId> = Vec::new();
     let mut rows: HashMap<CellId, Vec<(&ResultRow, Option<bool>)>> = HashMap::new();
     for (row, verdict) in audited {
@@ -252,11 +252,35 @@ fn audited_macro(rows: &[(&ResultRow, Option<bool>)]) -> Option<f64> {
 }
 
 /// How a budget reads in a sentence: `r = 0.1` or `L = 128`.
-fn budget_text(rule: BudgetRule) -> String {
+pub(crate) fn budget_text(rule: BudgetRule) -> String {
     match rule {
         BudgetRule::Ratio(ratio) => format!("r = {ratio}"),
         BudgetRule::Tokens(tokens) => format!("L = {tokens}"),
     }
+}
+
+/// Each (condition, budget) of `cells`, in the order cells first name them.
+pub(crate) fn groups(cells: &[Cell]) -> Vec<(Condition, BudgetRule)> {
+    let mut groups: Vec<(Condition, BudgetRule)> = Vec::new();
+    for cell in cells {
+        let group = (cell.id.condition, cell.id.rule);
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+/// Where two compressors (name, Micro one way, Micro the other) change places, both orders
+/// (best first, names breaking ties), else None.
+pub(crate) fn reordered(scored: &[(&str, f64, f64)]) -> Option<(String, String)> {
+    let inverted = (scored.iter()).any(|a| scored.iter().any(|b| a.1 > b.1 && a.2 < b.2));
+    let order = |by: fn(&(&str, f64, f64)) -> f64| {
+        let mut names = scored.to_vec();
+        names.sort_by(|a, b| by(b).total_cmp(&by(a)).then(a.0.cmp(b.0)));
+        names.iter().map(|c| c.0).collect::<Vec<_>>().join(" > ")
+    };
+    inverted.then(|| (order(|c| c.1), order(|c| c.2)))
 }
 
 /// Where audit judge `judge` reorders two compressors of a (condition, budget) — one ahead of
@@ -265,28 +289,13 @@ fn budget_text(rule: BudgetRule) -> String {
 fn changes(judge: &str, cells: &[Cell], audited: &[AuditedCell]) -> Vec<RankingChange> {
     let audit_micro = |id: &CellId| audited.iter().find(|c| &c.id == id).and_then(|c| c.micro);
     let mut out = Vec::new();
-    let mut groups: Vec<(Condition, BudgetRule)> = Vec::new();
-    for cell in cells {
-        let group = (cell.id.condition, cell.id.rule);
-        if !groups.contains(&group) {
-            groups.push(group);
-        }
-    }
-    for (condition, rule) in groups {
+    for (condition, rule) in groups(cells) {
         let scored: Vec<(&str, f64, f64)> = cells
             .iter()
             .filter(|c| c.id.condition == condition && c.id.rule == rule)
             .filter_map(|c| Some((c.id.compressor.as_str(), c.micro?.mean, audit_micro(&c.id)?)))
             .collect();
-        let inverted = scored
-            .iter()
-            .any(|a| scored.iter().any(|b| a.1 > b.1 && a.2 < b.2));
-        if inverted {
-            let order = |by: fn(&(&str, f64, f64)) -> f64| {
-                let mut names = scored.clone();
-                names.sort_by(|a, b| by(b).total_cmp(&by(a)).then(a.0.cmp(b.0)));
-                names.iter().map(|c| c.0).collect::<Vec<_>>().join(" > ")
-            };
+        if let Some((first, second)) = reordered(&scored) {
             out.push(RankingChange {
                 judge: judge.to_owned(),
                 condition,
@@ -295,8 +304,8 @@ fn changes(judge: &str, cells: &[Cell], audited: &[AuditedCell]) -> Vec<RankingC
                 sentence: format!(
                     "the ranking at {}, {condition}, depends on the judge: the scoring judge orders {}, `{judge}` orders {}",
                     budget_text(rule),
-                    order(|c| c.1),
-                    order(|c| c.2),
+                    first,
+                    second,
                 ),
             });
         }

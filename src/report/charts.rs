@@ -154,6 +154,9 @@ fn metric_chart(
                 });
             chart.draw_series(points.iter().map(|point| Circle::new(*point, 3, colour.filled())))?;
         }
+        if metric == "micro" {
+            anchor_lines(&mut chart, cells, condition, axis.end)?;
+        }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
@@ -162,6 +165,46 @@ fn metric_chart(
             .draw()?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// The floor and the ceiling of a Micro panel (SPEC §11) as dashed lines across it: each the
+/// mean over the panel's cells (their questions are the same ones).
+fn anchor_lines<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    cells: &[&StoredCell],
+    condition: &str,
+    end: f64,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    let here: Vec<&&StoredCell> = cells.iter().filter(|c| text(&c.condition) == condition).collect();
+    type Anchor = (&'static str, fn(&StoredCell) -> Option<f64>, RGBColor);
+    let lines: [Anchor; 2] = [
+        ("floor (empty memory)", |c| c.floor_micro, RGBColor(120, 120, 120)),
+        (
+            "ceiling (whole source)",
+            |c| c.ceiling_micro,
+            RGBColor(20, 20, 20),
+        ),
+    ];
+    for (label, value, colour) in lines {
+        let values: Vec<f64> = here.iter().filter_map(|c| value(c)).collect();
+        if values.is_empty() {
+            continue;
+        }
+        let level = values.iter().sum::<f64>() / values.len() as f64;
+        let style = colour.stroke_width(2);
+        chart
+            .draw_series(DashedLineSeries::new([(0.0, level), (end, level)], 8, 5, style))?
+            .label(format!("{label}: {level:.3}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod charts;
+mod conditions;
 pub mod html;
 mod markdown;
 pub(crate) mod metrics;
@@ -9,6 +10,7 @@ mod recount;
 pub(crate) mod stats;
 pub(crate) mod stored;
 pub(crate) mod view;
+pub(crate) mod why;
 
 pub(crate) use markdown::{load_template, render};
 pub(crate) use recount::Recount;
@@ -22,12 +24,15 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
 use crate::protocol::Ratio;
-use crate::protocol::{BudgetRule, CellId, Condition};
+use crate::protocol::{CellId, Condition};
 use crate::protocol::{Role, Stage};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use metrics::Score;
 use stats::Spread;
+
+pub(crate) use conditions::ConditionRow;
+use conditions::by_condition;
 
 pub(crate) const SCHEMA: &str = "gacc.report/1";
 
@@ -60,6 +65,16 @@ pub(crate) struct Report {
     /// How far the scores depend on the judge (SPEC §10): present when `[audit]` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) judge_audit: Option<audit::JudgeAudit>,
+    /// Per compressor, condition and target, the smallest budget reaching it (SPEC §11).
+    pub(crate) budget_at_target: Vec<why::AtTarget>,
+    /// Pairs of budgets where the larger scores lower beyond a paired 95% bootstrap.
+    pub(crate) monotonicity: Vec<why::Dip>,
+    /// Scores per tag of the sources, goals and questions (absent when none has a tag).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) by_tag: Vec<why::TagScores>,
+    /// How far the scores depend on the reader (SPEC §11): present with `[audit] readers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) reader_panel: Option<why::ReaderPanel>,
 }
 
 /// One endpoint's account.
@@ -141,6 +156,11 @@ pub(crate) struct Cell {
     /// 95% bootstrap interval of Macro over goals.
     pub(crate) macro_ci95: Option<stats::Interval>,
     pub(crate) ledger: LedgerSums,
+    /// Answers by whether the memory kept their evidence (SPEC §11).
+    pub(crate) attribution: why::Attribution,
+    /// The cell between its floor and ceiling (`[anchors]`).
+    #[serde(flatten)]
+    pub(crate) anchors: Option<why::CellAnchors>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -182,97 +202,6 @@ impl LedgerSums {
     }
 }
 
-/// Mean Micro or Macro of one compressor and ratio under each condition run.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) struct ByCondition {
-    pub(crate) own_goal: Option<f64>,
-    pub(crate) no_goal: Option<f64>,
-    pub(crate) cross_goal: Option<f64>,
-}
-
-impl ByCondition {
-    fn set(&mut self, condition: Condition, value: f64) {
-        match condition {
-            Condition::OwnGoal => self.own_goal = Some(value),
-            Condition::NoGoal => self.no_goal = Some(value),
-            Condition::CrossGoal => self.cross_goal = Some(value),
-        }
-    }
-
-    /// own-goal minus `other`, when both were run.
-    fn gap(&self, other: Option<f64>) -> Option<f64> {
-        Some(self.own_goal? - other?)
-    }
-}
-
-/// How much seeing its own goal helps a compressor at one budget.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct ConditionRow {
-    pub(crate) compressor: String,
-    #[serde(flatten)]
-    pub(crate) rule: BudgetRule,
-    pub(crate) micro: ByCondition,
-    #[serde(rename = "macro")]
-    pub(crate) macro_: ByCondition,
-    /// own-goal minus no-goal, Micro and Macro.
-    pub(crate) gap_no_goal: Option<Gap>,
-    /// own-goal minus cross-goal, Micro and Macro.
-    pub(crate) gap_cross_goal: Option<Gap>,
-}
-
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct Gap {
-    pub(crate) micro: f64,
-    #[serde(rename = "macro")]
-    pub(crate) macro_: f64,
-}
-
-/// Pivots cells into one row per (compressor, budget), sorted.
-fn by_condition(cells: &[Cell]) -> Vec<ConditionRow> {
-    let mut rows: Vec<ConditionRow> = Vec::new();
-    for cell in cells {
-        let position = rows
-            .iter()
-            .position(|r| r.compressor == cell.id.compressor && r.rule == cell.id.rule)
-            .unwrap_or_else(|| {
-                rows.push(ConditionRow {
-                    compressor: cell.id.compressor.clone(),
-                    rule: cell.id.rule,
-                    micro: ByCondition::default(),
-                    macro_: ByCondition::default(),
-                    gap_no_goal: None,
-                    gap_cross_goal: None,
-                });
-                rows.len() - 1
-            });
-        if let Some(micro) = cell.micro {
-            rows[position].micro.set(cell.id.condition, micro.mean);
-        }
-        if let Some(macro_) = cell.macro_ {
-            rows[position].macro_.set(cell.id.condition, macro_.mean);
-        }
-    }
-    for row in &mut rows {
-        let gap = |micro: Option<f64>, macro_: Option<f64>| {
-            Some(Gap {
-                micro: micro?,
-                macro_: macro_?,
-            })
-        };
-        row.gap_no_goal = gap(
-            row.micro.gap(row.micro.no_goal),
-            row.macro_.gap(row.macro_.no_goal),
-        );
-        row.gap_cross_goal = gap(
-            row.micro.gap(row.micro.cross_goal),
-            row.macro_.gap(row.macro_.cross_goal),
-        );
-    }
-    rows.sort_by(|a, b| a.compressor.cmp(&b.compressor).then(a.rule.cmp(&b.rule)));
-    rows
-}
-
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Integrity {
     pub(crate) exposure_violations: usize,
@@ -296,6 +225,11 @@ pub(crate) struct Inputs<'a> {
     pub(crate) model_callbacks: ModelCallbacks,
     /// The audit judges and the share each audits (SPEC §10).
     pub(crate) audits: Vec<(String, f64)>,
+    /// The anchor reads the rows carry, and budget at target's shares (SPEC §11).
+    pub(crate) anchors: crate::plan::Anchors,
+    pub(crate) targets: Vec<f64>,
+    /// The panel readers and the share each re-reads (SPEC §11).
+    pub(crate) panel: Vec<(String, f64)>,
     pub(crate) labels: Option<&'a crate::inputs::labels::Labels>,
 }
 
@@ -338,7 +272,18 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         usage.insert(role, sum);
     }
 
-    let cells = cells(&outcome.ledger, &outcome.results);
+    let mut cells = cells(&outcome.ledger, &outcome.results);
+    let rows = rows_by_cell(&outcome.results);
+    for cell in &mut cells {
+        let rows = rows.get(&cell.id).map_or(&[][..], Vec::as_slice);
+        cell.attribution = why::Attribution::of(rows.iter().copied());
+        let micro = cell.micro.map(|m| m.mean);
+        cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
+    }
+    let budget_at_target = why::at_target(&cells, &inputs.targets);
+    let monotonicity = why::dips(&cells, &rows);
+    let by_tag = why::by_tag(dataset, &cells, &rows);
+    let reader_panel = why::panel(&outcome.results, &cells, &inputs.panel);
     let endpoints = endpoints(&inputs.model_callbacks, outcome);
     let judge_audit = audit::audit(&outcome.results, &cells, &inputs.audits, inputs.labels);
     Report {
@@ -386,7 +331,20 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             .collect(),
         endpoints,
         judge_audit,
+        budget_at_target,
+        monotonicity,
+        by_tag,
+        reader_panel,
     }
+}
+
+/// The result rows of each cell, in plan order.
+fn rows_by_cell(results: &[ResultRow]) -> HashMap<CellId, Vec<&ResultRow>> {
+    let mut cells: HashMap<CellId, Vec<&ResultRow>> = HashMap::new();
+    for row in results {
+        cells.entry(row.cell()).or_default().push(row);
+    }
+    cells
 }
 
 /// Each endpoint's usage, from the distinct calls of the callbacks that name it.
@@ -491,6 +449,8 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
                 macro_ci95,
                 seeds,
                 ledger,
+                attribution: why::Attribution::default(),
+                anchors: None,
             }
         })
         .collect()

@@ -84,6 +84,21 @@ pub(crate) struct StoredCell {
     #[serde(rename = "macro")]
     pub macro_: Option<StoredSpread>,
     pub ledger: StoredLedger,
+    /// The cell's anchors and attribution (SPEC §11), where the run has them.
+    pub floor_micro: Option<f64>,
+    pub ceiling_micro: Option<f64>,
+    pub gap_closed: Option<f64>,
+    pub attribution: Option<StoredAttribution>,
+}
+
+/// A cell's answers by evidence kept or lost (SPEC §11).
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default)]
+pub(crate) struct StoredAttribution {
+    pub kept_right: u64,
+    pub kept_wrong: u64,
+    pub lost_right: u64,
+    pub lost_wrong: u64,
 }
 
 /// A score's mean and spread over seeds.

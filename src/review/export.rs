@@ -36,6 +36,10 @@ pub(crate) const QUESTION_COLUMNS: &[&str] = &[
     "correct",
     "score",
     "failure",
+    "evidence_kept",
+    "evidence_basis",
+    "floor_correct",
+    "ceiling_correct",
     "memory_key",
     "shown_goal_id",
     "source_tokens",
@@ -126,14 +130,20 @@ pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Wr
         let memory_of: HashMap<&str, &LedgerRow> =
             rows.ledger.iter().map(|row| (row.key.as_str(), row)).collect();
         // Each audit judge's verdict is a column of its own, after the fixed ones (SPEC §10).
-        let audit_columns: Vec<String> = rows
-            .results
-            .iter()
-            .flat_map(|row| row.audits.keys())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .map(|name| format!("audit.{name}"))
-            .collect();
+        let named = |prefix: &str, names: BTreeSet<&String>| -> Vec<String> {
+            names.into_iter().map(|name| format!("{prefix}.{name}")).collect()
+        };
+        // Each panel reader's verdict, too (SPEC §11).
+        let audit_columns: Vec<String> = (named(
+            "audit",
+            rows.results.iter().flat_map(|r| r.audits.keys()).collect(),
+        ))
+        .into_iter()
+        .chain(named(
+            "panel",
+            rows.results.iter().flat_map(|r| r.panel.keys()).collect(),
+        ))
+        .collect();
         let columns: Vec<&str> = QUESTION_COLUMNS
             .iter()
             .copied()
@@ -142,8 +152,12 @@ pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Wr
         let lines = rows.results.iter().map(|result| {
             let mut fields = as_object(result);
             fields.remove("audits");
+            fields.remove("panel");
             for (name, verdict) in &result.audits {
                 fields.insert(format!("audit.{name}"), Value::from(*verdict));
+            }
+            for (name, verdict) in &result.panel {
+                fields.insert(format!("panel.{name}"), Value::from(*verdict));
             }
             if let Some(memory) = memory_of.get(result.memory_key.as_str()) {
                 for (name, value) in as_object(*memory) {
@@ -300,7 +314,8 @@ mod tests {
         let ledger: LedgerRow = serde_json::from_value(ledger).unwrap();
         let mut result = cell;
         for (key, value) in serde_json::json!({"question_id": "q", "memory_key": "k", "answer": "a",
-            "correct": true, "score": 1.0, "failure": "f", "rationale": "r", "judge_meta": {}})
+            "correct": true, "score": 1.0, "failure": "f", "rationale": "r", "judge_meta": {},
+            "evidence_kept": 0.5, "evidence_basis": "evidence", "floor_correct": false, "ceiling_correct": true})
         .as_object()
         .unwrap()
         {
@@ -321,7 +336,7 @@ mod tests {
             "{memory:?}"
         );
         // A question row: every result field but the judge's free text, then its memory's.
-        let left_out = ["rationale", "judge_meta", "audits"];
+        let left_out = ["rationale", "judge_meta", "audits", "panel"];
         assert!(
             result
                 .iter()

@@ -17,6 +17,7 @@ use super::{MemoryOutcome, RunState};
 use crate::exec::callback::{Callback, Failure, FailureKind};
 use crate::hash::sha256;
 use crate::inputs::budget::truncate_to_budget;
+use crate::inputs::evidence::Normalised;
 use crate::parallel::Locked;
 use crate::plan::MemoryJob;
 use crate::plan::keys::count_key;
@@ -153,13 +154,15 @@ async fn answer_questions(
     let job = &shared.setup.plan.memories[index];
     let (memory, memory_sha256) = (&measured.memory, &measured.memory_sha256);
     let mut answered: Vec<Option<QuestionOutcome>> = (0..job.questions.len()).map(|_| None).collect();
+    let normalised = Arc::new(Normalised::of(memory));
     let mut questions = JoinSet::new();
     for (position, _) in job.questions.iter().enumerate() {
         let shared = shared.clone();
         let memory = memory.clone();
         let memory_sha256 = memory_sha256.clone();
+        let normalised = normalised.clone();
         let mut question = Box::pin(async move {
-            let outcome = run_question(&shared, index, position, &memory, &memory_sha256).await;
+            let outcome = run_question(&shared, index, position, &memory, &memory_sha256, &normalised).await;
             (position, outcome)
         });
         // A question the cache answers whole finishes at its first poll: it is done here,

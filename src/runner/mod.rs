@@ -719,6 +719,9 @@ mod tests {
             model_callbacks: Vec::new(),
             audits: Vec::new(),
             labels: None,
+            anchors: plan.anchors,
+            targets: manifest.targets(),
+            panel: plan.panel_shares.clone(),
         };
         let recount =
             crate::report::Recount::start(tokenizer.clone(), &dataset, Cache::open(&cache).unwrap());

@@ -13,8 +13,9 @@ use super::calls::obtain;
 use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
+use crate::inputs::evidence::{self, Normalised};
 use crate::inputs::records::{Question, Source};
-use crate::plan::{MemoryJob, QuestionJob, audited, keys};
+use crate::plan::{Anchor, MemoryJob, QuestionJob, audited, in_panel, keys};
 use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
 use crate::protocol::{Role, Stage};
 use crate::store::ledger::{CallKeys, FailureRow, ResultRow};
@@ -112,6 +113,7 @@ pub(super) async fn run_question(
     position: usize,
     memory: &str,
     memory_sha256: &str,
+    normalised: &Normalised,
 ) -> QuestionOutcome {
     let setup = &shared.setup;
     let job = &setup.plan.memories[index];
@@ -126,6 +128,9 @@ pub(super) async fn run_question(
         calls: Vec::new(),
         jobs: 1,
     };
+    let (kept, basis) = evidence::kept(question, normalised);
+    outcome.row.evidence_kept = Some(kept);
+    outcome.row.evidence_basis = Some(basis);
 
     let read = Step {
         stage: Stage::Read,
@@ -185,6 +190,18 @@ pub(super) async fn run_question(
         question,
     };
     outcome.row.audits = audit(shared, &asked, &answer, &mut outcome.keys).await;
+    let read = Read {
+        memory,
+        memory_sha256,
+    };
+    outcome.row.panel = panel(shared, &asked, &read, &mut outcome.keys).await;
+    for (anchor, memory) in setup.plan.anchors.each(&source.text) {
+        let verdict = anchored(shared, &asked, anchor, memory, &mut outcome.keys).await;
+        match anchor {
+            Anchor::Floor => outcome.row.floor_correct = verdict,
+            Anchor::Ceiling => outcome.row.ceiling_correct = verdict,
+        }
+    }
     outcome
 }
 
@@ -194,6 +211,158 @@ struct Asked<'a> {
     question_job: &'a QuestionJob,
     source: &'a Source,
     question: &'a Question,
+}
+
+impl Asked<'_> {
+    /// A judge's request for `answer` to this question, with `params`.
+    fn judge_request(&self, answer: &str, params: &Value) -> Vec<u8> {
+        let judged = messages::Judged {
+            source: &self.source.text,
+            question: &self.question.question,
+            reference: &self.question.reference,
+            answer,
+        };
+        messages::to_bytes(&JudgeRequest::new(judged, self.job.id.seed, params))
+    }
+}
+
+/// The scoring judge's verdict on `asked` read by the run's reader from an anchor's memory
+/// (SPEC §11): an empty one, or the whole source. Its calls are cached and paced like any and
+/// keyed like any read and judgement, so every cell of a (seed, question) shares them, and a
+/// ceiling read is the same call as an `identity` read at r = 1. They leave the row's own
+/// verdict alone; a call that gives no verdict leaves the anchor's null, warned about.
+async fn anchored(
+    shared: &RunState,
+    asked: &Asked<'_>,
+    anchor: Anchor,
+    memory: &str,
+    calls: &mut CallKeys,
+) -> Option<bool> {
+    let setup = &shared.setup;
+    let (job, question_job, question) = (asked.job, asked.question_job, asked.question);
+    let reader = &setup.callbacks.reader;
+    let (read_name, judge_name) = anchor.call_names();
+    let memory_sha256 = match anchor {
+        Anchor::Floor => crate::hash::sha256(""),
+        Anchor::Ceiling => setup.plan.source_sha256[job.source].clone(),
+    };
+    let warn = |callback: &str, failure: &crate::exec::callback::Failure| {
+        tracing::warn!(callback = %callback, question = %question.id, anchor = read_name, reason = %failure.kind, "an anchor read gave no verdict");
+    };
+    let key = setup.plan.read_key(job, question_job, &memory_sha256);
+    let request = || {
+        messages::to_bytes(&ReaderRequest::new(
+            memory,
+            &question.question,
+            job.id.seed,
+            &reader.params,
+        ))
+    };
+    let legacy = || setup.plan.legacy_read_key(job, question_job, &memory_sha256);
+    let description = || json!({"job": read_name, "cache_key": key});
+    let response = match obtain(shared, reader, &key, legacy, description, request).await {
+        Ok((response, _)) => response,
+        Err(failure) => {
+            warn(&reader.name, &failure);
+            return None;
+        }
+    };
+    calls.insert(read_name, key);
+    let answer =
+        messages::read::<ReaderResponse>(&response).map_or_else(String::new, |r| r.answer.into_owned());
+    judged_again(shared, asked, &answer, judge_name, calls).await
+}
+
+/// The scoring judge's verdict on another answer to `asked` than the row's own (an anchor's, a
+/// panel reader's): a judge call keyed like any, named `name` in `calls`; None, warned about,
+/// when it gives none.
+async fn judged_again(
+    shared: &RunState,
+    asked: &Asked<'_>,
+    answer: &str,
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    calls: &mut CallKeys,
+) -> Option<bool> {
+    let setup = &shared.setup;
+    let (job, question_job, question) = (asked.job, asked.question_job, asked.question);
+    let judge = &setup.callbacks.judge;
+    let name = name.into();
+    let key = setup.plan.judge_key(job, question_job, answer);
+    let request = || asked.judge_request(answer, &judge.params);
+    let legacy = || setup.plan.legacy_judge_key(job, question_job, answer);
+    let description = || json!({"job": name.as_ref(), "cache_key": key});
+    match obtain(shared, judge, &key, legacy, description, request).await {
+        Ok((response, _)) => {
+            calls.insert(name, key);
+            messages::read::<JudgeResponse>(&response).map(|v| v.correct)
+        }
+        Err(failure) => {
+            tracing::warn!(callback = %judge.name, question = %question.id, call = %name, reason = %failure.kind, "an answer got no verdict");
+            None
+        }
+    }
+}
+
+/// A memory as a reader gets it, with its hash.
+struct Read<'a> {
+    memory: &'a str,
+    memory_sha256: &'a str,
+}
+
+/// The scoring judge's verdicts on the panel readers' answers from this memory (SPEC §11), for
+/// each panel reader whose sample holds the (memory, question) pair: reader and judge calls of
+/// their own, cached and paced like any, named in `calls` (`readers.NAME`, `readers.NAME.judge`),
+/// which leave the row's own verdict alone. A call that gives no verdict is null, warned about.
+async fn panel(
+    shared: &RunState,
+    asked: &Asked<'_>,
+    read: &Read<'_>,
+    calls: &mut CallKeys,
+) -> BTreeMap<String, Option<bool>> {
+    let setup = &shared.setup;
+    let (job, question_job, question) = (asked.job, asked.question_job, asked.question);
+    let mut verdicts = BTreeMap::new();
+    for (name, share) in &setup.plan.panel_shares {
+        let (Some(planned), Some(reader)) = (
+            setup.plan.callbacks.panel_reader(name),
+            setup.callbacks.panel_reader(name),
+        ) else {
+            continue;
+        };
+        if !in_panel(job.id.seed, &question.id, read.memory_sha256, *share) {
+            continue;
+        }
+        let warn = |callback: &str, failure: &crate::exec::callback::Failure| {
+            tracing::warn!(callback = %callback, question = %question.id, reader = %name, reason = %failure.kind, "a panel reader's answer got no verdict");
+        };
+        let key = setup
+            .plan
+            .panel_read_key(planned, job, question_job, read.memory_sha256);
+        let request = || {
+            messages::to_bytes(&ReaderRequest::new(
+                read.memory,
+                &question.question,
+                job.id.seed,
+                &reader.params,
+            ))
+        };
+        let description = || json!({"job": "panel", "reader": name, "cache_key": key});
+        let answer = match obtain(shared, reader, &key, || None, description, request).await {
+            Ok((response, _)) => {
+                calls.insert(format!("readers.{name}"), key);
+                messages::read::<ReaderResponse>(&response)
+                    .map_or_else(String::new, |r| r.answer.into_owned())
+            }
+            Err(failure) => {
+                warn(&reader.name, &failure);
+                verdicts.insert(name.clone(), None);
+                continue;
+            }
+        };
+        let verdict = judged_again(shared, asked, &answer, format!("readers.{name}.judge"), calls).await;
+        verdicts.insert(name.clone(), verdict);
+    }
+    verdicts
 }
 
 /// The verdicts of the audit judges whose sample holds this answer (SPEC §10): judge calls of
@@ -218,18 +387,7 @@ async fn audit(
             continue;
         }
         let key = setup.plan.audit_key(planned, job, asked.question_job, answer);
-        let request = || {
-            messages::to_bytes(&JudgeRequest::new(
-                messages::Judged {
-                    source: &asked.source.text,
-                    question: &question.question,
-                    reference: &question.reference,
-                    answer,
-                },
-                job.id.seed,
-                &callback.params,
-            ))
-        };
+        let request = || asked.judge_request(answer, &callback.params);
         let description = || json!({"job": "audit", "judge": name, "cache_key": key});
         let verdict = match obtain(shared, callback, &key, || None, description, request).await {
             Ok((response, origin)) => {

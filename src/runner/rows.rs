@@ -40,6 +40,11 @@ pub(super) fn result_row(
         rationale: None,
         judge_meta: None,
         audits: Default::default(),
+        evidence_kept: None,
+        evidence_basis: None,
+        floor_correct: None,
+        ceiling_correct: None,
+        panel: Default::default(),
     }
 }
 

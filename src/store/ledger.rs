@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use crate::inputs::evidence::EvidenceBasis;
 use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, TruncationMode};
 
 /// The cache entries a row rests on (SPEC §12), each under the kind of entry it is (an audit
@@ -187,6 +188,29 @@ pub(crate) struct ResultRow {
     /// Per audit judge whose sample holds this answer, its verdict (null: it gave none).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub audits: BTreeMap<String, Option<bool>>,
+    /// The share of the question's evidence spans the memory kept (SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_kept: Option<f64>,
+    /// Whether those spans are the question's `evidence` or its reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_basis: Option<EvidenceBasis>,
+    /// The verdict on the question read with an empty memory (`[anchors] floor`; null: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_correct: Option<bool>,
+    /// The verdict on the question read with its whole source (`[anchors] ceiling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling_correct: Option<bool>,
+    /// Per panel reader whose sample holds this question, the scoring judge's verdict on its
+    /// answer from the same memory (null: no verdict).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub panel: BTreeMap<String, Option<bool>>,
+}
+
+impl ResultRow {
+    /// Whether the memory held every evidence span of the question.
+    pub(crate) fn kept_all(&self) -> Option<bool> {
+        self.evidence_kept.map(|share| share >= 1.0)
+    }
 }
 
 impl ResultRow {

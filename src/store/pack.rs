@@ -65,11 +65,7 @@ pub(crate) fn rested_on(run: &RunFolder) -> Result<BTreeSet<(Kind, String)>, Err
                 message: format!("line {}: not a row: {error}", at + 1),
             })?;
             for (name, key) in row.calls {
-                let kind = if name.starts_with("judges.") {
-                    Some(Kind::Judge)
-                } else {
-                    Kind::named(&name)
-                };
+                let kind = call_kind(&name);
                 let Some(kind) = kind else {
                     return Err(Error::Io {
                         path: path.clone(),
@@ -84,6 +80,27 @@ pub(crate) fn rested_on(run: &RunFolder) -> Result<BTreeSet<(Kind, String)>, Err
         }
     }
     Ok(keys)
+}
+
+/// The kind of cache entry a row's call name is: a kind's own name (`reader`, `count`), an
+/// audit judge's (`judges.<name>`, a judge call), a panel reader's (`readers.<name>`, a reader
+/// call, and `readers.<name>.judge`, its answer's judgement), or an anchor's (`floor.reader`,
+/// `ceiling.judge`: the kind after the dot). Callback names hold no dot.
+fn call_kind(name: &str) -> Option<Kind> {
+    if let Some(panel) = name.strip_prefix("readers.") {
+        return Some(if panel.ends_with(".judge") {
+            Kind::Judge
+        } else {
+            Kind::Reader
+        });
+    }
+    if name.starts_with("judges.") {
+        return Some(Kind::Judge);
+    }
+    match name.split_once('.') {
+        Some((_, kind)) => Kind::named(kind),
+        None => Kind::named(name),
+    }
 }
 
 /// The entries of `keys` as one cache segment, how many, and those `cache` does not hold.

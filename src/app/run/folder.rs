@@ -157,7 +157,7 @@ pub(super) fn write_rows(
         model_callbacks: manifest
             .callbacks()
             .into_iter()
-            .filter(|(key, ..)| !key.starts_with("judges."))
+            .filter(|(key, ..)| !key.starts_with("judges.") && !key.starts_with("readers."))
             .filter_map(|(key, role, spec)| {
                 let call = spec.model.as_ref()?;
                 Some((
@@ -170,6 +170,9 @@ pub(super) fn write_rows(
             })
             .collect(),
         audits: prepared.plan.audit_shares.clone(),
+        anchors: prepared.plan.anchors,
+        targets: manifest.targets(),
+        panel: prepared.plan.panel_shares.clone(),
         labels: prepared.labels.as_deref(),
     };
     let stopped = |name: &str| Error::Stopped {

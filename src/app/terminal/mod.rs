@@ -68,6 +68,12 @@ pub(super) fn summary(
             "NOT verified"
         }
     ));
+    for dip in &report.monotonicity {
+        out.push_str(&format!(
+            "  warning: {} {}: Micro falls from {:.3} at {} to {:.3} at {}, beyond a paired 95% bootstrap over goals\n",
+            dip.compressor, dip.condition, dip.micro_smaller, dip.smaller, dip.micro_larger, dip.larger
+        ));
+    }
     failure_lines(&mut out, report, hints);
     if report.cancelled > 0 {
         out.push_str(&format!(

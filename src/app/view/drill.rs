@@ -1,15 +1,17 @@
 //! A question's drill-down: the source with its evidence marked, the memory the reader got with
 //! the evidence it kept marked, the answer, the reference, and every judge's verdict.
 //!
-//! A dataset that states no evidence spans has its reference as the span (SPEC §11): each
-//! place the reference occurs (ignoring ASCII case) is marked, in the source as evidence and
-//! in the memory as kept; the page says whether the memory kept it.
+//! A question's spans are its `evidence`, or its reference when it states none (SPEC §11): each
+//! place a span occurs (ignoring ASCII case) is marked in the source as evidence, and in the
+//! memory as kept when the memory kept it; the page lists each span, kept or lost.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::pages::{esc, page, query, verdict};
 use super::site::Loaded;
+use crate::inputs::evidence::Normalised;
+use crate::inputs::records::Question;
 use crate::store::ledger::LedgerRow;
 
 /// The drill-down of `results.jsonl`'s row `index`, or None when there is no such row.
@@ -68,7 +70,7 @@ pub(super) fn question(id: &str, loaded: &Loaded, index: usize) -> Option<String
     body.push_str(&evidence(
         source.map(|s| s.text.as_str()),
         memory.zip(text),
-        reference,
+        asked,
     ));
     if let Some(goal) = goal {
         let _ = writeln!(
@@ -79,32 +81,60 @@ pub(super) fn question(id: &str, loaded: &Loaded, index: usize) -> Option<String
         );
     }
     if let Some(source) = source {
+        let spans = asked.map_or_else(Vec::new, |q| q.spans().0);
         let _ = writeln!(
             body,
             "<h2>Source <code>{}</code></h2>\n<pre id=\"source\">{}</pre>",
             esc(&source.id),
-            marked(&source.text, reference, "evidence"),
+            marked(&source.text, &spans, |_| "evidence"),
         );
     }
     Some(page(&format!("Question {}", row.question_id), &body))
 }
 
-/// Whether the memory kept the reference, and the memory with what it kept marked.
-fn evidence(source: Option<&str>, memory: Option<(&LedgerRow, &Arc<str>)>, reference: &str) -> String {
+/// Which of the question's evidence spans the memory kept (SPEC §11: its normalised text occurs
+/// in the memory's), each listed; the memory with the spans it kept marked.
+fn evidence(
+    source: Option<&str>,
+    memory: Option<(&LedgerRow, &Arc<str>)>,
+    asked: Option<&Question>,
+) -> String {
     let mut body = String::new();
-    let in_source = source.map_or(0, |s| occurrences(s, reference).len());
-    let in_memory = memory.map_or(0, |(_, t)| occurrences(t, reference).len());
-    let kept = match (in_source, in_memory) {
-        (0, _) => "The reference does not occur in the source word for word.",
-        (_, 0) => "The memory lost the evidence: the reference occurs in the source but not in the memory.",
-        _ => "The memory kept the evidence: the reference occurs in it.",
+    let (spans, given) = asked.map_or((Vec::new(), false), Question::spans);
+    let held = memory.map(|(_, text)| Normalised::of(text));
+    let kept: Vec<bool> = (spans.iter())
+        .map(|span| held.as_ref().is_some_and(|m| m.holds(span)))
+        .collect();
+    let count = kept.iter().filter(|k| **k).count();
+    let basis = if given { "evidence" } else { "reference" };
+    let note = if given {
+        ""
+    } else {
+        "This question states no evidence spans, so its reference is the span. "
     };
     let _ = writeln!(
         body,
-        "<h2>Evidence</h2>\n<p id=\"evidence\" data-source=\"{in_source}\" data-memory=\"{in_memory}\">\
-         This dataset states no evidence spans, so the reference is the span. {kept}</p>"
+        "<h2>Evidence</h2>\n<p id=\"evidence\" data-basis=\"{basis}\" data-spans=\"{}\" data-kept=\"{count}\">\
+         {note}The memory kept {count} of {} span{}.</p>\n<ul id=\"spans\">",
+        spans.len(),
+        spans.len(),
+        if spans.len() == 1 { "" } else { "s" },
     );
+    for (span, kept) in spans.iter().zip(&kept) {
+        let (class, word) = if *kept { ("kept", "kept") } else { ("lost", "lost") };
+        let in_source = source.map_or(0, |s| occurrences(s, span).len());
+        let _ = writeln!(
+            body,
+            "<li class=\"{class}\" data-in-source=\"{in_source}\"><b>{word}</b> {}</li>",
+            esc(span)
+        );
+    }
+    body.push_str("</ul>\n");
     if let Some((memory, text)) = memory {
+        let kept_spans: Vec<&str> = (spans.iter().zip(&kept))
+            .filter(|(_, k)| **k)
+            .map(|(s, _)| *s)
+            .collect();
         let _ = writeln!(
             body,
             "<h2>Memory</h2>\n<p id=\"ledger\">N={} · L={} · generated {} · retained {} tokens{}</p>\n\
@@ -118,7 +148,7 @@ fn evidence(source: Option<&str>, memory: Option<(&LedgerRow, &Arc<str>)>, refer
             } else {
                 ""
             },
-            marked(text, reference, "kept"),
+            marked(text, &kept_spans, |_| "kept"),
         );
     }
     body
@@ -141,13 +171,30 @@ fn occurrences(text: &str, needle: &str) -> Vec<(usize, usize)> {
     found
 }
 
-/// `text` escaped, each occurrence of `needle` in a `<mark class="{class}">`.
-fn marked(text: &str, needle: &str, class: &str) -> String {
+/// `text` escaped, each occurrence of each of `needles` (the first to start wins an overlap) in
+/// a `<mark>` of the class `class` gives its needle.
+fn marked<'n>(text: &str, needles: &[&'n str], class: impl Fn(&'n str) -> &'static str) -> String {
+    let mut found: Vec<(usize, usize, &str)> = (needles.iter())
+        .flat_map(|needle| {
+            occurrences(text, needle)
+                .into_iter()
+                .map(move |(s, e)| (s, e, *needle))
+        })
+        .collect();
+    found.sort_unstable_by_key(|(start, end, _)| (*start, std::cmp::Reverse(*end)));
     let mut out = String::with_capacity(text.len() + 64);
     let mut at = 0;
-    for (start, end) in occurrences(text, needle) {
+    for (start, end, needle) in found {
+        if start < at {
+            continue;
+        }
         out.push_str(&esc(&text[at..start]));
-        let _ = write!(out, "<mark class=\"{class}\">{}</mark>", esc(&text[start..end]));
+        let _ = write!(
+            out,
+            "<mark class=\"{}\">{}</mark>",
+            class(needle),
+            esc(&text[start..end])
+        );
         at = end;
     }
     out.push_str(&esc(&text[at..]));
@@ -161,12 +208,20 @@ mod tests {
     #[test]
     fn a_span_is_marked_whatever_its_case_and_the_rest_escaped() {
         assert_eq!(
-            marked("<b>Paris</b> and paris", "PARIS", "kept"),
+            marked("<b>Paris</b> and paris", &["PARIS"], |_| "kept"),
             "&lt;b&gt;<mark class=\"kept\">Paris</mark>&lt;/b&gt; and <mark class=\"kept\">paris</mark>"
         );
         assert_eq!(
-            marked("naïve café", "café", "kept"),
+            marked("naïve café", &["café"], |_| "kept"),
             "naïve <mark class=\"kept\">café</mark>"
+        );
+        assert_eq!(
+            marked("a long span", &["span", "long span"], |n| if n == "span" {
+                "a"
+            } else {
+                "b"
+            }),
+            "a <mark class=\"b\">long span</mark>"
         );
         assert_eq!(occurrences("aaaa", "aa"), vec![(0, 2), (2, 4)]);
         assert!(occurrences("text", "  ").is_empty());

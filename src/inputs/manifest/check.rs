@@ -80,6 +80,8 @@ pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
     check_tokenizer_and_dataset(loaded, &mut problem);
     check_callbacks(loaded, &mut problem);
     check_audit(loaded, &mut problem);
+    check_anchors(loaded, &mut problem);
+    check_panel(loaded, &mut problem);
     check_run(loaded, &mut problem);
     problems
 }
@@ -231,6 +233,57 @@ fn check_audit(loaded: &Loaded, problem: &mut Report) {
         && !loaded.folder.join(labels).is_file()
     {
         problem("audit.labels", format!("no file `{}`", labels.display()));
+    }
+}
+
+/// `[readers.*]` and `[audit] readers` (SPEC §11): each reader named once and every
+/// `[readers.*]` table in the panel, the share in (0, 1].
+fn check_panel(loaded: &Loaded, problem: &mut Report) {
+    let manifest = &loaded.manifest;
+    let named: Vec<&String> = manifest.audit.iter().flat_map(|a| &a.readers).collect();
+    for name in manifest.readers.keys() {
+        if !valid_name(name) {
+            problem(
+                &format!("readers.{name}"),
+                "is not a valid reader name: expected [a-z0-9][a-z0-9_-]*".into(),
+            );
+        }
+        if !named.contains(&name) {
+            problem(
+                &format!("readers.{name}"),
+                format!("is not named by `audit.readers`: add \"{name}\" there to read with it"),
+            );
+        }
+    }
+    let Some(audit) = &manifest.audit else {
+        return;
+    };
+    if has_duplicates(&audit.readers) {
+        problem("audit.readers", "lists a reader twice".into());
+    }
+    if !(audit.reader_fraction > 0.0 && audit.reader_fraction <= 1.0) {
+        problem(
+            "audit.reader_fraction",
+            "must be more than 0 and at most 1".into(),
+        );
+    }
+}
+
+/// `[anchors] targets`: shares above 0, finite, each once.
+fn check_anchors(loaded: &Loaded, problem: &mut Report) {
+    let Some(anchors) = &loaded.manifest.anchors else {
+        return;
+    };
+    if anchors.targets.iter().any(|t| !t.is_finite() || *t <= 0.0) {
+        problem(
+            "anchors.targets",
+            "each target is a share above 0, e.g. [0.9]".into(),
+        );
+    }
+    let mut sorted = anchors.targets.clone();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        problem("anchors.targets", "lists a target twice".into());
     }
 }
 

@@ -24,7 +24,9 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "reader",
     "judge",
     "judges",
+    "readers",
     "audit",
+    "anchors",
     "models",
     "run",
 ];
@@ -84,37 +86,58 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
     Ok((loaded, problems))
 }
 
-/// A built-in rule judge that `[audit] judges` names without a `[judges.*]` table of its own
-/// gets one (`builtin = NAME`, nothing else), so every audit judge is a table from here on.
+/// A built-in rule judge that `[audit] judges` names, or a built-in rule reader that `[audit]
+/// readers` names, without a `[judges.*]` / `[readers.*]` table of its own gets one
+/// (`builtin = NAME`, nothing else), so every audit judge and panel reader is a table from here on.
 fn name_rule_judges(loaded: &mut Loaded) -> Vec<Problem> {
+    use crate::protocol::Role;
+    let path = loaded.path.display().to_string();
     let manifest = &mut loaded.manifest;
     let Some(audit) = &manifest.audit else {
         return Vec::new();
     };
-    let rules: Vec<&str> = crate::builtin::names(crate::protocol::Role::Judge)
-        .into_iter()
-        .filter(|b| crate::builtin::in_process(b).is_some())
-        .collect();
     let mut problems = Vec::new();
-    for name in &audit.judges {
-        if manifest.judges.contains_key(name) {
-            continue;
-        }
-        // Parsed, so that every other field takes the default a `[judges.*]` table would.
-        let table = rules
-            .contains(&name.as_str())
-            .then(|| format!("builtin = \"{name}\""));
-        match table.and_then(|table| toml::from_str::<CallbackSpec>(&table).ok()) {
-            Some(spec) => {
-                manifest.judges.insert(name.clone(), spec);
+    let lists = [
+        (
+            Role::Judge,
+            "judges",
+            &audit.judges,
+            &mut manifest.judges,
+            "judge",
+        ),
+        (
+            Role::Reader,
+            "readers",
+            &audit.readers,
+            &mut manifest.readers,
+            "reader",
+        ),
+    ];
+    for (role, key, named, tables, what) in lists {
+        let rules: Vec<&str> = crate::builtin::names(role)
+            .into_iter()
+            .filter(|b| crate::builtin::in_process(b).is_some())
+            .collect();
+        for name in named {
+            if tables.contains_key(name) {
+                continue;
             }
-            None => problems.push(Problem {
-                place: format!("{}: key `audit.judges`", loaded.path.display()),
-                message: format!(
-                    "`{name}` is neither a `[judges.{name}]` table nor a built-in rule judge ({})",
-                    rules.join(", ")
-                ),
-            }),
+            // Parsed, so that every other field takes the default a table would.
+            let table = rules
+                .contains(&name.as_str())
+                .then(|| format!("builtin = \"{name}\""));
+            match table.and_then(|table| toml::from_str::<CallbackSpec>(&table).ok()) {
+                Some(spec) => {
+                    tables.insert(name.clone(), spec);
+                }
+                None => problems.push(Problem {
+                    place: format!("{path}: key `audit.{key}`"),
+                    message: format!(
+                        "`{name}` is neither a `[{key}.{name}]` table nor a built-in rule {what} ({})",
+                        rules.join(", ")
+                    ),
+                }),
+            }
         }
     }
     problems
@@ -136,6 +159,12 @@ fn callback_specs(manifest: &mut Manifest) -> impl Iterator<Item = (String, &mut
                 .judges
                 .iter_mut()
                 .map(|(name, spec)| (format!("judges.{name}"), spec)),
+        )
+        .chain(
+            manifest
+                .readers
+                .iter_mut()
+                .map(|(name, spec)| (format!("readers.{name}"), spec)),
         )
 }
 

@@ -57,9 +57,16 @@ pub(crate) struct Manifest {
     /// Further judges, by name, that `[audit]` may name (SPEC §10): the same fields as `[judge]`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub judges: BTreeMap<String, CallbackSpec>,
+    /// Further readers, by name, that `[audit] readers` may name (SPEC §11): the same fields
+    /// as `[reader]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub readers: BTreeMap<String, CallbackSpec>,
     /// Judges that re-judge the scoring judge's answers, and human labels (SPEC §10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditSpec>,
+    /// Floor and ceiling reads, and budget-at-target shares (SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchors: Option<AnchorsSpec>,
     /// Model endpoints (SPEC §8), named by model built-ins' `params.model`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ModelSpec>,
@@ -84,6 +91,50 @@ pub(crate) struct AuditSpec {
     /// Human verdicts (CSV or JSON Lines): `question_id`, `answer`, `correct`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<PathBuf>,
+    /// A reader panel (SPEC §11): built-in rule readers or `[readers.*]` names that re-read
+    /// the memories, their answers judged by the scoring judge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<String>,
+    /// The share of (memory, question) pairs each panel reader re-reads, seeded (default 1).
+    #[serde(default = "whole")]
+    pub reader_fraction: f64,
+}
+
+/// `[anchors]` (SPEC §11): each question also read with an empty memory (`floor`) and with its
+/// whole source (`ceiling`), and the shares of the ceiling that budget at target looks for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnchorsSpec {
+    #[serde(default)]
+    pub floor: bool,
+    #[serde(default)]
+    pub ceiling: bool,
+    /// Budget-at-target shares of the ceiling's Micro (default [0.9]).
+    #[serde(default = "default_targets")]
+    pub targets: Vec<f64>,
+}
+
+/// Budget at target's share when `[anchors]` names none.
+pub(crate) const DEFAULT_TARGET: f64 = 0.9;
+
+fn default_targets() -> Vec<f64> {
+    vec![DEFAULT_TARGET]
+}
+
+impl Manifest {
+    /// Whether each question is also read with an empty memory, and with its whole source.
+    pub(crate) fn anchored(&self) -> (bool, bool) {
+        self.anchors
+            .as_ref()
+            .map_or((false, false), |a| (a.floor, a.ceiling))
+    }
+
+    /// The budget-at-target shares (SPEC §11).
+    pub(crate) fn targets(&self) -> Vec<f64> {
+        self.anchors
+            .as_ref()
+            .map_or_else(default_targets, |a| a.targets.clone())
+    }
 }
 
 fn whole() -> f64 {
@@ -283,6 +334,11 @@ impl Manifest {
                     .iter()
                     .map(|(name, spec)| (format!("judges.{name}"), Role::Judge, spec)),
             )
+            .chain(
+                self.readers
+                    .iter()
+                    .map(|(name, spec)| (format!("readers.{name}"), Role::Reader, spec)),
+            )
             .collect()
     }
 
@@ -302,7 +358,22 @@ impl Manifest {
                 .into_iter()
                 .map(|(name, spec, _)| (name.to_owned(), spec))
                 .collect(),
+            panel: self
+                .panel_readers()
+                .into_iter()
+                .map(|(name, spec, _)| (name.to_owned(), spec))
+                .collect(),
         }
+    }
+
+    /// The panel readers in `[audit] readers` order: name, settings and the share they re-read.
+    pub(crate) fn panel_readers(&self) -> Vec<(&str, &CallbackSpec, f64)> {
+        let Some(audit) = &self.audit else {
+            return Vec::new();
+        };
+        (audit.readers.iter())
+            .filter_map(|name| Some((name.as_str(), self.readers.get(name)?, audit.reader_fraction)))
+            .collect()
     }
 
     /// The audit judges in `[audit] judges` order: name, settings and the share they audit.

@@ -8,7 +8,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::inputs::records::Source;
+use crate::inputs::evidence::Normalised;
+use crate::inputs::records::{Question, Source};
 use crate::protocol::CellId;
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
 use crate::store::run_folder::{MEMORIES, MEMORY_TEXTS, REPORT_JSON, RESULTS};
@@ -42,6 +43,9 @@ pub(super) struct Questions {
     id: Vec<String>,
     text: Vec<String>,
     reference: Vec<String>,
+    /// Each question's evidence spans (its reference when it has none: `basis` 0).
+    spans: Vec<Vec<String>>,
+    basis: Vec<u8>,
 }
 
 /// One entry per ledger row. `goal` and `shown` are goal indices, -1 for none; `text` indexes
@@ -72,6 +76,9 @@ pub(super) struct Results {
     question: Vec<usize>,
     answer: Vec<i64>,
     verdict: Vec<i8>,
+    /// Which of its question's first 31 spans the memory kept, bit `i` for span `i`; -1
+    /// without a memory.
+    kept: Vec<i64>,
     score: std::collections::BTreeMap<usize, f64>,
     unscored: std::collections::BTreeMap<usize, (usize, u64, String)>,
 }
@@ -92,6 +99,8 @@ pub(super) fn columns(
         goal_of: HashMap::new(),
         question_of: HashMap::new(),
         memory_of: HashMap::new(),
+        asked: Vec::new(),
+        memory_text: Vec::new(),
     };
     columns.cells(report)?;
     columns.sources(sources);
@@ -109,6 +118,10 @@ pub(super) struct Columns<'a> {
     goal_of: HashMap<&'a str, usize>,
     question_of: HashMap<&'a str, usize>,
     memory_of: HashMap<&'a str, usize>,
+    /// Each question, by its number.
+    asked: Vec<&'a Question>,
+    /// Each memory's text, by its number.
+    memory_text: Vec<&'a str>,
 }
 
 impl<'a> Columns<'a> {
@@ -151,6 +164,13 @@ impl<'a> Columns<'a> {
                     index.questions.id.push(question.id.clone());
                     index.questions.text.push(question.question.clone());
                     index.questions.reference.push(question.reference.clone());
+                    let (spans, given) = question.spans();
+                    index
+                        .questions
+                        .spans
+                        .push(spans.into_iter().map(str::to_owned).collect());
+                    index.questions.basis.push(u8::from(given));
+                    self.asked.push(question);
                 }
             }
         }
@@ -232,6 +252,7 @@ impl<'a> Columns<'a> {
                 u8::from(row.truncated) | u8::from(row.utf8_split) << 1 | u8::from(row.budget_violation) << 2,
             );
             memories.text.push(slot);
+            self.memory_text.push(text);
             self.memory_of.insert(row.key.as_str(), number);
         }
         Ok(chunks)
@@ -265,6 +286,8 @@ impl<'a> Columns<'a> {
         let index = &mut self.index;
         let mut answers = HashMap::new();
         let mut next_goal = 0;
+        // Rows of one memory follow one another: its text is normalised once.
+        let mut normalised: Option<(usize, Normalised)> = None;
         for (position, &(goal, memory, question, number)) in order.iter().enumerate() {
             while next_goal <= goal {
                 index.goals.result_start.push(position);
@@ -287,6 +310,9 @@ impl<'a> Columns<'a> {
                 Some(false) => 0,
                 None => -1,
             });
+            let spans = (&self.memory_text[..], self.asked[question]);
+            out.kept
+                .push(kept_bits(spans, memory, row.evidence_kept, &mut normalised));
             if let Some(score) = row.score {
                 out.score.insert(position, score);
             }
@@ -309,4 +335,33 @@ impl<'a> Columns<'a> {
         }
         Ok(())
     }
+}
+
+/// Which of the question's first 31 spans `memory` keeps, bit `i` for span `i`; -1 when there
+/// is no such memory. The row's share kept says it when it is all or none; otherwise the spans
+/// are looked for, `normalised` holding the last memory's normalised text, reused while rows of
+/// the same memory follow one another.
+fn kept_bits(
+    (texts, question): (&[&str], &Question),
+    memory: usize,
+    share: Option<f64>,
+    normalised: &mut Option<(usize, Normalised)>,
+) -> i64 {
+    let Some(text) = texts.get(memory) else {
+        return -1;
+    };
+    let (spans, _) = question.spans();
+    let all = (1i64 << spans.len().min(31)) - 1;
+    match share {
+        Some(share) if share >= 1.0 => return all,
+        Some(share) if share <= 0.0 => return 0,
+        _ => {}
+    }
+    if normalised.as_ref().is_none_or(|(m, _)| *m != memory) {
+        *normalised = Some((memory, Normalised::of(text)));
+    }
+    let held = normalised.as_ref().map(|(_, n)| n);
+    (spans.iter().take(31).enumerate())
+        .filter(|(_, span)| held.is_some_and(|n| n.holds(span)))
+        .fold(0, |bits, (i, _)| bits | 1 << i)
 }

@@ -18,6 +18,9 @@ use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolde
 
 pub(crate) use render::render;
 
+mod why;
+use why::WhyDiff;
+
 pub(crate) const SCHEMA: &str = "gacc.diff/1";
 /// A cell regresses when B is worse with p (or the interval's upper end) below this.
 pub(crate) const SIGNIFICANCE: f64 = 0.05;
@@ -46,6 +49,8 @@ pub(crate) struct Diff {
     /// Each audit judge of either run: how it agreed with the scoring judge in A and in B.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub judge_audit: Vec<AuditDiff>,
+    /// Per shared cell, its attribution and gap closed in both runs (SPEC §11).
+    pub why: Vec<WhyDiff>,
 }
 
 /// An audit judge's agreement with the scoring judge in each run (SPEC §10).
@@ -278,6 +283,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
     let mut cells = Vec::new();
     let mut flipped = Vec::new();
     let mut only_in_a = Vec::new();
+    let mut why = Vec::new();
     for cell_a in cells_a {
         let id = CellLabel::of(cell_a);
         let Some(cell_b) = cells_b.iter().find(|c| CellLabel::of(c) == id) else {
@@ -294,6 +300,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
             cell_a.macro_.map(|s| s.mean),
             cell_b.macro_.map(|s| s.mean),
         ];
+        why.push(WhyDiff::of(id.clone(), cell_a, cell_b));
         let (cell, flips) = compare_cell(id, (va, vb), means, (&a, &b));
         cells.push(cell);
         flipped.extend(flips);
@@ -314,6 +321,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
         only_in_b,
         flipped,
         judge_audit: audit_diff(&a.report, &b.report),
+        why,
     })
 }
 
