@@ -31,21 +31,71 @@ impl Normalised {
     /// Whether the memory holds `span`'s normalised text. A span that normalises to nothing
     /// (only punctuation or articles) is held by every memory.
     pub(crate) fn holds(&self, span: &str) -> bool {
-        // memchr's SIMD search: a run re-checks every row's spans against memories of
-        // thousands of tokens, and a cached re-run does nothing else as costly.
-        memchr::memmem::find(self.0.as_bytes(), normalize(span).as_bytes()).is_some()
+        self.holds_normalised(&normalize(span))
+    }
+
+    /// Whether the memory holds a span already normalised. memchr's SIMD search: a run looks
+    /// for every row's spans in memories of thousands of tokens.
+    pub(crate) fn holds_normalised(&self, words: &str) -> bool {
+        memchr::memmem::find(self.0.as_bytes(), words.as_bytes()).is_some()
     }
 }
 
+/// A question's spans, normalised once for every memory they are looked for in.
+#[derive(Debug, Clone)]
+pub(crate) struct Spans {
+    normalised: Vec<String>,
+    basis: EvidenceBasis,
+}
+
+impl Spans {
+    pub(crate) fn of(question: &Question) -> Spans {
+        let (spans, given) = question.spans();
+        Spans {
+            normalised: spans.into_iter().map(normalize).collect(),
+            basis: match given {
+                true => EvidenceBasis::Evidence,
+                false => EvidenceBasis::Reference,
+            },
+        }
+    }
+
+    /// Every question's spans, by [source][goal][question].
+    pub(crate) fn of_sources(sources: &[crate::inputs::records::Source]) -> Vec<Vec<Vec<Spans>>> {
+        let goal = |g: &crate::inputs::records::Goal| g.questions.iter().map(Spans::of).collect();
+        (sources.iter())
+            .map(|s| s.goals.iter().map(goal).collect())
+            .collect()
+    }
+
+    /// The share of the spans `memory` holds, and what the spans are.
+    #[cfg(test)]
+    fn kept(&self, memory: &Normalised) -> (f64, EvidenceBasis) {
+        let held = (self.normalised.iter())
+            .filter(|words| memory.holds_normalised(words))
+            .count();
+        (held as f64 / self.normalised.len().max(1) as f64, self.basis)
+    }
+}
+
+/// Each of `spans`' share kept by the memory whose normalised text (`normalize_into`'s bytes)
+/// is `normalised`, and what they are.
+pub(crate) fn kept_each<'s>(
+    normalised: &[u8],
+    spans: impl Iterator<Item = &'s Spans>,
+) -> Vec<(f64, EvidenceBasis)> {
+    let held = |words: &String| memchr::memmem::find(normalised, words.as_bytes()).is_some();
+    (spans.map(|spans| {
+        let kept = spans.normalised.iter().filter(|words| held(words)).count();
+        (kept as f64 / spans.normalised.len().max(1) as f64, spans.basis)
+    }))
+    .collect()
+}
+
 /// The share of `question`'s spans `memory` holds, and what the spans are.
-pub(crate) fn kept(question: &Question, memory: &Normalised) -> (f64, EvidenceBasis) {
-    let (spans, given) = question.spans();
-    let basis = match given {
-        true => EvidenceBasis::Evidence,
-        false => EvidenceBasis::Reference,
-    };
-    let held = spans.iter().filter(|span| memory.holds(span)).count();
-    (held as f64 / spans.len().max(1) as f64, basis)
+#[cfg(test)]
+fn kept(question: &Question, memory: &Normalised) -> (f64, EvidenceBasis) {
+    Spans::of(question).kept(memory)
 }
 
 /// A question's evidence (SPEC §11): at least one span, each found verbatim in its source.
@@ -135,5 +185,11 @@ mod tests {
         assert_eq!(kept(&question(None), &memory), (1.0, EvidenceBasis::Reference));
         let one = Some(Evidence::One("iceberg".into()));
         assert_eq!(kept(&question(one), &memory), (0.0, EvidenceBasis::Evidence));
+        let each = [question(None), question(Some(Evidence::One("sank".into())))].map(|q| Spans::of(&q));
+        let kept = kept_each(normalize("In 1912 the ship SANK.").as_bytes(), each.iter());
+        assert_eq!(
+            kept,
+            vec![(1.0, EvidenceBasis::Reference), (1.0, EvidenceBasis::Evidence)]
+        );
     }
 }

@@ -79,6 +79,8 @@ pub(crate) struct Plan {
     pub held_out_texts: Vec<Vec<String>>,
     /// SHA-256 of each question's text and reference, by [source][goal][question].
     pub question_sha256: Vec<Vec<Vec<QuestionHashes>>>,
+    /// Each question's evidence spans, normalised (SPEC §11), by [source][goal][question].
+    pub spans: Vec<Vec<Vec<crate::inputs::evidence::Spans>>>,
 }
 
 /// What the plan knows of one callback.
@@ -197,6 +199,7 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         tokenizer_identity: expansion.tokenizer_identity,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
+        spans: crate::inputs::evidence::Spans::of_sources(&dataset.sources),
         held_out_texts: held_out_by_source(dataset),
     })
 }

@@ -106,6 +106,9 @@ pub(crate) fn default_window(concurrency: usize) -> usize {
     (JOBS_IN_FLIGHT_PER_SLOT * concurrency).max(MIN_JOBS_IN_FLIGHT)
 }
 
+/// Normalised memory texts by SHA-256.
+type NormalisedTexts = HashMap<String, Arc<[u8]>>;
+
 /// What a run's tasks share: the setup, the book of calls, the limits and what is measured.
 pub(super) struct RunState {
     setup: Setup,
@@ -115,6 +118,10 @@ pub(super) struct RunState {
     measured: Mutex<HashMap<(String, usize), Arc<Measured>>>,
     /// One copy of each memory text, by its SHA-256, however many rows and tasks hold it.
     memories: Mutex<HashMap<String, Arc<str>>>,
+    /// Memory texts normalised for their evidence (SPEC §11), by SHA-256, up to
+    /// `memory::NORMALISED_BYTES` in all: jobs that share a memory (a compressor that ignores the goal,
+    /// under each condition) normalise it once.
+    normalised: Mutex<(NormalisedTexts, usize)>,
     /// Tokenizing runs on at most this many threads at once (it is CPU work).
     tokenizing: Semaphore,
     /// What the recount's proven counts are bound to (a ledger row names its memory's).
@@ -209,6 +216,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         calls: CallBook::default(),
         measured: Mutex::default(),
         memories: Mutex::default(),
+        normalised: Mutex::default(),
         tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         stopped: Default::default(),
         stop: Mutex::default(),

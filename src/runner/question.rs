@@ -13,7 +13,7 @@ use super::calls::obtain;
 use super::progress::Usage;
 use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
-use crate::inputs::evidence::{self, Normalised};
+use crate::inputs::evidence::EvidenceBasis;
 use crate::inputs::records::{Question, Source};
 use crate::plan::{Anchor, MemoryJob, QuestionJob, audited, in_panel, keys};
 use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
@@ -113,7 +113,7 @@ pub(super) async fn run_question(
     position: usize,
     memory: &str,
     memory_sha256: &str,
-    normalised: &Normalised,
+    (kept, basis): (f64, EvidenceBasis),
 ) -> QuestionOutcome {
     let setup = &shared.setup;
     let job = &setup.plan.memories[index];
@@ -128,7 +128,6 @@ pub(super) async fn run_question(
         calls: Vec::new(),
         jobs: 1,
     };
-    let (kept, basis) = evidence::kept(question, normalised);
     outcome.row.evidence_kept = Some(kept);
     outcome.row.evidence_basis = Some(basis);
 
@@ -194,9 +193,14 @@ pub(super) async fn run_question(
         memory,
         memory_sha256,
     };
-    outcome.row.panel = panel(shared, &asked, &read, &mut outcome.keys).await;
+    // The panel's and the anchors' calls are boxed, and only made when asked for: inline, their
+    // futures would grow every question's (385k at paper scale, a cached one allocated whole)
+    // by several kilobytes.
+    if !setup.plan.panel_shares.is_empty() {
+        outcome.row.panel = Box::pin(panel(shared, &asked, &read, &mut outcome.keys)).await;
+    }
     for (anchor, memory) in setup.plan.anchors.each(&source.text) {
-        let verdict = anchored(shared, &asked, anchor, memory, &mut outcome.keys).await;
+        let verdict = Box::pin(anchored(shared, &asked, anchor, memory, &mut outcome.keys)).await;
         match anchor {
             Anchor::Floor => outcome.row.floor_correct = verdict,
             Anchor::Ceiling => outcome.row.ceiling_correct = verdict,
