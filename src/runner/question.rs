@@ -218,6 +218,12 @@ struct Asked<'a> {
 }
 
 impl Asked<'_> {
+    /// A reader's request for this question from `memory`, with `params`.
+    fn read_request(&self, memory: &str, params: &Value) -> Vec<u8> {
+        let request = ReaderRequest::new(memory, &self.question.question, self.job.id.seed, params);
+        messages::to_bytes(&request)
+    }
+
     /// A judge's request for `answer` to this question, with `params`.
     fn judge_request(&self, answer: &str, params: &Value) -> Vec<u8> {
         let judged = messages::Judged {
@@ -254,14 +260,7 @@ async fn anchored(
         tracing::warn!(callback = %callback, question = %question.id, anchor = read_name, reason = %failure.kind, "an anchor read gave no verdict");
     };
     let key = setup.plan.read_key(job, question_job, &memory_sha256);
-    let request = || {
-        messages::to_bytes(&ReaderRequest::new(
-            memory,
-            &question.question,
-            job.id.seed,
-            &reader.params,
-        ))
-    };
+    let request = || asked.read_request(memory, &reader.params);
     let legacy = || setup.plan.legacy_read_key(job, question_job, &memory_sha256);
     let description = || json!({"job": read_name, "cache_key": key});
     let response = match obtain(shared, reader, &key, legacy, description, request).await {
@@ -342,14 +341,7 @@ async fn panel(
         let key = setup
             .plan
             .panel_read_key(planned, job, question_job, read.memory_sha256);
-        let request = || {
-            messages::to_bytes(&ReaderRequest::new(
-                read.memory,
-                &question.question,
-                job.id.seed,
-                &reader.params,
-            ))
-        };
+        let request = || asked.read_request(read.memory, &reader.params);
         let description = || json!({"job": "panel", "reader": name, "cache_key": key});
         let answer = match obtain(shared, reader, &key, || None, description, request).await {
             Ok((response, _)) => {
