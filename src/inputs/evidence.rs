@@ -41,10 +41,11 @@ impl Normalised {
     }
 }
 
-/// A question's spans, normalised once for every memory they are looked for in.
+/// A question's spans, normalised and made searchers once for every memory they are looked
+/// for in (a paper-scale run looks for them in 385,000 rows' memories).
 #[derive(Debug, Clone)]
 pub(crate) struct Spans {
-    normalised: Vec<String>,
+    normalised: Vec<memchr::memmem::Finder<'static>>,
     basis: EvidenceBasis,
 }
 
@@ -52,7 +53,9 @@ impl Spans {
     pub(crate) fn of(question: &Question) -> Spans {
         let (spans, given) = question.spans();
         Spans {
-            normalised: spans.into_iter().map(normalize).collect(),
+            normalised: (spans.into_iter())
+                .map(|span| memchr::memmem::Finder::new(normalize(span).as_bytes()).into_owned())
+                .collect(),
             basis: match given {
                 true => EvidenceBasis::Evidence,
                 false => EvidenceBasis::Reference,
@@ -72,7 +75,7 @@ impl Spans {
     #[cfg(test)]
     fn kept(&self, memory: &Normalised) -> (f64, EvidenceBasis) {
         let held = (self.normalised.iter())
-            .filter(|words| memory.holds_normalised(words))
+            .filter(|words| words.find(memory.0.as_bytes()).is_some())
             .count();
         (held as f64 / self.normalised.len().max(1) as f64, self.basis)
     }
@@ -84,9 +87,10 @@ pub(crate) fn kept_each<'s>(
     normalised: &[u8],
     spans: impl Iterator<Item = &'s Spans>,
 ) -> Vec<(f64, EvidenceBasis)> {
-    let held = |words: &String| memchr::memmem::find(normalised, words.as_bytes()).is_some();
     (spans.map(|spans| {
-        let kept = spans.normalised.iter().filter(|words| held(words)).count();
+        let kept = (spans.normalised.iter())
+            .filter(|words| words.find(normalised).is_some())
+            .count();
         (kept as f64 / spans.normalised.len().max(1) as f64, spans.basis)
     }))
     .collect()
