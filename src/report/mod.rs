@@ -390,7 +390,31 @@ fn stage_role(stage: &str) -> Option<Role> {
 /// Per seed, each goal's verdicts, in first-seen order.
 type SeedVerdicts = Vec<(u64, Vec<(String, Vec<Option<bool>>)>)>;
 
-/// Groups rows into cells, in the order they first appear (the plan's order).
+/// The entry of `key` in `list` (made at its end when there is none). Rows come in plan order,
+/// so a row's seed or goal is nearly always the last one seen: looked at first, and a cell of
+/// 500 goals is not searched from its start for each of its thousands of rows.
+fn entry_of<'l, K, V: Default>(list: &'l mut Vec<(K::Owned, V)>, key: &K) -> &'l mut V
+where
+    K: PartialEq + ToOwned + ?Sized,
+    K::Owned: std::borrow::Borrow<K>,
+{
+    use std::borrow::Borrow;
+    let at = match list.last() {
+        Some((last, _)) if last.borrow() == key => list.len() - 1,
+        _ => match list.iter().position(|(have, _)| have.borrow() == key) {
+            Some(at) => at,
+            None => {
+                list.push((key.to_owned(), V::default()));
+                list.len() - 1
+            }
+        },
+    };
+    &mut list[at].1
+}
+
+/// Groups rows into cells, in the order they first appear (the plan's order); each cell's
+/// scores and bootstrap intervals are computed on every core (a paper-scale run has hundreds
+/// of cells of 2,500 rows, each resampled a thousand times, at the end of the run).
 fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     let mut order: Vec<CellId> = Vec::new();
     // cell -> seed -> goal -> verdicts, each in first-seen order
@@ -401,57 +425,49 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
             order.push(id.clone());
             Vec::new()
         });
-        let position = match seeds.iter().position(|(s, _)| *s == row.seed) {
-            Some(position) => position,
-            None => {
-                seeds.push((row.seed, Vec::new()));
-                seeds.len() - 1
-            }
-        };
-        let goals = &mut seeds[position].1;
+        let goals = entry_of(seeds, &row.seed);
         let verdict = if row.failure.is_some() { None } else { row.correct };
-        match goals.iter_mut().find(|(g, _)| *g == row.goal_id) {
-            Some((_, list)) => list.push(verdict),
-            None => goals.push((row.goal_id.clone(), vec![verdict])),
-        }
+        entry_of(goals, row.goal_id.as_str()).push(verdict);
     }
     let mut sums: HashMap<CellId, LedgerSums> = HashMap::new();
     for row in ledger {
         sums.entry(row.memory_id.cell.clone()).or_default().add(row);
     }
-    order
-        .into_iter()
+    let grouped: Vec<(CellId, SeedVerdicts, LedgerSums)> = (order.into_iter())
         .map(|id| {
-            let mut pooled: Vec<Vec<Option<bool>>> = Vec::new();
-            let seeds: Vec<SeedScore> = verdicts
-                .remove(&id)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(seed, goals)| {
-                    let goals: Vec<Vec<Option<bool>>> = goals.into_iter().map(|(_, v)| v).collect();
-                    let score = metrics::score(&goals);
-                    pooled.extend(goals);
-                    SeedScore { seed, score }
-                })
-                .collect();
-            let (micro_ci95, macro_ci95) =
-                metrics::bootstrap(&pooled, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
-            let micro: Vec<f64> = seeds.iter().filter_map(|s| s.score.micro).collect();
-            let macro_: Vec<f64> = seeds.iter().filter_map(|s| s.score.macro_).collect();
-            let spread = |values: &[f64]| (!values.is_empty()).then(|| stats::spread(values));
+            let seeds = verdicts.remove(&id).unwrap_or_default();
             let ledger = sums.remove(&id).unwrap_or_default();
-            Cell {
-                complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
-                id,
-                micro: spread(&micro),
-                macro_: spread(&macro_),
-                micro_ci95,
-                macro_ci95,
-                seeds,
-                ledger,
-                attribution: why::Attribution::default(),
-                anchors: None,
-            }
+            (id, seeds, ledger)
         })
-        .collect()
+        .collect();
+    crate::parallel::map_in_parallel(&grouped, |(id, seeds, ledger)| cell(id, seeds, ledger))
+}
+
+/// A cell's scores from its verdicts.
+fn cell(id: &CellId, verdicts: &SeedVerdicts, ledger: &LedgerSums) -> Cell {
+    let mut pooled: Vec<Vec<Option<bool>>> = Vec::new();
+    let seeds: Vec<SeedScore> = (verdicts.iter())
+        .map(|(seed, goals)| {
+            let goals: Vec<Vec<Option<bool>>> = goals.iter().map(|(_, v)| v.clone()).collect();
+            let score = metrics::score(&goals);
+            pooled.extend(goals);
+            SeedScore { seed: *seed, score }
+        })
+        .collect();
+    let (micro_ci95, macro_ci95) = metrics::bootstrap(&pooled, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
+    let micro: Vec<f64> = seeds.iter().filter_map(|s| s.score.micro).collect();
+    let macro_: Vec<f64> = seeds.iter().filter_map(|s| s.score.macro_).collect();
+    let spread = |values: &[f64]| (!values.is_empty()).then(|| stats::spread(values));
+    Cell {
+        complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
+        id: id.clone(),
+        micro: spread(&micro),
+        macro_: spread(&macro_),
+        micro_ci95,
+        macro_ci95,
+        seeds,
+        ledger: ledger.clone(),
+        attribution: why::Attribution::default(),
+        anchors: None,
+    }
 }

@@ -58,12 +58,40 @@ pub(crate) fn resample<T>(
     n: usize,
     resamples: usize,
     seed: u64,
-    mut statistic: impl FnMut(&mut dyn Iterator<Item = usize>) -> T,
+    mut statistic: impl FnMut(Draws<'_>) -> T,
 ) -> Vec<T> {
     let mut rng = SplitMix64::new(seed);
     (0..resamples)
-        .map(|_| statistic(&mut (0..n).map(|_| rng.below(n))))
+        .map(|_| {
+            statistic(Draws {
+                rng: &mut rng,
+                n,
+                left: n,
+            })
+        })
         .collect()
+}
+
+/// One resample's indices: `n` draws from `0..n`, made as they are read. A type of its own,
+/// not a `dyn Iterator`, so a statistic's loop inlines the draw (a report resamples hundreds
+/// of cells a thousand times each, at the end of a run).
+pub(crate) struct Draws<'r> {
+    rng: &'r mut SplitMix64,
+    n: usize,
+    left: usize,
+}
+
+impl Iterator for Draws<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        self.left = self.left.checked_sub(1)?;
+        Some(self.rng.below(self.n))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
 }
 
 /// The 95% percentile interval of bootstrap values (the empirical 2.5% and 97.5% points).

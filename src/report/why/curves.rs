@@ -95,55 +95,67 @@ pub(crate) fn at_target(cells: &[Cell], targets: &[f64]) -> Vec<AtTarget> {
     out
 }
 
-/// The pairs of budgets, on every curve, where the larger scores lower beyond chance.
+/// The pairs of budgets, on every curve, where the larger scores lower beyond chance. Each
+/// pair whose Micro falls is resampled on a core of its own (a paper-scale run has hundreds,
+/// each a thousand resamples of 500 goals, at the end of the run).
 pub(crate) fn dips(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> Vec<Dip> {
-    let mut out = Vec::new();
-    for ((compressor, condition, _), curve) in curves(cells) {
+    let mut falls: Vec<(&Cell, &Cell)> = Vec::new();
+    for curve in curves(cells).into_values() {
         for (at, smaller) in curve.iter().enumerate() {
             for larger in &curve[at + 1..] {
-                let (Some(low), Some(high)) = (smaller.micro, larger.micro) else {
-                    continue;
-                };
-                if high.mean >= low.mean {
-                    continue;
-                }
-                let no_rows = Vec::new();
-                let of = |cell: &Cell| rows.get(&cell.id).unwrap_or(&no_rows);
-                let Some((interval, shared)) = paired(of(smaller), of(larger)) else {
-                    continue;
-                };
-                if interval.high < 0.0 {
-                    out.push(Dip {
-                        compressor: compressor.clone(),
-                        condition,
-                        smaller: smaller.id.rule,
-                        larger: larger.id.rule,
-                        micro_smaller: low.mean,
-                        micro_larger: high.mean,
-                        difference_ci95: interval,
-                        shared_goals: shared,
-                    });
+                if let (Some(low), Some(high)) = (smaller.micro, larger.micro)
+                    && high.mean < low.mean
+                {
+                    falls.push((smaller, larger));
                 }
             }
         }
     }
-    out
+    // Each cell's goals are tallied once, however many pairs it is in.
+    let needed: std::collections::HashSet<&CellId> = falls.iter().flat_map(|(a, b)| [&a.id, &b.id]).collect();
+    let tallied: Vec<&Cell> = cells.iter().filter(|c| needed.contains(&c.id)).collect();
+    let no_rows = Vec::new();
+    let tallies =
+        crate::parallel::map_in_parallel(&tallied, |cell| tally(rows.get(&cell.id).unwrap_or(&no_rows)));
+    let tallies: HashMap<&CellId, Tally> = tallied.iter().map(|c| &c.id).zip(tallies).collect();
+    let resampled = crate::parallel::map_in_parallel(&falls, |(smaller, larger)| {
+        paired(tallies.get(&smaller.id)?, tallies.get(&larger.id)?)
+    });
+    (falls.iter().zip(resampled))
+        .filter_map(|((smaller, larger), paired)| {
+            let (interval, shared) = paired?;
+            let (low, high) = (smaller.micro?, larger.micro?);
+            (interval.high < 0.0).then(|| Dip {
+                compressor: smaller.id.compressor.clone(),
+                condition: smaller.id.condition,
+                smaller: smaller.id.rule,
+                larger: larger.id.rule,
+                micro_smaller: low.mean,
+                micro_larger: high.mean,
+                difference_ci95: interval,
+                shared_goals: shared,
+            })
+        })
+        .collect()
+}
+
+/// A cell's questions right and scored, by (seed, goal).
+type Tally<'r> = HashMap<(u64, &'r str), (usize, usize)>;
+
+fn tally<'r>(rows: &[&'r ResultRow]) -> Tally<'r> {
+    let mut goals: Tally = HashMap::new();
+    for row in rows.iter().filter(|r| r.failure.is_none()) {
+        let Some(correct) = row.correct else { continue };
+        let goal = goals.entry((row.seed, row.goal_id.as_str())).or_default();
+        goal.0 += usize::from(correct);
+        goal.1 += 1;
+    }
+    goals
 }
 
 /// The 95% interval of Micro(b) − Micro(a) over the (seed, goal)s both scored, resampled as
 /// the report's intervals are; None when they share none.
-fn paired(a: &[&ResultRow], b: &[&ResultRow]) -> Option<(Interval, usize)> {
-    fn tally<'r>(rows: &[&'r ResultRow]) -> HashMap<(u64, &'r str), (usize, usize)> {
-        let mut goals: HashMap<(u64, &str), (usize, usize)> = HashMap::new();
-        for row in rows.iter().filter(|r| r.failure.is_none()) {
-            let Some(correct) = row.correct else { continue };
-            let goal = goals.entry((row.seed, row.goal_id.as_str())).or_default();
-            goal.0 += usize::from(correct);
-            goal.1 += 1;
-        }
-        goals
-    }
-    let (a, b) = (tally(a), tally(b));
+fn paired(a: &Tally, b: &Tally) -> Option<(Interval, usize)> {
     let mut units: Vec<(usize, usize, usize, usize)> = (a.iter())
         .filter_map(|(goal, &(ra, na))| {
             let &(rb, nb) = b.get(goal)?;
