@@ -2,11 +2,13 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
 import unittest
+import weakref
 
 HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gacc_callback", "__init__.py")
 
@@ -21,6 +23,8 @@ class Callback:
 
     def __init__(self, body):
         self.folder = tempfile.mkdtemp(prefix="gacc-helper-")
+        # The scratch folder goes when the callback does (the test that made it ends).
+        weakref.finalize(self, shutil.rmtree, self.folder, True)
         if not INSTALLED:
             with open(HELPER, encoding="utf-8") as source, open(os.path.join(self.folder, "gacc_callback.py"), "w", encoding="utf-8") as copy:
                 copy.write(source.read())

@@ -120,7 +120,9 @@ mod tests {
         std::fs::create_dir_all(&folder).unwrap();
         let path = folder.join(name);
         std::fs::write(&path, text).unwrap();
-        read(&path, name)
+        let read = read(&path, name);
+        let _ = std::fs::remove_dir_all(&folder);
+        read
     }
 
     #[test]

@@ -94,5 +94,6 @@ mod tests {
                 && hint.contains(r#"read = ["/home/u/.pyenv/libexec"#),
             "{hint}"
         );
+        let _ = std::fs::remove_dir_all(&folder);
     }
 }

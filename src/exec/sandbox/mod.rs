@@ -537,6 +537,7 @@ mod tests {
         let mut found = path_file_entries(&root.join("venv"));
         found.sort();
         assert_eq!(found, [root.join("legacy"), root.join("modern/pkg")]);
+        let _ = std::fs::remove_dir_all(root.parent().unwrap_or(&root));
     }
 
     fn tempfile_folder() -> PathBuf {
