@@ -124,16 +124,13 @@ pub(crate) fn normalize_into(text: &str, buffer: &mut Vec<u8>) {
         let byte = bytes[at];
         match ASCII[usize::from(byte)] {
             Ascii::Plain => {
-                // The run is copied whole and lowercased in place: a word at a time, not a
-                // byte at a time.
-                let run = bytes[at..]
-                    .iter()
-                    .position(|&b| ASCII[usize::from(b)] != Ascii::Plain)
-                    .unwrap_or(bytes.len() - at);
-                out.push(&bytes[at..at + run]);
-                let written = out.out.len() - run;
-                out.out[written..].make_ascii_lowercase();
-                at += run;
+                out.push(&[]);
+                while let Some(&byte) = bytes.get(at)
+                    && ASCII[usize::from(byte)] == Ascii::Plain
+                {
+                    out.out.push(byte.to_ascii_lowercase());
+                    at += 1;
+                }
             }
             Ascii::Space => {
                 out.end_word();

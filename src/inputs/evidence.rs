@@ -45,7 +45,7 @@ impl Normalised {
 /// for in (a paper-scale run looks for them in 385,000 rows' memories).
 #[derive(Debug, Clone)]
 pub(crate) struct Spans {
-    normalised: Vec<memchr::memmem::Finder<'static>>,
+    finders: Vec<memchr::memmem::Finder<'static>>,
     basis: EvidenceBasis,
 }
 
@@ -53,7 +53,7 @@ impl Spans {
     pub(crate) fn of(question: &Question) -> Spans {
         let (spans, given) = question.spans();
         Spans {
-            normalised: (spans.into_iter())
+            finders: (spans.into_iter())
                 .map(|span| memchr::memmem::Finder::new(normalize(span).as_bytes()).into_owned())
                 .collect(),
             basis: match given {
@@ -74,10 +74,10 @@ impl Spans {
     /// The share of the spans `memory` holds, and what the spans are.
     #[cfg(test)]
     fn kept(&self, memory: &Normalised) -> (f64, EvidenceBasis) {
-        let held = (self.normalised.iter())
+        let held = (self.finders.iter())
             .filter(|words| words.find(memory.0.as_bytes()).is_some())
             .count();
-        (held as f64 / self.normalised.len().max(1) as f64, self.basis)
+        (held as f64 / self.finders.len().max(1) as f64, self.basis)
     }
 }
 
@@ -88,10 +88,10 @@ pub(crate) fn kept_each<'s>(
     spans: impl Iterator<Item = &'s Spans>,
 ) -> Vec<(f64, EvidenceBasis)> {
     (spans.map(|spans| {
-        let kept = (spans.normalised.iter())
+        let kept = (spans.finders.iter())
             .filter(|words| words.find(normalised).is_some())
             .count();
-        (kept as f64 / spans.normalised.len().max(1) as f64, spans.basis)
+        (kept as f64 / spans.finders.len().max(1) as f64, spans.basis)
     }))
     .collect()
 }

@@ -433,28 +433,47 @@ fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
     for row in ledger {
         sums.entry(row.memory_id.cell.clone()).or_default().add(row);
     }
-    let grouped: Vec<(CellId, SeedVerdicts, LedgerSums)> = (order.into_iter())
+    let grouped: Vec<(CellId, Goals, LedgerSums)> = (order.into_iter())
         .map(|id| {
-            let seeds = verdicts.remove(&id).unwrap_or_default();
+            let goals = Goals::of(verdicts.remove(&id).unwrap_or_default());
             let ledger = sums.remove(&id).unwrap_or_default();
-            (id, seeds, ledger)
+            (id, goals, ledger)
         })
         .collect();
-    crate::parallel::map_in_parallel(&grouped, |(id, seeds, ledger)| cell(id, seeds, ledger))
+    crate::parallel::map_in_parallel(&grouped, |(id, goals, ledger)| cell(id, goals, ledger))
 }
 
-/// A cell's scores from its verdicts.
-fn cell(id: &CellId, verdicts: &SeedVerdicts, ledger: &LedgerSums) -> Cell {
-    let mut pooled: Vec<Vec<Option<bool>>> = Vec::new();
-    let seeds: Vec<SeedScore> = (verdicts.iter())
-        .map(|(seed, goals)| {
-            let goals: Vec<Vec<Option<bool>>> = goals.iter().map(|(_, v)| v.clone()).collect();
-            let score = metrics::score(&goals);
-            pooled.extend(goals);
-            SeedScore { seed: *seed, score }
+/// A cell's verdicts by goal, every seed's goals one after another, and each seed's share.
+struct Goals {
+    verdicts: Vec<Vec<Option<bool>>>,
+    seeds: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+impl Goals {
+    fn of(seeds: SeedVerdicts) -> Goals {
+        let mut goals = Goals {
+            verdicts: Vec::new(),
+            seeds: Vec::new(),
+        };
+        for (seed, verdicts) in seeds {
+            let start = goals.verdicts.len();
+            goals.verdicts.extend(verdicts.into_iter().map(|(_, v)| v));
+            goals.seeds.push((seed, start..goals.verdicts.len()));
+        }
+        goals
+    }
+}
+
+/// A cell's scores from its verdicts: per seed, and bootstrapped over every seed's goals.
+fn cell(id: &CellId, goals: &Goals, ledger: &LedgerSums) -> Cell {
+    let seeds: Vec<SeedScore> = (goals.seeds.iter())
+        .map(|(seed, range)| SeedScore {
+            seed: *seed,
+            score: metrics::score(&goals.verdicts[range.clone()]),
         })
         .collect();
-    let (micro_ci95, macro_ci95) = metrics::bootstrap(&pooled, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
+    let (micro_ci95, macro_ci95) =
+        metrics::bootstrap(&goals.verdicts, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
     let micro: Vec<f64> = seeds.iter().filter_map(|s| s.score.micro).collect();
     let macro_: Vec<f64> = seeds.iter().filter_map(|s| s.score.macro_).collect();
     let spread = |values: &[f64]| (!values.is_empty()).then(|| stats::spread(values));
