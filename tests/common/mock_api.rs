@@ -342,11 +342,13 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Ve
 /// (status, extra header lines, body) for one request.
 fn respond(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
     let counts = &state.counts;
-    counts.requests.fetch_add(1, Ordering::SeqCst);
+    // This request's number, as the counter gave it: read again later, two requests that
+    // arrive together would both see the second's.
+    let number = counts.requests.fetch_add(1, Ordering::SeqCst) + 1;
     let now = counts.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     counts.peak_in_flight.fetch_max(now, Ordering::SeqCst);
     state.headers.lock().unwrap().push(headers.to_owned());
-    let answer = answer(state, path, headers, body);
+    let answer = answer(state, number, path, headers, body);
     counts.in_flight.fetch_sub(1, Ordering::SeqCst);
     answer
 }
@@ -361,10 +363,9 @@ fn error(status: u16, message: &str) -> (u16, String, Vec<u8>) {
     )
 }
 
-fn answer(state: &State, path: &str, headers: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+fn answer(state: &State, number: u64, path: &str, headers: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
     let behaviour = &state.behaviour;
     let counts = &state.counts;
-    let number = counts.get(&counts.requests);
     let expected = match state.format {
         Format::OpenAi => "/v1/chat/completions",
         Format::Anthropic => "/v1/messages",
