@@ -661,13 +661,39 @@ mod tests {
     #[test]
     fn simulated_grid_bounded() {
         // Bursts of a quarter second's worth (the benchmark's server), a second's and a
-        // minute's worth; buckets of one call are in the whole grid, where those refilled ten
-        // to twenty times a second without headers fall short (README, "Rate limits").
+        // minute's worth; buckets of one call are in the whole grid and the test below.
         let mut cells = buckets(&[20.0], &[5, 1000], Some(&[0.25, 1.0, 60.0]));
         cells.extend(token_buckets(&[20_000.0], &[200], Some(&[0.25, 1.0, 60.0])));
         cells.extend(saturating(&[4, 64], &[50, 1000]));
         let failed = grid(&cells);
         assert!(failed.is_empty(), "{failed:#?}");
+    }
+
+    /// A token bucket that holds one call, refilled ten times a second, no headers. A pace a
+    /// little above its rate gets every other call refused, so what it admits reads half the
+    /// rate: the pace a tenth below the refused call's is tried before that measure, and
+    /// probes are spaced out while measures agree (each costs a call's refill).
+    #[test]
+    fn a_bucket_of_one_call_is_not_read_at_half_its_rate() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        for retry_after in [None, Some(1)] {
+            for latency in [200, 1000] {
+                let server = Server::Bucket {
+                    rate: 20_000.0,
+                    burst: 2000.0,
+                    tokens: true,
+                    retry_after,
+                    headers: false,
+                    latency: Duration::from_millis(latency),
+                };
+                let outcome = runtime.block_on(simulate(cell(server, 2000)));
+                assert!(outcome.goodput >= 0.9 && outcome.to_90 <= 5.0, "{outcome:?}");
+            }
+        }
     }
 
     #[test]

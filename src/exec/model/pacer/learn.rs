@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use super::{
     BELOW, BELOW_ANNOUNCED, HISTORY, Heard, MAX_ANCHORS, MEASURED, MIN_ADMITTED, MIN_RATE, MIN_SPAN,
-    PROBE_HOLD, PROBE_HOLD_FIRST, PROBE_MAX, PROBE_PROVISIONAL, PROBE_START, PaceState, Pacer, RECENT,
-    RESET_RESOLUTION, Rates, Sent, TRUST_PACE, Ticket, round,
+    OVERSHOT, PROBE_HOLD, PROBE_HOLD_FIRST, PROBE_MAX, PROBE_PROVISIONAL, PROBE_START, PaceState, Pacer,
+    RECENT, RESET_RESOLUTION, Rates, STEADY, STEADY_DOUBLINGS, Sent, TRUST_PACE, Ticket, round,
 };
 use crate::providers::{Allowance, Announced, Exhausted};
 
@@ -97,6 +97,14 @@ impl Pacer {
                 .fold((0usize, 0.0), |(n, t), sent| (n + 1, t + sent.tokens));
             (count as f64 / span, tokens / span, count)
         };
+        // Calls refused from `from` until the refused call.
+        let refused = |from: Instant| {
+            state
+                .history
+                .iter()
+                .filter(|sent| sent.at >= from && sent.at < ticket.at && sent.heard == Heard::Limited)
+                .count()
+        };
         // The newest anchor with `MEASURED` calls admitted since (after a stretch where the
         // provider refused everything, only what it admitted since counts). Before the first
         // measure, the oldest with at least `MIN_ADMITTED` will do (the longest span): a rough
@@ -148,29 +156,12 @@ impl Pacer {
                 .max(recent_from)
                 .max(anchor.min(ticket.at.checked_sub(RECENT).unwrap_or(anchor))),
         );
-        // Both measures read low where the bucket is small (it overflows while gacc paces below
-        // the rate, and a 429 comes as soon as the pace passes it): the pace the refused call
-        // started at was then just above the rate. It counts, a little below, up to
-        // `TRUST_PACE` times the measure.
-        let estimate = |measured: f64, paced: Option<f64>| {
-            let paced = paced.map_or(0.0, |p| (BELOW * p).min(TRUST_PACE * measured));
-            Some((BELOW * measured.max(paced)).max(MIN_RATE))
+        let overshot = refused(anchor) * 3 >= since.2 + refused(anchor);
+        let measured = Rates {
+            requests: Some(since.0.max(recent.0)),
+            tokens: Some(since.1.max(recent.1)),
         };
-        let (requests, tokens) = (since.0.max(recent.0), since.1.max(recent.1));
-        if exhausted != Exhausted::Tokens {
-            state.learned.requests = estimate(requests, ticket.pace.requests);
-        }
-        if exhausted != Exhausted::Requests && tokens > 0.0 {
-            state.learned.tokens = estimate(tokens, ticket.pace.tokens);
-        }
-        // After the first measure, the rate is still rough: a short hold. After later ones,
-        // a longer hold spaces the probes that each cost a 429.
-        let hold = if provisional { PROBE_HOLD_FIRST } else { PROBE_HOLD };
-        state.anchors.clear();
-        state.anchors.push_back(ticket.at);
-        state.gain = PROBE_START;
-        state.hold_until = Some(Instant::now() + round(state.learned).mul_f64(hold));
-        tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
+        settle(state, ticket, exhausted, measured, overshot, provisional);
     }
 
     /// A reply announced its provider's remaining requests and tokens, as they were when its
@@ -203,6 +194,76 @@ impl Pacer {
             state.next = Some(state.next.map_or(until, |n| n.max(until)));
         }
     }
+}
+
+/// Sets the pace from a measure (requests and tokens a second the provider admitted up to the
+/// refused call), then holds it before the probe grows it again. `overshot`: a third or more of
+/// the calls since the anchor were refused; `provisional`: the first measure of the run.
+fn settle(
+    state: &mut PaceState,
+    ticket: Ticket,
+    exhausted: Exhausted,
+    measured: Rates,
+    overshot: bool,
+    provisional: bool,
+) {
+    // Both measures read low where the bucket is small (it overflows while gacc paces below
+    // the rate, and a 429 comes as soon as the pace passes it): the pace the refused call
+    // started at was then just above the rate. It counts, a little below, up to `TRUST_PACE`
+    // times the measure.
+    //
+    // A pace held above the rate since the anchor is another case. Where the bucket holds one
+    // call, every other call then finds it not yet refilled, and what it admits reads half the
+    // rate, or a little more, wherever the rate lies below the pace: the pace a tenth lower
+    // (`OVERSHOT`) is tried once. A measure under two fifths of the pace, or a second such
+    // episode in a row, is the provider's rate.
+    let retry_lower = overshot && !state.overshot;
+    state.overshot = overshot;
+    let estimate = |measured: f64, paced: Option<f64>| {
+        let paced = paced.map_or(0.0, |p| {
+            if retry_lower && measured * 2.5 >= p {
+                OVERSHOT * p
+            } else {
+                (BELOW * p).min(TRUST_PACE * measured)
+            }
+        });
+        Some((BELOW * measured.max(paced)).max(MIN_RATE))
+    };
+    let before = state.learned;
+    if exhausted != Exhausted::Tokens {
+        state.learned.requests = measured.requests.and_then(|r| estimate(r, ticket.pace.requests));
+    }
+    if exhausted != Exhausted::Requests
+        && let Some(tokens) = measured.tokens.filter(|&t| t > 0.0)
+    {
+        state.learned.tokens = estimate(tokens, ticket.pace.tokens);
+    }
+    // A pace at least `STEADY` of the one the refused call started at agrees with it: the
+    // rate holds.
+    let agrees = |was: Option<f64>, now: Option<f64>| match (was, now) {
+        (Some(was), Some(now)) => now >= STEADY * was,
+        (was, now) => was.is_none() && now.is_none(),
+    };
+    let steady =
+        agrees(before.requests, state.learned.requests) && agrees(before.tokens, state.learned.tokens);
+    state.steady = if steady && !provisional {
+        (state.steady + 1).min(STEADY_DOUBLINGS)
+    } else {
+        0
+    };
+    // After the first measure, the rate is still rough: a short hold. After later ones, a
+    // longer hold spaces the probes that each cost a 429, and it doubles while paces agree
+    // (where the provider's bucket holds one call, a probe costs a call's refill).
+    let hold = if provisional {
+        PROBE_HOLD_FIRST
+    } else {
+        PROBE_HOLD * f64::from(1u32 << state.steady)
+    };
+    state.anchors.clear();
+    state.anchors.push_back(ticket.at);
+    state.gain = PROBE_START;
+    state.hold_until = Some(Instant::now() + round(state.learned).mul_f64(hold));
+    tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
 }
 
 /// The run's first 429: the provider's bucket is empty, and how fast it refills is not known.

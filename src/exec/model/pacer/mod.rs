@@ -3,7 +3,8 @@
 //! call arrived, so what it admitted between two such moments is exactly what it refilled, a
 //! measure no burst can inflate. It paces just below that rate, then probes upward by a factor
 //! that doubles each second nothing refuses (a limit ten times the estimate is found in a few
-//! seconds), and starts again from a new measure at the next 429. It paces to the remaining
+//! seconds), and starts again from a new measure at the next 429; the pause before it probes
+//! again doubles while measures agree. It paces to the remaining
 //! requests and tokens that replies announce, and `rpm`/`tpm` are ceilings. A 429 delays only
 //! the call that drew it: nothing freezes the endpoint and then releases a burst.
 
@@ -27,6 +28,10 @@ const BELOW_ANNOUNCED: f64 = 0.97;
 /// round, a growth that doubles each round calls keep waiting on the pace, up to `PROBE_MAX`.
 const PROBE_HOLD: f64 = 1.5;
 const PROBE_HOLD_FIRST: f64 = 0.5;
+/// A measure at least this share of the pace it ends agrees with the last; the hold doubles
+/// with each in a row that agrees, up to this many times.
+const STEADY: f64 = 0.95;
+const STEADY_DOUBLINGS: u32 = 2;
 const PROBE_START: f64 = 0.05;
 const PROBE_MAX: f64 = 1.0;
 /// A provisional pace (from the run's first 429, before anything measured) grows fourfold a
@@ -43,6 +48,8 @@ const RESET_RESOLUTION: Duration = Duration::from_millis(1);
 const CATCH_UP: Duration = Duration::from_millis(5);
 /// The pace a refused call started at counts up to this many times the measure.
 const TRUST_PACE: f64 = 1.3;
+/// After a measure that a pace held above the rate halved, the pace tried is this share of it.
+const OVERSHOT: f64 = 0.9;
 /// A measure spans at least this long.
 const MIN_SPAN: Duration = Duration::from_millis(10);
 /// What the pacer remembers of the calls it started.
@@ -149,6 +156,10 @@ struct PaceState {
     /// newest last): the provider's bucket was empty then, and what it admitted since is what
     /// it refilled.
     anchors: VecDeque<Instant>,
+    /// Measures in a row that agreed with the pace they ended (up to `STEADY_DOUBLINGS`).
+    steady: u32,
+    /// The last measure came after a pace held above the rate (`OVERSHOT`).
+    overshot: bool,
     /// When the last 429 came: the probe does not grow while every call is refused.
     limited_at: Option<Instant>,
     /// Calls started in the last `HISTORY`.
@@ -192,6 +203,8 @@ impl Pacer {
                 pressed_at: None,
                 episode: None,
                 anchors: VecDeque::new(),
+                overshot: false,
+                steady: 0,
                 limited_at: None,
                 history: VecDeque::new(),
                 seq: 0,
