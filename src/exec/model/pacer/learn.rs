@@ -215,9 +215,10 @@ fn settle(
     // A pace held above the rate since the anchor is another case. Where the bucket holds one
     // call, every other call then finds it not yet refilled, and what it admits reads half the
     // rate, or a little more, wherever the rate lies below the pace: the pace a tenth lower
-    // (`OVERSHOT`) is tried once. A measure under two fifths of the pace, or a second such
-    // episode in a row, is the provider's rate.
-    let retry_lower = overshot && !state.overshot;
+    // (`OVERSHOT`) is tried once. A measure under two fifths of the pace, a second such episode
+    // in a row, or the run's first measure (after a provisional pace that grew fourfold a round,
+    // far past the rate) is the provider's rate.
+    let retry_lower = overshot && !state.overshot && !provisional;
     state.overshot = overshot;
     let estimate = |measured: f64, paced: Option<f64>| {
         let paced = paced.map_or(0.0, |p| {
