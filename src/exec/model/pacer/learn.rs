@@ -156,11 +156,9 @@ impl Pacer {
                 .max(recent_from)
                 .max(anchor.min(ticket.at.checked_sub(RECENT).unwrap_or(anchor))),
         );
-        let overshot = refused(anchor) * 3 >= since.2 + refused(anchor);
-        let measured = Rates {
-            requests: Some(since.0.max(recent.0)),
-            tokens: Some(since.1.max(recent.1)),
-        };
+        let refused = refused(anchor);
+        let overshot = refused * 3 >= since.2 + refused;
+        let measured = (since.0.max(recent.0), since.1.max(recent.1));
         settle(state, ticket, exhausted, measured, overshot, provisional);
     }
 
@@ -196,14 +194,14 @@ impl Pacer {
     }
 }
 
-/// Sets the pace from a measure (requests and tokens a second the provider admitted up to the
-/// refused call), then holds it before the probe grows it again. `overshot`: a third or more of
+/// Sets the pace from a measure (`measured`: requests and tokens a second the provider admitted
+/// up to the refused call), then holds it before the probe grows it again. `overshot`: a third or more of
 /// the calls since the anchor were refused; `provisional`: the first measure of the run.
 fn settle(
     state: &mut PaceState,
     ticket: Ticket,
     exhausted: Exhausted,
-    measured: Rates,
+    (requests, tokens): (f64, f64),
     overshot: bool,
     provisional: bool,
 ) {
@@ -232,11 +230,9 @@ fn settle(
     };
     let before = state.learned;
     if exhausted != Exhausted::Tokens {
-        state.learned.requests = measured.requests.and_then(|r| estimate(r, ticket.pace.requests));
+        state.learned.requests = estimate(requests, ticket.pace.requests);
     }
-    if exhausted != Exhausted::Requests
-        && let Some(tokens) = measured.tokens.filter(|&t| t > 0.0)
-    {
+    if exhausted != Exhausted::Requests && tokens > 0.0 {
         state.learned.tokens = estimate(tokens, ticket.pace.tokens);
     }
     // A pace at least `STEADY` of the one the refused call started at agrees with it: the
