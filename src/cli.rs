@@ -398,8 +398,7 @@ impl RunArgs {
             require_sandbox: self.require_sandbox,
             json: self.json,
             from: self.from,
-            offline_over: None,
-            offline_allowed: Vec::new(),
+            ..RunOptions::default()
         }
     }
 }

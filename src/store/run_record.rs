@@ -38,6 +38,10 @@ pub(crate) struct RunRecord {
     pub started: String,
     /// Why it stopped early, if it did.
     pub stopped: Option<String>,
+    /// Per template path, as the manifest writes it: the text its model built-in read. With
+    /// `scripts`, what a replay (`gacc verify`) needs of the callbacks' files.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub templates: BTreeMap<String, String>,
 }
 
 /// What one model endpoint did in a run (SPEC §8): its requests, retries and 429s, the live

@@ -39,19 +39,42 @@ pub(crate) struct Prepared {
     pub labels: Option<Arc<Labels>>,
 }
 
+/// What a command will call, and so what of the caller's environment it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Calling<'a> {
+    /// Every callback (a run): endpoints' keys and callbacks' `env` variables must be set.
+    Everything,
+    /// Nothing (`gacc plan`), or only what a pack lacks (`run --from`): keys need not be set.
+    WithoutKeys,
+    /// A replay of a run (`gacc verify`): only the callbacks `allowed` (the verifier's own) may
+    /// call, so nothing of the payer's environment is read for the others, and the callbacks'
+    /// files are taken from the run's record.
+    Replay {
+        recorded: &'a manifest::Recorded,
+        allowed: &'a [String],
+    },
+}
+
 /// Loads and checks everything a run needs, reporting every problem at once.
 pub(crate) fn prepare(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
-    prepare_with(path, sets, true)
+    prepare_with(path, sets, Calling::Everything)
 }
 
 /// `prepare` for what calls nothing (`gacc plan`): the endpoints' keys need not be set.
 pub(crate) fn prepare_without_keys(path: &Path, sets: &[String]) -> Result<Prepared, Error> {
-    prepare_with(path, sets, false)
+    prepare_with(path, sets, Calling::WithoutKeys)
 }
 
 /// One function: the steps in order, each one's problems gathered before the next.
-fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Error> {
-    let (loaded, mut problems) = manifest::load(path, sets)?;
+pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Result<Prepared, Error> {
+    let (recorded, allowed) = match calling {
+        Calling::Replay { recorded, allowed } => (Some(recorded), Some(allowed)),
+        _ => (None, None),
+    };
+    let keys = matches!(calling, Calling::Everything);
+    // A replay reads the environment only for the tokenizer and the callbacks allowed to call.
+    let called = |key: &str| allowed.is_none_or(|allowed| allowed.iter().any(|a| a == key));
+    let (loaded, mut problems) = manifest::load_as(path, sets, recorded)?;
     // `run.executor` and the engines' own tables, which only the engines' registry knows.
     problems.extend(
         crate::exec::engine_problems(&loaded)
@@ -93,7 +116,10 @@ fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Er
         .callbacks()
         .into_iter()
         .map(|(key, _, spec)| (key, &spec.env));
-    for (key, env) in tokenizer_env.into_iter().chain(callback_env) {
+    for (key, env) in tokenizer_env
+        .into_iter()
+        .chain(callback_env.filter(|(key, _)| called(key)))
+    {
         for name in env {
             if std::env::var_os(name).is_none() {
                 problems.push(Problem {
@@ -105,7 +131,7 @@ fn prepare_with(path: &Path, sets: &[String], keys: bool) -> Result<Prepared, Er
     }
     // The run folders' place is known only to `run`, which checks them too.
     let protected = Protected::of(&loaded, &cache_root(&loaded), None);
-    problems.extend(sandbox_problems(&loaded, &protected));
+    problems.extend(sandbox_problems(&loaded, &protected, &called));
     let (Some(dataset), true) = (dataset, problems.is_empty()) else {
         return Err(Invalid(problems).into());
     };
@@ -167,7 +193,7 @@ fn read_labels(loaded: &Loaded) -> Result<Option<Arc<Labels>>, Vec<Problem>> {
 }
 
 /// What each sandboxed callback's settings would expose of the experiment's files.
-fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
+fn sandbox_problems(loaded: &Loaded, protected: &Protected, called: &dyn Fn(&str) -> bool) -> Vec<Problem> {
     let Ok(exe) = current_exe() else {
         return Vec::new();
     };
@@ -178,7 +204,7 @@ fn sandbox_problems(loaded: &Loaded, protected: &Protected) -> Vec<Problem> {
             .as_deref()
             .and_then(crate::builtin::in_process)
             .is_some();
-        if in_process || !sandbox::wanted(role, spec.sandbox.as_ref()) {
+        if in_process || !sandbox::wanted(role, spec.sandbox.as_ref()) || !called(&key) {
             continue;
         }
         let argv = argv(loaded, spec, &exe);
@@ -277,6 +303,23 @@ pub(super) fn scripts(loaded: &Loaded) -> BTreeMap<String, BTreeMap<String, Stri
         .filter(|(_, _, spec)| !spec.script_files.is_empty())
         .map(|(key, _, spec)| (key, spec.script_files.clone()))
         .collect()
+}
+
+/// Per template path, as the manifest writes it, the text a model built-in read.
+pub(super) fn templates(loaded: &Loaded) -> BTreeMap<String, String> {
+    let mut texts = BTreeMap::new();
+    for (_, _, spec) in loaded.manifest.callbacks() {
+        let Some(model) = &spec.model else { continue };
+        for (path, text) in [
+            (&spec.template, &model.template),
+            (&spec.system_template, &model.system_template),
+        ] {
+            if let Some(path) = path {
+                texts.insert(path.to_string_lossy().into_owned(), text.clone());
+            }
+        }
+    }
+    texts
 }
 
 /// What changed in the callbacks' files since the last run of this experiment, one line per

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::app::confinement::{denial_hints, enforce_holdout};
 use crate::app::prepare::{
-    Prepared, cache_for, cache_root, callbacks, engine, models, open_cache_early, prepare,
+    Calling, Prepared, cache_for, cache_root, callbacks, engine, models, open_cache_early, prepare_with,
 };
 use crate::app::terminal::{print_progress, show_progress, summary};
 use crate::clock::utc_timestamp;
@@ -56,6 +56,8 @@ pub struct RunOptions {
     /// named: what it does not hold fails (`gacc verify`'s replay).
     pub offline_over: Option<PathBuf>,
     pub offline_allowed: Vec<String>,
+    /// The replayed run's record of its callbacks' files (`gacc verify`).
+    pub recorded: Option<Arc<crate::inputs::manifest::Recorded>>,
 }
 
 /// What a finished run left behind.
@@ -88,11 +90,16 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let opening = open_cache_early(&options.manifest, &options.sets);
     // A replay that may not call (`gacc verify`) needs no endpoint's key.
-    let prepared = match (&options.offline_over, &options.from) {
-        (None, None) => prepare(&options.manifest, &options.sets)?,
+    let calling = match (&options.recorded, &options.offline_over, &options.from) {
+        (Some(recorded), Some(_), _) => Calling::Replay {
+            recorded,
+            allowed: &options.offline_allowed,
+        },
+        (_, None, None) => Calling::Everything,
         // Keys are checked where a call needs one (`Keys`).
-        _ => super::prepare::prepare_without_keys(&options.manifest, &options.sets)?,
+        _ => Calling::WithoutKeys,
     };
+    let prepared = prepare_with(&options.manifest, &options.sets, calling)?;
     for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
         eprintln!("warning: {warning}");
     }
@@ -187,6 +194,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         phases: phases.seconds,
         landlock_abi: opened.abi,
         scripts: super::prepare::scripts(&prepared.loaded),
+        templates: super::prepare::templates(&prepared.loaded),
         ..RunRecord::here()
     };
     folder.write(RUN, pretty(&record).as_bytes())?;

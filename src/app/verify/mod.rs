@@ -20,8 +20,10 @@ pub use spot::SpotChecks;
 use super::Ended;
 use super::run::RunOptions;
 use crate::error::{Error, io};
+use crate::inputs::manifest::Recorded;
 use crate::store::pack;
 use crate::store::run_folder::{DATASET, MANIFEST, MEMORIES, REPORT_JSON, RESULTS, RUN, resolve};
+use crate::store::run_record::RunRecord;
 
 /// At most this many differences are printed (all are counted).
 const SHOWN: usize = 40;
@@ -120,6 +122,7 @@ fn verify_in(
         out: Some(work.join("replay").join("runs")),
         quiet: true,
         offline_over: Some(layer.clone()),
+        recorded: Some(recorded(&stated)?),
         ..RunOptions::default()
     };
     let replayed = super::run::run(&options)?.folder;
@@ -129,6 +132,20 @@ fn verify_in(
     }
     let checked = spot::run_checks(work, &stated, dataset, &layer, checks)?;
     Ok((figures, checked))
+}
+
+/// What the run at `stated` recorded of its callbacks' files: its replay's identities.
+pub(super) fn recorded(stated: &Path) -> Result<std::sync::Arc<Recorded>, Error> {
+    let path = stated.join(RUN);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let record = RunRecord::parse(&text).ok_or_else(|| Error::Io {
+        path: path.clone(),
+        message: "is not a run record (run.json)".into(),
+    })?;
+    Ok(std::sync::Arc::new(Recorded {
+        scripts: record.scripts,
+        templates: record.templates,
+    }))
 }
 
 /// A folder holding the run's manifest and run record, and the dataset to verify against (the

@@ -123,13 +123,19 @@ fn rejudge(
     theirs: &Theirs,
 ) -> Result<String, Error> {
     let manifest = replay_folder(folder, stated, dataset)?;
+    audit_only_with(&manifest, judge, fraction)?;
     let mut sets = theirs.endpoints.clone();
     if let Some(table) = theirs.callback("judges", judge) {
         sets.push(format!("judges.{judge}={table}"));
     }
-    sets.push(format!("audit.judges=[\"{judge}\"]"));
-    sets.push(format!("audit.fraction={fraction}"));
-    let rows = replayed(folder, manifest, sets, layer, vec![format!("judges.{judge}")])?;
+    let rows = replayed(
+        folder,
+        stated,
+        manifest,
+        sets,
+        layer,
+        vec![format!("judges.{judge}")],
+    )?;
     let pairs = rows
         .iter()
         .filter_map(|row| Some((row.correct, *row.audits.get(judge)?)));
@@ -139,6 +145,28 @@ fn rejudge(
         &agreement(pairs),
         &format!("run's judge right and `{judge}` not"),
     ))
+}
+
+/// Makes the replay's manifest at `path` audit with `judge` alone at `fraction`: the run's own
+/// audit judges (and its labels, which a reviewer need not have) are left out, not merged in.
+fn audit_only_with(path: &Path, judge: &str, fraction: f64) -> Result<(), Error> {
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let mut manifest: toml::Table = toml::from_str(&text).map_err(|error| Error::Io {
+        path: path.to_path_buf(),
+        message: format!("is not the run's manifest: {}", error.message()),
+    })?;
+    if let Some(toml::Value::Table(judges)) = manifest.get_mut("judges") {
+        judges.retain(|name, _| name == judge);
+    }
+    let audit = manifest
+        .entry("audit")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(audit) = audit {
+        audit.remove("labels");
+        audit.insert("judges".into(), toml::Value::Array(vec![judge.into()]));
+        audit.insert("fraction".into(), toml::Value::Float(fraction));
+    }
+    crate::files::write(path, toml::to_string(&manifest).unwrap_or(text).as_bytes())
 }
 
 /// Replays the run on a seeded share of its questions with `reader` as its reader (the run's
@@ -160,6 +188,7 @@ fn reread(
     sets.push(format!("reader={table}"));
     let again = replayed(
         folder,
+        stated,
         manifest,
         sets,
         layer,
@@ -191,6 +220,7 @@ fn reread(
 /// callbacks `allowed` may call.
 fn replayed(
     folder: &Path,
+    stated: &Path,
     manifest: PathBuf,
     sets: Vec<String>,
     layer: &Path,
@@ -203,6 +233,7 @@ fn replayed(
         quiet: true,
         offline_over: Some(layer.to_path_buf()),
         offline_allowed: allowed,
+        recorded: Some(super::recorded(stated)?),
         ..RunOptions::default()
     };
     let finished = crate::app::run::run(&options)?;

@@ -535,6 +535,7 @@ mod tests {
             None,
             &models,
             std::path::Path::new("."),
+            None,
         )
         .unwrap();
         let endpoint = Arc::new(Endpoint::new("m", &spec).unwrap());

@@ -6,7 +6,7 @@ use std::path::Path;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
-use super::{CallbackSpec, ENV_PREFIX, Loaded, Manifest, check};
+use super::{CallbackSpec, ENV_PREFIX, Loaded, Manifest, Recorded, check};
 use crate::error::{Invalid, Problem};
 
 /// The top-level keys a `GACC_` variable may override; other `GACC_` variables are not ours.
@@ -35,6 +35,16 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 /// An unreadable or mistyped manifest is an error; problems with its values come back
 /// beside it, so that the dataset can be checked too and every problem reported at once.
 pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>), Invalid> {
+    load_as(path, sets, None)
+}
+
+/// `load`, where `recorded` (a run's record of its callbacks, for its replay) gives each
+/// callback's script hashes and template texts instead of the files, which need not be here.
+pub(crate) fn load_as(
+    path: &Path,
+    sets: &[String],
+    recorded: Option<&Recorded>,
+) -> Result<(Loaded, Vec<Problem>), Invalid> {
     let place = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|error| Invalid::one(&place, format!("cannot read the manifest: {error}")))?;
@@ -81,8 +91,15 @@ pub(crate) fn load(path: &Path, sets: &[String]) -> Result<(Loaded, Vec<Problem>
     };
     let mut problems = name_rule_judges(&mut loaded);
     problems.extend(check::check(&loaded));
-    problems.extend(resolve_models(&mut loaded));
-    problems.extend(read_scripts(&mut loaded));
+    problems.extend(resolve_models(&mut loaded, recorded));
+    match recorded {
+        Some(recorded) => {
+            for (key, spec) in callback_specs(&mut loaded.manifest) {
+                spec.script_files = recorded.scripts.get(&key).cloned().unwrap_or_default();
+            }
+        }
+        None => problems.extend(read_scripts(&mut loaded)),
+    }
     Ok((loaded, problems))
 }
 
@@ -182,7 +199,7 @@ fn read_scripts(loaded: &mut Loaded) -> Vec<Problem> {
     problems
 }
 
-fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
+fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let manifest = &mut loaded.manifest;
     let models = manifest.models.clone();
@@ -216,6 +233,7 @@ fn resolve_models(loaded: &mut Loaded) -> Vec<Problem> {
             spec.system_template.as_deref(),
             &models,
             &loaded.folder,
+            recorded.map(|r| &r.templates),
         ) {
             Ok(call) => spec.model = Some(call),
             Err(found) => problems.extend(found.into_iter().map(|message| Problem {

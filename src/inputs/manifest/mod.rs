@@ -19,7 +19,7 @@ pub(crate) mod scripts;
 use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
-pub(crate) use load::load;
+pub(crate) use load::{load, load_as};
 pub(crate) use run::{LOCAL_ENGINE, RunSpec};
 pub(crate) use sandbox::SandboxSpec;
 
@@ -28,6 +28,16 @@ pub(crate) const DEFAULT_RETRIES: u32 = 2;
 pub(crate) const DEFAULT_RUN_CONCURRENCY: usize = 8;
 /// The prefix of environment variables that override manifest values.
 pub(crate) const ENV_PREFIX: &str = "GACC_";
+
+/// What a run recorded of its callbacks (run.json's `scripts` and `templates`), from which its
+/// replay (`gacc verify`) takes their identities rather than from files that need not be there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recorded {
+    /// Per callback key: its script files and their SHA-256.
+    pub scripts: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per template path, as the manifest writes it: the text the run read.
+    pub templates: BTreeMap<String, String>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

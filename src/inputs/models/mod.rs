@@ -255,6 +255,7 @@ pub(crate) fn resolve(
     system_template: Option<&Path>,
     models: &BTreeMap<String, ModelSpec>,
     folder: &Path,
+    recorded: Option<&BTreeMap<String, String>>,
 ) -> Result<Arc<ModelCall>, Vec<String>> {
     let Some(&(builtin, role, revision)) = MODEL_BUILTINS.iter().find(|(n, ..)| *n == builtin) else {
         return Err(vec![format!("`{builtin}` is not a model built-in")]);
@@ -305,9 +306,11 @@ pub(crate) fn resolve(
         _ => {}
     }
     let (default_user, default_system) = default_templates(role);
+    // A replay takes the texts its run recorded (the files need not be where it runs).
+    let recorded = |path: &Path| recorded?.get(&path.to_string_lossy().into_owned()).cloned();
     let mut read = |path: Option<&Path>, default: &str, key: &str| match path {
         None => default.to_owned(),
-        Some(path) => match std::fs::read_to_string(folder.join(path)) {
+        Some(path) => match recorded(path).map_or_else(|| std::fs::read_to_string(folder.join(path)), Ok) {
             Ok(text) => {
                 if let Err(error) = check_template(&text, role) {
                     problems.push(format!("`{key}` {}: {error}", path.display()));
@@ -430,6 +433,7 @@ mod tests {
             None,
             &models,
             folder.path(),
+            None,
         )
         .unwrap()
     }
