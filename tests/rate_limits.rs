@@ -36,6 +36,9 @@ enum Server {
     Saturating,
     /// (a), every request refused for this many seconds from the first second on.
     Storm(u64),
+    /// Ten requests a second, a burst of ten, 300 ms replies and OpenAI's rate-limit headers:
+    /// a budget announced from the first reply on.
+    AnnouncedTen,
 }
 
 impl Server {
@@ -65,6 +68,14 @@ impl Server {
             Server::Saturating => Behaviour {
                 capacity: Some(CAPACITY),
                 delay: SEQUENCE,
+                ..Behaviour::default()
+            },
+            Server::AnnouncedTen => Behaviour {
+                rate: Some(10.0),
+                burst: Some(10.0),
+                retry_after: Some(1),
+                ratelimit_headers: true,
+                delay: Duration::from_millis(300),
                 ..Behaviour::default()
             },
             Server::Storm(seconds) => Behaviour {
@@ -207,6 +218,29 @@ fn announced_limits_are_paced_to_and_draw_few_429s() {
 }
 
 #[test]
+fn an_announced_budget_is_not_overdrawn_from_the_first_reply_on() {
+    // The start's calls go before anything is announced; after the first reply, no call goes
+    // past what the newest `remaining` allows, less the calls in flight.
+    let scratch = Scratch::empty();
+    let calls = 120;
+    let (ran, api) = run(&scratch, Server::AnnouncedTen, calls);
+    assert_clean(Server::AnnouncedTen, &ran, &api, calls);
+    let limited = api.counts().limited_at.lock().unwrap().clone();
+    assert!(
+        limited.len() as f64 <= 0.02 * calls as f64,
+        "{} of {calls} calls drew a 429, at {limited:?}",
+        limited.len()
+    );
+    let early = limited.iter().filter(|at| **at < Duration::from_secs(2)).count();
+    assert!(early <= 3, "{early} 429s in the first 2 seconds: {limited:?}");
+    assert!(
+        ran.endpoint["announced_limit"].as_f64().is_some(),
+        "{}",
+        ran.endpoint
+    );
+}
+
+#[test]
 fn a_local_server_without_429s_is_filled_to_its_batch_and_no_further() {
     let scratch = Scratch::empty();
     // About ten seconds at the server's peak, most of them past the start.
@@ -310,6 +344,7 @@ fn rate_limit_benchmark() {
         (Server::Tokens, 1500),
         (Server::Saturating, 840),
         (Server::Storm(30), 1000),
+        (Server::AnnouncedTen, 420),
     ];
     for (server, calls) in rows {
         if !only.is_empty() && !only.split(',').any(|name| name == server.name()) {
@@ -398,6 +433,7 @@ fn goodput(server: Server, api: &MockApi, seconds: f64) -> f64 {
                 .count();
             after as f64 / (5.0 * RATE)
         }
+        Server::AnnouncedTen => answered / seconds / 10.0,
         _ => answered / seconds / RATE,
     }
 }

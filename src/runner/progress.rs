@@ -167,7 +167,10 @@ impl Progress {
         let endpoints = (self.endpoints.iter())
             .map(|endpoint| {
                 let live = endpoint.live();
+                let announced = endpoint.pacer.announced_budget();
                 let state = EndpointLive {
+                    announced_limit: announced.map(|(limit, _)| limit),
+                    announced_remaining: announced.map(|(_, remaining)| remaining),
                     in_flight: live.in_flight,
                     limit: live.limit,
                     pace_rpm: live.pace.requests.map(|r| (r * 600.0).round() / 10.0),

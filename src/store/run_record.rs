@@ -50,6 +50,9 @@ pub(crate) struct RunRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct EndpointRecord {
+    /// The requests limit the provider's replies announced, if they did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announced_limit: Option<f64>,
     pub batches: Option<usize>,
     pub final_limit: usize,
     pub pace_rpm: Option<f64>,
@@ -114,6 +117,11 @@ pub(crate) struct StageCounts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct EndpointLive {
+    /// The requests budget the newest reply announced: its limit and what remained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announced_limit: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announced_remaining: Option<f64>,
     pub in_flight: usize,
     pub limit: usize,
     pub pace_rpm: Option<f64>,

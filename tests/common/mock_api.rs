@@ -120,6 +120,8 @@ pub struct Counts {
     /// When each model request was answered with a 200, and how long it took, from the first
     /// request.
     pub answered_at: Mutex<Vec<(Duration, Duration)>>,
+    /// When each 429 was sent, from the first request.
+    pub limited_at: Mutex<Vec<Duration>>,
     first: Mutex<Option<Instant>>,
 }
 
@@ -565,6 +567,8 @@ fn rate_limited(
     extra: &str,
 ) -> (u16, String, Vec<u8>) {
     counts.rate_limited.fetch_add(1, Ordering::SeqCst);
+    let at = counts.since_first();
+    counts.limited_at.lock().unwrap().push(at);
     let retry = match behaviour.retry_after {
         Some(seconds) => format!("Retry-After: {seconds}\r\n"),
         None => format!(

@@ -35,6 +35,7 @@ pub(super) fn endpoint_record(models: &crate::app::prepare::Models) -> BTreeMap<
                 sustained_rpm: per_minute(sustained.requests),
                 sustained_tpm: per_minute(sustained.tokens),
                 batches: endpoint.batches().map(|b| b.done),
+                announced_limit: endpoint.pacer.announced_budget().map(|(limit, _)| limit),
             };
             (name.clone(), record)
         })

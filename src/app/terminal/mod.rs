@@ -265,8 +265,14 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
                 ),
                 None => String::new(),
             };
+            let announced = match endpoint.pacer.announced_budget() {
+                Some((limit, remaining)) => {
+                    format!(", {remaining:.0} of {limit:.0} requests left (announced)")
+                }
+                None => String::new(),
+            };
             format!(
-                " · {} {}/{} in flight, {:.1}/s{waiting}{batches}",
+                " · {} {}/{} in flight, {:.1}/s{announced}{waiting}{batches}",
                 endpoint.name, live.in_flight, live.limit, live.throughput
             )
         })

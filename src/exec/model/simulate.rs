@@ -696,6 +696,28 @@ mod tests {
         }
     }
 
+    /// Ten requests a second, a burst of ten, 300 ms replies and announced headers: the
+    /// start's calls, then none past the newest announced `remaining`, so few 429s at all and
+    /// none in a burst at the start.
+    #[test]
+    fn an_announced_budget_with_slow_replies_draws_few_429s() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        for (rate, burst) in [(10.0, 10.0), (20.0, 5.0), (100.0, 100.0)] {
+            for latency in [300, 1000] {
+                let cell = cell(bucket(rate, burst, Some(1), true, latency), 1);
+                let outcome = runtime.block_on(simulate(cell));
+                assert!(
+                    outcome.share_429 <= 0.02 && outcome.goodput >= 0.9,
+                    "{rate}/s burst {burst}, {latency} ms: {outcome:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn after_a_storm_the_pace_is_back_within_seconds() {
         let server = Server::Storm {

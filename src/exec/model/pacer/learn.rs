@@ -175,6 +175,23 @@ impl Pacer {
         let mut hold = None;
         for (at, budget) in budgets.into_iter().enumerate() {
             let Some(budget) = budget else { continue };
+            // The newest level the provider announced (by when its call was sent).
+            if state.levels[at].is_none_or(|level| level.seq < ticket.seq) {
+                let used = (budget.limit - budget.remaining).max(0.0);
+                state.levels[at] = Some(super::Level {
+                    seq: ticket.seq,
+                    announced_at: ticket.at,
+                    remaining: budget.remaining,
+                    limit: budget.limit,
+                    refill: match budget.reset.is_zero() {
+                        true => f64::INFINITY,
+                        false => used / budget.reset.as_secs_f64(),
+                    },
+                    room: budget.remaining,
+                    last: ticket.at,
+                });
+                replay_since(state, at);
+            }
             if let Some(seen) = budget.bounds() {
                 let bounds = state.bounds[at].map_or(seen, |known| known.and(seen));
                 state.bounds[at] = Some(bounds);
@@ -192,6 +209,31 @@ impl Pacer {
             state.next = Some(state.next.map_or(until, |n| n.max(until)));
         }
     }
+}
+
+/// Brings announced budget `which` from its announcement up to the newest call: each call started
+/// since (but those refused) takes its share, in order, the budget refilling between them.
+fn replay_since(state: &mut PaceState, which: usize) {
+    let Some(mut level) = state.levels[which] else {
+        return;
+    };
+    let rate = Pacer::refill(state, which, &level);
+    let since = (state.history.iter().rev())
+        .take_while(|sent| sent.seq > level.seq)
+        .count();
+    for sent in state.history.iter().skip(state.history.len() - since) {
+        if sent.heard == Heard::Limited {
+            continue;
+        }
+        level.room = if rate.is_finite() {
+            level.at(rate, sent.at)
+        } else {
+            level.limit
+        };
+        level.room -= [1.0, sent.tokens][which];
+        level.last = level.last.max(sent.at);
+    }
+    state.levels[which] = Some(level);
 }
 
 /// Sets the pace from a measure (`measured`: requests and tokens a second the provider admitted

@@ -63,6 +63,11 @@ const MIN_RATE: f64 = 1.0 / 60.0;
 const MIN_ADMITTED: usize = 3;
 /// A measure after the first spans at least this many admitted calls.
 const MEASURED: usize = 10;
+/// The longest a call waits on an announced budget before it is tried again (a 429 corrects a
+/// budget read too high).
+const MAX_ANNOUNCED_WAIT: Duration = Duration::from_secs(1);
+/// An announcement holds calls for a minute at most, whatever its `reset` says.
+const MAX_ANNOUNCED_HOLD: Duration = Duration::from_secs(60);
 /// Growth needs calls that waited on the pace this recently.
 const PRESSURE: Duration = Duration::from_secs(1);
 
@@ -137,9 +142,37 @@ enum Heard {
     Limited,
 }
 
+/// The newest budget a reply announced (for the call `seq`), of `limit`, kept up to date: what
+/// is left of it at `last`, as the provider's bucket would be, refilled at the pace up to the
+/// limit, less every call started since (but those refused).
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    seq: u64,
+    /// When the announcing call was sent: after `MAX_ANNOUNCED_HOLD`, its budget holds no call.
+    announced_at: Instant,
+    /// What remained when the announcing call arrived.
+    remaining: f64,
+    limit: f64,
+    /// The refill rate the announcement itself implies: what was used, back in `reset`
+    /// (infinite where it said the budget is full again at once).
+    refill: f64,
+    room: f64,
+    last: Instant,
+}
+
+impl Level {
+    /// What is left at `now`, refilled at `rate`.
+    fn at(&self, rate: f64, now: Instant) -> f64 {
+        (self.room + rate * now.saturating_duration_since(self.last).as_secs_f64()).min(self.limit)
+    }
+}
+
 #[derive(Debug)]
 struct PaceState {
     next: Option<Instant>,
+    /// Per budget (requests, tokens): the newest announced level, from which no call starts
+    /// past what remains, refilled at the announced pace, less the calls started since.
+    levels: [Option<Level>; 2],
     learned: Rates,
     announced: Rates,
     /// What the announcements so far say of each refill rate (requests, tokens).
@@ -194,6 +227,7 @@ impl Pacer {
             },
             state: Mutex::new(PaceState {
                 next: None,
+                levels: [None, None],
                 learned: Rates::default(),
                 announced: Rates::default(),
                 bounds: [None, None],
@@ -232,6 +266,12 @@ impl Pacer {
         state.learned.min(state.announced).min(self.ceiling)
     }
 
+    /// The newest requests budget a reply announced: its limit, and what remained of it.
+    pub(crate) fn announced_budget(&self) -> Option<(f64, f64)> {
+        let state = self.state();
+        state.levels[0].map(|level| (level.limit, level.remaining))
+    }
+
     /// What the endpoint sustained: admitted requests and tokens per second, from its first
     /// call to its last success.
     pub(crate) fn sustained(&self) -> Option<Rates> {
@@ -253,7 +293,8 @@ impl Pacer {
                 let now = Instant::now();
                 self.grow(&mut state, now);
                 let tokens = input as f64 * state.correction + output as f64;
-                match state.next {
+                let turn = state.next.max(self.announced_room(&state, now, tokens));
+                match turn {
                     Some(next) if next > now => {
                         // The call presses on the pace until its turn.
                         state.pressed_at = Some(state.pressed_at.map_or(next, |at| at.max(next)));
@@ -285,6 +326,7 @@ impl Pacer {
                             state.history.pop_front();
                         }
                         state.first_start.get_or_insert(now);
+                        Self::take_announced(&mut state, now, tokens);
                         let pace = self.in_force(&state);
                         return Ticket {
                             seq,
@@ -296,6 +338,58 @@ impl Pacer {
                 }
             };
             tokio::time::sleep_until(wait_until).await;
+        }
+    }
+
+    /// The refill rate of announced budget `which` (0 requests, 1 tokens): the pace's, or where
+    /// none is known yet (a reset of a millisecond bounds nothing) the announcement's own, so
+    /// the budget is full again by its `reset`.
+    fn refill(state: &PaceState, which: usize, level: &Level) -> f64 {
+        let announced = [state.announced.requests, state.announced.tokens][which];
+        announced.unwrap_or(0.0).max(level.refill)
+    }
+
+    /// When the newest announced budgets have room for one more call of `tokens` (None: now
+    /// or never known): a provider's `remaining` is never overdrawn, from the first reply on,
+    /// whatever the concurrency.
+    fn announced_room(&self, state: &PaceState, now: Instant, tokens: f64) -> Option<Instant> {
+        let mut until: Option<Instant> = None;
+        for (which, level) in state.levels.iter().enumerate() {
+            let Some(level) = level else { continue };
+            let rate = Self::refill(state, which, level);
+            if !rate.is_finite() || now.saturating_duration_since(level.announced_at) >= MAX_ANNOUNCED_HOLD {
+                continue;
+            }
+            // A call larger than the whole budget waits only for a full one.
+            let needed = [1.0, tokens][which].min(level.limit);
+            let room = level.at(rate, now);
+            if room >= needed || rate <= 0.0 {
+                continue;
+            }
+            let wait = ((needed - room) / rate).min(MAX_ANNOUNCED_WAIT.as_secs_f64());
+            let due = (now + Duration::from_secs_f64(wait)).min(level.announced_at + MAX_ANNOUNCED_HOLD);
+            until = Some(until.map_or(due, |u| u.max(due)));
+        }
+        until
+    }
+
+    /// A call of `tokens` starts now: it takes its share of each announced budget.
+    fn take_announced(state: &mut PaceState, now: Instant, tokens: f64) {
+        for which in 0..2 {
+            let Some(level) = state.levels[which] else {
+                continue;
+            };
+            let rate = Self::refill(state, which, &level);
+            let room = if rate.is_finite() {
+                level.at(rate, now)
+            } else {
+                level.limit
+            };
+            state.levels[which] = Some(Level {
+                room: room - [1.0, tokens][which],
+                last: now,
+                ..level
+            });
         }
     }
 
@@ -356,6 +450,12 @@ impl Pacer {
     pub(crate) fn limited(&self, ticket: Ticket, exhausted: Exhausted, latency: Duration) -> usize {
         let mut state = self.state();
         state.heard(ticket, Heard::Limited);
+        // A refused call took nothing of the budgets announced before it started.
+        for (which, level) in state.levels.iter_mut().enumerate() {
+            if let Some(level) = level.as_mut().filter(|level| ticket.seq > level.seq) {
+                level.room = (level.room + [1.0, ticket.tokens][which]).min(level.limit);
+            }
+        }
         if !self.adaptive {
             return 0;
         }
@@ -404,6 +504,44 @@ mod tests {
         let _ = pacer.wait(1000, 0).await;
         let _ = pacer.wait(1000, 0).await;
         assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_call_starts_past_the_newest_announced_remaining_less_the_calls_since() {
+        use crate::providers::{Allowance, Announced};
+        let pacer = Pacer::new(0, 0, true);
+        // Three calls start at once (nothing is known yet); the first's reply says one of ten
+        // remained when it arrived, refilled at one a second (9 used, full again in 9 s).
+        let first = pacer.wait(10, 10).await;
+        let _second = pacer.wait(10, 10).await;
+        let _third = pacer.wait(10, 10).await;
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let budget = Allowance {
+            limit: 10.0,
+            remaining: 1.0,
+            reset: Duration::from_secs(9),
+        };
+        pacer.announced(
+            first,
+            Announced {
+                requests: Some(budget),
+                tokens: None,
+            },
+        );
+        pacer.admitted(first, 10, 10);
+        // The two calls since took that one and one more: the next waits for two to refill.
+        let start = Instant::now();
+        let fourth = pacer.wait(10, 10).await;
+        let waited = Instant::now() - start;
+        assert!(
+            waited >= Duration::from_millis(1500),
+            "the fourth call started after {waited:?}"
+        );
+        // A refused call takes nothing: the budget it was counted against is given back.
+        pacer.limited(fourth, Exhausted::Requests, Duration::from_millis(300));
+        let start = Instant::now();
+        let _fifth = pacer.wait(10, 10).await;
+        assert!(Instant::now() - start < Duration::from_millis(1500));
     }
 
     #[tokio::test(start_paused = true)]
