@@ -174,9 +174,14 @@ pub(crate) enum Command {
         /// The port (0: any free one).
         #[arg(long, default_value_t = 8040)]
         port: u16,
-        /// The address to listen on; anything but 127.0.0.1 shows your runs to your network.
+        /// The address to listen on; anything but 127.0.0.1 shows your runs to your network,
+        /// to requests that carry the token (made and printed, unless --token gives one).
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
+        /// The token every request must carry (`?token=`, then a cookie); on a loopback
+        /// address none is needed unless given.
+        #[arg(long, value_name = "TOKEN")]
+        token: Option<String>,
         /// The cache a pack is unpacked into, once, when it is opened.
         #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
         cache: PathBuf,

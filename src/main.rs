@@ -135,10 +135,11 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             dir,
             port,
             host,
+            token,
             cache,
         } => app::view(
             dir.as_deref().unwrap_or(runs),
-            &app::Address { host, port },
+            &app::Address { host, port, token },
             &cache,
         ),
         Command::Init { dir } => app::init(&dir),

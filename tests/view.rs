@@ -28,21 +28,28 @@ impl Drop for Served {
     }
 }
 
-/// Starts `gacc view DIR --port 0` in the scratch folder and waits for its address.
-fn serve(scratch: &Scratch, dir: &str, extra: &[&str]) -> Served {
+/// Starts `gacc view DIR --port 0` in the scratch folder: the process, and the first line it
+/// printed (the address).
+fn started(scratch: &Scratch, dir: &str, extra: &[&str], stderr: Stdio) -> (Child, String) {
     let mut child = std::process::Command::new(gacc_binary())
         .current_dir(scratch.path(""))
         .args(["view", dir, "--port", "0"])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    (child, line)
+}
+
+/// Starts `gacc view DIR --port 0` in the scratch folder and waits for its address.
+fn serve(scratch: &Scratch, dir: &str, extra: &[&str]) -> Served {
+    let (child, line) = started(scratch, dir, extra, Stdio::null());
     let address = line
         .split("http://")
         .nth(1)
@@ -427,4 +434,102 @@ fn the_live_page_follows_a_run_in_flight() {
             .1
             .contains("data-field=\"micro\"")
     );
+}
+
+/// A raw GET to `address` with extra header lines: the whole reply (status line, headers, body).
+fn raw_get(address: &str, target: &str, host: &str, headers: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn off_loopback_every_request_needs_the_printed_token_and_every_page_has_a_csp() {
+    let scratch = Scratch::new();
+    let (status, _, _) = scratch.run("experiments/fixture.toml", &[]);
+    assert_eq!(status, 0);
+    let mut child = std::process::Command::new(gacc_binary())
+        .current_dir(scratch.path(""))
+        .args(["view", "runs", "--port", "0", "--host", "0.0.0.0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut warning = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut warning)
+        .unwrap();
+    let served = Served {
+        child,
+        address: String::new(),
+    };
+    assert!(
+        warning.starts_with("warning: gacc view listens on 0.0.0.0:"),
+        "{warning}"
+    );
+    assert!(warning.contains("visible to anyone on the network"), "{warning}");
+    // `…at http://0.0.0.0:PORT/?token=HEX (Ctrl-C stops)`; asked on loopback only.
+    let (port, token) = line
+        .split("http://0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split_once("/?token="))
+        .map(|(port, rest)| (port.to_owned(), rest.split(' ').next().unwrap().to_owned()))
+        .unwrap_or_else(|| panic!("no address with a token: {line:?}"));
+    assert_eq!(token.len(), 32, "{token}");
+    let address = format!("127.0.0.1:{port}");
+    let status = |reply: &str| reply.split(' ').nth(1).unwrap_or("").to_owned();
+    let csp = "content-security-policy: default-src 'none'";
+    for (target, headers) in [
+        ("/", String::new()),
+        ("/run?run=x", String::new()),
+        (&format!("/?token={}", "0".repeat(32)), String::new()),
+        ("/", format!("Cookie: gacc_view_token={}\r\n", "f".repeat(32))),
+    ] {
+        let reply = raw_get(&address, target, &address, &headers);
+        assert_eq!(status(&reply), "401", "{target} {headers}: {reply}");
+        assert!(reply.to_ascii_lowercase().contains(csp), "{reply}");
+    }
+    let first = raw_get(&address, &format!("/?token={token}"), &address, "");
+    assert_eq!(status(&first), "200", "{first}");
+    assert!(first.to_ascii_lowercase().contains(csp), "{first}");
+    let cookie = format!("set-cookie: gacc_view_token={token}; path=/; httponly; samesite=strict");
+    assert!(first.to_ascii_lowercase().contains(&cookie), "{first}");
+    let later = raw_get(
+        &address,
+        "/",
+        &address,
+        &format!("Cookie: gacc_view_token={token}\r\n"),
+    );
+    assert_eq!(status(&later), "200", "{later}");
+    assert!(later.to_ascii_lowercase().contains(csp), "{later}");
+    drop(served);
+}
+
+#[test]
+fn a_loopback_view_carries_a_csp_on_every_answer() {
+    let scratch = Scratch::new();
+    let (status, _, _) = scratch.run("experiments/fixture.toml", &[]);
+    assert_eq!(status, 0);
+    let served = serve(&scratch, "runs", &[]);
+    for target in ["/", "/nothing", "/run?run=missing"] {
+        let reply = raw_get(&served.address, target, &served.address, "");
+        assert!(
+            reply
+                .to_ascii_lowercase()
+                .contains("content-security-policy: default-src 'none'"),
+            "{target}: {reply}"
+        );
+    }
 }

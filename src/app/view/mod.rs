@@ -4,7 +4,10 @@
 //!
 //! It binds to 127.0.0.1 unless told otherwise and answers only GET. Every run is named by
 //! its path inside the folder and checked to stay there (`site`); a request's Host must name
-//! the address served (so a page of another site cannot read it through a rebound name).
+//! the address served (so a page of another site cannot read it through a rebound name). On any
+//! other address it serves only requests that carry its token (`?token=`, then a cookie), since
+//! the runs' questions, references and answers are then on the network. Every answer carries a
+//! Content-Security-Policy: a page runs only the scripts gacc wrote into it.
 
 mod drill;
 mod live;
@@ -34,7 +37,17 @@ use site::Site;
 pub struct Address {
     pub host: String,
     pub port: u16,
+    /// The token a request must carry; on an address other than loopback, one is made when
+    /// none is given.
+    pub token: Option<String>,
 }
+
+/// What every answer of the view allows a page to do: its own inline scripts and styles,
+/// images from itself or inlined, requests to itself; nothing framed, no form elsewhere.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The cookie that carries the token after the first visit.
+const TOKEN_COOKIE: &str = "gacc_view_token";
 
 type Params = Query<HashMap<String, String>>;
 
@@ -54,12 +67,27 @@ pub fn view(dir: &Path, address: &Address, cache: &Path) -> Result<Ended, Error>
             path: dir.to_path_buf(),
             message: format!("cannot listen: {error}"),
         })?;
+        let token = match (&address.token, bound.ip().is_loopback()) {
+            (Some(token), _) => Some(token.clone()),
+            (None, true) => None,
+            (None, false) => Some(new_token(dir)?),
+        };
+        if !bound.ip().is_loopback() {
+            eprintln!(
+                "warning: gacc view listens on {bound}: every run under {} (its questions, references and answers) is visible to anyone on the network who has the token",
+                site.root.display()
+            );
+        }
+        let shown = match &token {
+            Some(token) => format!("http://{bound}/?token={token}"),
+            None => format!("http://{bound}/"),
+        };
         println!(
-            "gacc view: serving {} at http://{bound}/ (Ctrl-C stops)",
+            "gacc view: serving {} at {shown} (Ctrl-C stops)",
             site.root.display()
         );
         let _ = std::io::Write::flush(&mut std::io::stdout());
-        let app = router(site, bound);
+        let app = router(site, bound, token);
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
@@ -73,8 +101,23 @@ pub fn view(dir: &Path, address: &Address, cache: &Path) -> Result<Ended, Error>
     Ok(Ended::Success)
 }
 
-fn router(site: Arc<Site>, bound: SocketAddr) -> Router {
+/// 128 random bits, as hex, from the system's source.
+fn new_token(dir: &Path) -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").map_err(crate::error::io(Path::new("/dev/urandom")))?,
+        &mut bytes,
+    )
+    .map_err(|error| Error::Io {
+        path: dir.to_path_buf(),
+        message: format!("cannot make a token for the view: {error}"),
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn router(site: Arc<Site>, bound: SocketAddr, token: Option<String>) -> Router {
     let hosts: Arc<Vec<String>> = Arc::new(allowed_hosts(bound));
+    let token: Arc<Option<String>> = Arc::new(token);
     Router::new()
         .route("/", get(list))
         .route("/run", get(run))
@@ -87,8 +130,8 @@ fn router(site: Arc<Site>, bound: SocketAddr) -> Router {
         .fallback(|| async { not_found() })
         .with_state(site)
         .layer(middleware::from_fn(move |request: Request, next: Next| {
-            let hosts = hosts.clone();
-            async move { guard(&hosts, request, next).await }
+            let (hosts, token) = (hosts.clone(), token.clone());
+            async move { guard(&hosts, token.as_deref(), request, next).await }
         }))
 }
 
@@ -103,17 +146,40 @@ fn allowed_hosts(bound: SocketAddr) -> Vec<String> {
     hosts
 }
 
-/// Refuses a request for another host; marks every answer as not to be sniffed or framed.
-async fn guard(hosts: &[String], request: Request, next: Next) -> Response {
+/// Refuses a request for another host, or without the token where there is one; marks every
+/// answer as not to be sniffed, framed or scripted from elsewhere.
+async fn guard(hosts: &[String], token: Option<&str>, request: Request, next: Next) -> Response {
     let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok());
     let unspecified = hosts
         .first()
         .is_some_and(|h| h.starts_with("0.0.0.0") || h.starts_with("[::]"));
-    if !unspecified && !host.is_some_and(|h| hosts.iter().any(|allowed| allowed == h)) {
-        return (StatusCode::MISDIRECTED_REQUEST, "gacc view: not this host\n").into_response();
-    }
-    let mut response = next.run(request).await;
+    let mut response = if !unspecified && !host.is_some_and(|h| hosts.iter().any(|allowed| allowed == h)) {
+        (StatusCode::MISDIRECTED_REQUEST, "gacc view: not this host\n").into_response()
+    } else {
+        match token.map(|token| (token, carried_token(&request))) {
+            None => next.run(request).await,
+            Some((token, Some((given, from_query)))) if same(token, &given) => {
+                let mut response = next.run(request).await;
+                if from_query {
+                    let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+                    if let Ok(value) = HeaderValue::from_str(&cookie) {
+                        response.headers_mut().insert(header::SET_COOKIE, value);
+                    }
+                }
+                response
+            }
+            Some(_) => (
+                StatusCode::UNAUTHORIZED,
+                "gacc view: this address needs the token `gacc view` printed (open the address it printed)\n",
+            )
+                .into_response(),
+        }
+    };
     let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -122,6 +188,35 @@ async fn guard(hosts: &[String], request: Request, next: Next) -> Response {
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// The token a request carries, and whether in its query (`?token=`) rather than its cookie.
+fn carried_token(request: &Request) -> Option<(String, bool)> {
+    let query = request.uri().query().unwrap_or("");
+    let in_query = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="))
+        .map(|token| (token.to_owned(), true));
+    let in_cookie = || {
+        let cookies = request.headers().get_all(header::COOKIE);
+        cookies
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(';'))
+            .find_map(|pair| pair.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
+            .map(|token| (token.to_owned(), false))
+    };
+    in_query.or_else(in_cookie)
+}
+
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+fn same(expected: &str, given: &str) -> bool {
+    expected.len() == given.len()
+        && expected
+            .bytes()
+            .zip(given.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
 }
 
 fn not_found() -> Response {
