@@ -1,5 +1,6 @@
 //! The one place secrets are taken out. Every value gacc must never write (a model endpoint's
-//! key, a variable passed through a callback's `env`) is registered here once it is read, and
+//! key; a variable passed through a callback's `env` whose name says it is a secret or that the
+//! manifest declares one, `is_secret`) is registered here once it is read, and
 //! everything gacc keeps or prints passes through [`redact`]: trace events and terminal lines
 //! (at their writers), callback responses and failure texts (as they come in, before they are
 //! hashed or cached), so a key a server or a callback echoes is replaced wherever it appears.
@@ -13,8 +14,49 @@ use serde_json::Value;
 /// through `env`): replacing them would mangle every number in a trace line.
 pub(crate) const MIN_SECRET: usize = 8;
 
-/// The shortest piece of a secret at either end of a text that is still redacted.
-const SECRET_PIECE: usize = 4;
+/// The shortest piece of a secret at either end of a text that is still redacted: a shorter
+/// one (`mode` of `…/alphabetical-mode`) is as likely an ordinary word.
+const SECRET_PIECE: usize = MIN_SECRET;
+
+/// Words of a variable's name that make it a secret: `MY_API_KEY`, `HF_TOKEN`, `DB_PASSWORD`.
+const SECRET_WORDS: &[&str] = &[
+    "KEY",
+    "KEYS",
+    "TOKEN",
+    "TOKENS",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASS",
+    "PASSWD",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "AUTH",
+];
+
+/// Whether the variable `name` holds a secret: a word of its name (split at `_`, `-` and `.`,
+/// any case) is one of `SECRET_WORDS`, or the manifest lists it in `declared`.
+pub(crate) fn is_secret(name: &str, declared: &[&Vec<String>]) -> bool {
+    declared.iter().any(|names| names.iter().any(|d| d == name))
+        || name.split(['_', '-', '.']).any(|word| {
+            SECRET_WORDS
+                .iter()
+                .any(|secret| word.eq_ignore_ascii_case(secret))
+        })
+}
+
+/// The names of `env` that are secrets (`is_secret`).
+pub(crate) fn of(env: &[String], declared: &[&Vec<String>]) -> Vec<String> {
+    env.iter()
+        .filter(|name| is_secret(name, declared))
+        .cloned()
+        .collect()
+}
+
+/// Whether a text gacc keeps had a secret taken out of it: it holds the redactor's marker.
+pub(crate) fn was_redacted(text: &str) -> bool {
+    text.contains("[redacted:")
+}
 
 /// Registered secrets, (variable name, value), longest value first.
 static SECRETS: RwLock<Vec<(String, String)>> = RwLock::new(Vec::new());
@@ -138,10 +180,57 @@ mod tests {
         assert_eq!(redact("456789-extra failed"), "[redacted:LONGER] failed");
         assert_eq!(redact("23456789 failed"), "[redacted:KEY] failed");
         // Ambiguous pieces are named after the longest secret they may belong to.
-        assert_eq!(redact("key was sk-01234"), "key was [redacted:LONGER]");
-        // Pieces shorter than SECRET_PIECE are left alone.
-        assert_eq!(redact("789 apples"), "789 apples");
+        assert_eq!(redact("key was sk-0123456"), "key was [redacted:LONGER]");
+        // Pieces shorter than SECRET_PIECE are left alone: they may be ordinary words.
+        assert_eq!(redact("3456789 apples"), "3456789 apples");
+        assert_eq!(redact("key was sk-0123"), "key was sk-0123");
         assert_eq!(redact("nothing to hide"), "nothing to hide");
+    }
+
+    #[test]
+    fn a_variable_is_a_secret_by_a_word_of_its_name_or_by_declaration() {
+        let none: &[&Vec<String>] = &[];
+        for name in [
+            "MY_API_KEY",
+            "hf_token",
+            "DB_PASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "GH-AUTH",
+            "SMTP_PASS",
+        ] {
+            assert!(is_secret(name, none), "{name}");
+        }
+        // A word, not a part of one: these are data.
+        for name in [
+            "DATA_MODE",
+            "KEYWORDS_FILE",
+            "TOKENIZER_PATH",
+            "AUTHOR",
+            "PASSAGE_DIR",
+            "MONKEY",
+        ] {
+            assert!(!is_secret(name, none), "{name}");
+        }
+        let declared = vec!["DATA_MODE".to_owned()];
+        assert!(is_secret("DATA_MODE", &[&declared]));
+        let env = vec![
+            "DATA_MODE".to_owned(),
+            "MY_API_KEY".to_owned(),
+            "HOME_DIR".to_owned(),
+        ];
+        assert_eq!(of(&env, none), ["MY_API_KEY"]);
+    }
+
+    #[test]
+    fn a_value_ending_in_an_ordinary_word_does_not_redact_that_word() {
+        let secrets = vec![("MY_API_KEY".to_owned(), "sk-live-0123456789-mode".to_owned())];
+        let redact = |text| redact_with(text, &secrets).into_owned();
+        assert_eq!(
+            redact("mode=fast key=sk-live-0123456789-mode"),
+            "mode=fast key=[redacted:MY_API_KEY]"
+        );
+        assert_eq!(redact("mode"), "mode");
+        assert_eq!(redact("9-mode"), "9-mode");
     }
 
     #[test]

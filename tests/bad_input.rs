@@ -388,3 +388,57 @@ fn a_record_that_does_not_read_names_its_source_goal_and_question() {
     let line = r#"{"id": "s1", "text": "t", "goals": [{"text": "no id", "questions": []}]}"#;
     refused(&scratch_with(MANIFEST, line), &["in source `s1`, goal #1"]);
 }
+
+#[test]
+fn evidence_that_normalises_to_nothing_or_of_the_wrong_type_is_refused_naming_the_question_and_field() {
+    let scratch = Scratch::new();
+    let fixture = std::fs::read_to_string(scratch.path("experiments/data/fixture.jsonl")).unwrap();
+    let first = "\"reference\": \"451\"";
+    assert!(fixture.contains(first));
+    for (evidence, expected) in [
+        (
+            "\"the\"",
+            "question `plant-reactor-temperature`: evidence span \"the\" has no words once normalised",
+        ),
+        (
+            "[\"temperature=451\", \"!!!\"]",
+            "evidence span \"!!!\" has no words once normalised",
+        ),
+        (
+            "5",
+            "field `evidence`: invalid type: integer `5`, expected evidence as a string or a list of strings (in source `plant`, goal `plant-reactor`, question `plant-reactor-temperature`)",
+        ),
+    ] {
+        scratch.write(
+            "experiments/data/fixture.jsonl",
+            &fixture.replacen(first, &format!("{first}, \"evidence\": {evidence}"), 1),
+        );
+        let output = scratch
+            .gacc()
+            .args(["validate", "experiments/fixture.toml"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{evidence}: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{evidence}: expected `{expected}` in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_command_whose_script_is_missing_is_refused_before_anything_runs() {
+    let scratch = Scratch::new();
+    let manifest = scratch.fixture_with("typo", "command = [\"python3\", \"callbacks/overlapp.py\"]");
+    for command in ["validate", "plan"] {
+        let output = scratch.gacc().args([command, &manifest]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains("key `compressors.goal-line`: script `callbacks/overlapp.py` not found at"),
+            "{command}: {stderr}"
+        );
+        assert!(stderr.contains("experiments/callbacks/overlapp.py"), "{stderr}");
+    }
+}

@@ -935,3 +935,74 @@ fn pythons_installed_outside_the_system_folders_run_sandboxed_with_no_read_line(
         sandboxed_like_unsandboxed(&scratch, "experiments/in-venv.toml", &manifest);
     }
 }
+
+#[test]
+fn only_secrets_are_taken_out_and_a_row_they_were_taken_from_is_marked() {
+    let key = format!("sk-live-{}-0123456789abcdef", std::process::id());
+    let scratch = Scratch::new();
+    // The compressor writes both of its variables into its memory; the reader writes down
+    // every request it receives (outside the sandbox, in a file of the test's).
+    scratch.script(
+        "experiments/compressor.sh",
+        "#!/bin/sh\ncat > /dev/null\nprintf '{\"memory\": \"reactor: status=green mode=%s key=%s\"}' \"$DATA_MODE\" \"$MY_API_KEY\"\n",
+    );
+    let received = scratch.path("received.jsonl");
+    scratch.script(
+        "experiments/reader.sh",
+        &format!(
+            "#!/bin/sh\nrequest=$(cat)\nprintf '%s\\n' \"$request\" >> '{}'\nprintf '%s' \"$request\" | exec @GACC@ callback field-lookup\n",
+            received.display()
+        ),
+    );
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "builtin = \"goal-line\"",
+            "command = [\"./compressor.sh\"]\nenv = [\"DATA_MODE\", \"MY_API_KEY\"]",
+        )
+        .replace(
+            "[reader]\nbuiltin = \"field-lookup\"",
+            "[reader]\ncommand = [\"./reader.sh\"]\nsandbox = false",
+        );
+    scratch.write("experiments/secrets.toml", &manifest);
+    let (status, folder, stderr) = scratch.run_with_env(
+        "experiments/secrets.toml",
+        &["-q", "--set", "ratios=[1.0]"],
+        &[
+            ("DATA_MODE", "/data/sets/alphabetical-mode"),
+            ("MY_API_KEY", &key),
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    let requests = std::fs::read_to_string(&received).unwrap();
+    assert!(
+        requests.contains("mode=/data/sets/alphabetical-mode key=[redacted:MY_API_KEY]"),
+        "the reader receives the data verbatim and never the key:\n{requests}"
+    );
+    assert!(!requests.contains(&key));
+    for file in files(&scratch.path("experiments"))
+        .iter()
+        .chain(&files(&scratch.path(".gacc")))
+    {
+        let bytes = common::read_bytes(file);
+        assert!(
+            !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+            "{} holds the key",
+            file.display()
+        );
+    }
+    // Every memory had the key taken out, and says so.
+    let memories = common::read_lines(&folder.join("memories.jsonl"));
+    assert!(!memories.is_empty());
+    assert!(memories.iter().all(|row| row["redacted"] == true), "{memories:?}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["integrity"]["redacted_memories"], memories.len());
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(
+        markdown.contains(&format!(
+            "| memories with a secret taken out (marked `redacted`) | {} |",
+            memories.len()
+        )),
+        "{markdown}"
+    );
+}

@@ -36,6 +36,7 @@ mod tests {
             argv: vec!["true".into()],
             cwd: std::env::temp_dir(),
             env: Default::default(),
+            secrets: Vec::new(),
             timeout: std::time::Duration::from_secs(1),
             mode: Default::default(),
             sandbox: None,

@@ -19,6 +19,10 @@ pub(crate) struct Program {
     pub cwd: PathBuf,
     /// The variables passed through, by name.
     pub env: Vec<String>,
+    /// Those of `env` whose values are secrets (`crate::secrets::is_secret`), taken out of
+    /// whatever gacc keeps; the other variables are data, kept as they are.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     #[serde(rename = "timeout_ms", with = "millis")]
     pub timeout: Duration,
     pub mode: Mode,
@@ -42,6 +46,13 @@ impl Program {
             .iter()
             .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
             .collect()
+    }
+
+    /// The passed-through secrets with their values in this environment (those set).
+    pub(crate) fn passed_secrets(&self) -> Vec<(String, String)> {
+        let mut passed = self.passed();
+        passed.retain(|(name, _)| self.secrets.contains(name));
+        passed
     }
 
     /// Its program's path or name, for messages.

@@ -222,7 +222,15 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
                 folder: folder.clone(),
             }),
             Err(error) => {
-                let mut problem = Problem::json_line(&file, number, "not a source record", &error);
+                // The field it failed in, where serde's message does not say (a mistyped value).
+                let field = field_of_error(line);
+                let what = match &field {
+                    Some(field) if !error.to_string().contains(&format!("`{field}`")) => {
+                        format!("not a source record: field `{field}`")
+                    }
+                    _ => "not a source record".to_owned(),
+                };
+                let mut problem = Problem::json_line(&file, number, &what, &error);
                 if let Some(record) = where_in_record(line) {
                     problem.message = format!("{} ({record})", problem.message);
                 }
@@ -237,6 +245,18 @@ fn read_file(path: &Path, columns: &Columns, problems: &mut Vec<Problem>) -> Vec
         });
     }
     records
+}
+
+/// The name of the field a record that is not a source record fails in (`evidence`), where
+/// that is a field's value rather than the record's shape.
+fn field_of_error(line: &str) -> Option<String> {
+    let mut reader = serde_json::Deserializer::from_str(line);
+    let error = serde_path_to_error::deserialize::<_, SourceRecord>(&mut reader).err()?;
+    // The innermost field named (a list's index, as in `evidence[1]`, is inside it).
+    error.path().iter().rev().find_map(|segment| match segment {
+        serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+        _ => None,
+    })
 }
 
 /// Which part of a JSON Lines record that is JSON but not a source record is wrong: its source

@@ -121,6 +121,11 @@ pub(crate) fn check_evidence(question: &Question, source: &str, place: &str, pro
     for span in spans {
         if span.trim().is_empty() {
             problem("`evidence` holds an empty span".into());
+        } else if normalize(span).is_empty() {
+            problem(format!(
+                "evidence span {} has no words once normalised (punctuation and articles are dropped), so every memory would keep it: give the words the answer rests on",
+                quoted(span)
+            ));
         } else if !source.is_empty() && !source.contains(span) {
             problem(format!(
                 "evidence span {} is not in the source (a span is copied verbatim from it)",

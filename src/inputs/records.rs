@@ -48,11 +48,55 @@ pub(crate) struct Question {
 }
 
 /// A question's evidence as written: one span, or a list of them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub(crate) enum Evidence {
     One(String),
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for Evidence {
+    /// As `untagged` would, but a value of another kind says what was expected.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Spans;
+        impl<'de> serde::de::Visitor<'de> for Spans {
+            type Value = Evidence;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("evidence as a string or a list of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, span: &str) -> Result<Evidence, E> {
+                Ok(Evidence::One(span.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, span: String) -> Result<Evidence, E> {
+                Ok(Evidence::One(span))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Evidence, A::Error> {
+                let mut spans = Vec::new();
+                while let Some(span) = seq.next_element::<Span>()? {
+                    spans.push(span.0);
+                }
+                Ok(Evidence::Many(spans))
+            }
+        }
+        /// One span of a list, whose error says so.
+        struct Span(String);
+        impl<'de> Deserialize<'de> for Span {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Text;
+                impl serde::de::Visitor<'_> for Text {
+                    type Value = Span;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("each evidence span a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, span: &str) -> Result<Span, E> {
+                        Ok(Span(span.to_owned()))
+                    }
+                }
+                deserializer.deserialize_str(Text)
+            }
+        }
+        deserializer.deserialize_any(Spans)
+    }
 }
 
 impl Question {

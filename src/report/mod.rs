@@ -208,6 +208,11 @@ pub(crate) struct Integrity {
     pub(crate) budget_violations: usize,
     pub(crate) padding_tokens: usize,
     pub(crate) count_errors: usize,
+    /// Memories and answers a secret's value was taken out of (rows marked `redacted`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) redacted_memories: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) redacted_answers: usize,
 }
 
 /// What goes into a report besides the run's outcome.
@@ -314,6 +319,8 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             budget_violations,
             padding_tokens,
             count_errors,
+            redacted_memories: outcome.ledger.iter().filter(|r| r.redacted).count(),
+            redacted_answers: outcome.results.iter().filter(|r| r.redacted).count(),
         },
         holdout: BTreeMap::new(),
         calls,

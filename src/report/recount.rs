@@ -253,6 +253,7 @@ mod tests {
             truncation: TruncationMode::Replace,
             budget_violation: false,
             stopped_at_max_tokens: false,
+            redacted: false,
             memory_sha256: sha256(&**memory),
             key: "k".into(),
             cache_key: "c".into(),

@@ -23,6 +23,7 @@ pub(super) fn result_row(
     failure: Option<String>,
 ) -> ResultRow {
     let goal = &source.goals[question.goal];
+    let redacted = answer.as_deref().is_some_and(crate::secrets::was_redacted);
     ResultRow {
         seed: job.id.seed,
         compressor: job.id.cell.compressor.clone(),
@@ -37,6 +38,7 @@ pub(super) fn result_row(
         correct,
         score: None,
         failure,
+        redacted,
         rationale: None,
         judge_meta: None,
         audits: Default::default(),

@@ -92,6 +92,10 @@ pub(crate) struct LedgerRow {
     /// A model endpoint stopped the compressor at `max_tokens` before it reached `L`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped_at_max_tokens: bool,
+    /// A secret's value was taken out of the memory (`crate::secrets`): its text is not the
+    /// compressor's, byte for byte.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
     pub memory_sha256: String,
     /// The memory job's key in `plan.json`.
     pub key: String,
@@ -179,6 +183,9 @@ pub(crate) struct ResultRow {
     pub score: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// A secret's value was taken out of the answer (`crate::secrets`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
     /// The judge's reason, when it gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rationale: Option<String>,

@@ -249,6 +249,7 @@ fn program(argv: Vec<String>, mode: Mode) -> Program {
         argv,
         cwd: PathBuf::from("/"),
         env: Vec::new(),
+        secrets: Vec::new(),
         timeout: Duration::from_secs(60),
         mode,
         sandbox: None,

@@ -143,12 +143,13 @@ impl Builder<'_> {
             argv,
             cwd: loaded.folder.clone(),
             env: spec.env.clone(),
+            secrets: crate::secrets::of(&spec.env, &[&spec.secrets, &loaded.manifest.run.secrets]),
             timeout: spec.timeout.0,
             mode: spec.mode,
             sandbox,
             max_inflight: spec.max_inflight.unwrap_or(1).max(1),
         };
-        crate::secrets::register_all(&program.passed());
+        crate::secrets::register_all(&program.passed_secrets());
         let launcher = self.engine.launcher(program);
         let run_concurrency = loaded.manifest.run.concurrency;
         configured(name, role, spec, launcher, run_concurrency)

@@ -135,8 +135,12 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
     let (Some(dataset), true) = (dataset, problems.is_empty()) else {
         return Err(Invalid(problems).into());
     };
-    let tokenizer = crate::inputs::tokenizer::open(&loaded.manifest.tokenizer, &loaded.folder)
-        .map_err(|message| Invalid::one(format!("{}: key `tokenizer`", loaded.path.display()), message))?;
+    let tokenizer = crate::inputs::tokenizer::open(
+        &loaded.manifest.tokenizer,
+        &loaded.folder,
+        &loaded.manifest.run.secrets,
+    )
+    .map_err(|message| Invalid::one(format!("{}: key `tokenizer`", loaded.path.display()), message))?;
     let plan = plan::plan(&loaded, &dataset, tokenizer.as_ref())?;
     let resolved = toml::to_string(&loaded.manifest).map_err(|error| {
         Invalid::one(
@@ -153,6 +157,7 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
         retries: manifest::DEFAULT_RETRIES,
         concurrency: None,
         max_inflight: None,
+        secrets: Vec::new(),
         ..spec.clone()
     };
     let experiment = manifest::Manifest {

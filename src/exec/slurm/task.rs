@@ -138,7 +138,7 @@ fn rebuild(description: &Value) -> Result<Callback, String> {
     if described.program.argv.is_empty() {
         return Err("the array's callback has no command".into());
     }
-    crate::secrets::register_all(&described.program.passed());
+    crate::secrets::register_all(&described.program.passed_secrets());
     let mut callback = Callback::new(
         described.name,
         described.role,

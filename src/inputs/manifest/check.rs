@@ -67,7 +67,9 @@ pub(crate) fn warnings(loaded: &Loaded) -> Vec<String> {
 }
 
 /// Every problem of a loaded manifest, in the order of its keys.
-pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
+/// A replay (`replay`: `gacc verify`) runs none of the manifest's programs, which need not be
+/// on the reviewer's machine: they are not looked for.
+pub(super) fn check(loaded: &Loaded, replay: bool) -> Vec<Problem> {
     let file = loaded.path.display().to_string();
     let mut problems = Vec::new();
     let mut problem = |key: &str, message: String| {
@@ -78,7 +80,7 @@ pub(super) fn check(loaded: &Loaded) -> Vec<Problem> {
     };
     check_lists(loaded, &mut problem);
     check_tokenizer_and_dataset(loaded, &mut problem);
-    check_callbacks(loaded, &mut problem);
+    check_callbacks(loaded, replay, &mut problem);
     check_audit(loaded, &mut problem);
     check_anchors(loaded, &mut problem);
     check_panel(loaded, &mut problem);
@@ -164,7 +166,7 @@ fn check_tokenizer_and_dataset(loaded: &Loaded, problem: &mut Report) {
     }
 }
 
-fn check_callbacks(loaded: &Loaded, problem: &mut Report) {
+fn check_callbacks(loaded: &Loaded, replay: bool, problem: &mut Report) {
     let manifest = &loaded.manifest;
     if manifest.compressors.is_empty() {
         problem(
@@ -173,7 +175,7 @@ fn check_callbacks(loaded: &Loaded, problem: &mut Report) {
         );
     }
     for (key, role, spec) in manifest.callbacks() {
-        for message in check_callback(spec, role, &loaded.folder) {
+        for message in check_callback(spec, role, &loaded.folder, replay) {
             problem(&key, message);
         }
     }
@@ -304,12 +306,12 @@ fn has_duplicates<T: PartialOrd>(values: &[T]) -> bool {
     sorted.windows(2).any(|pair| pair[0] == pair[1])
 }
 
-fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String> {
+fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path, replay: bool) -> Vec<String> {
     let mut problems = Vec::new();
     match (&spec.command, &spec.builtin) {
         (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),
         (Some(_), Some(_)) => problems.push("expected `command` or `builtin`, not both".into()),
-        (Some(command), None) => match command.first() {
+        (Some(command), None) if !replay => match command.first() {
             None => problems.push("`command` is empty: expected [program, args...]".into()),
             Some(program) => {
                 if find_program(program, folder).is_none() {
@@ -317,8 +319,15 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
                         "program `{program}` not found (searched the manifest's folder and PATH)"
                     ));
                 }
+                problems.extend(missing_scripts(command, folder).into_iter().map(|script| {
+                    format!(
+                        "script `{script}` not found at {} (paths are relative to the manifest's folder)",
+                        folder.join(script).display()
+                    )
+                }));
             }
         },
+        (Some(_), None) => {}
         (None, Some(name)) => {
             let model = crate::inputs::models::model_builtin(name);
             if let Some(model_role) = model.filter(|r| *r != role) {
@@ -339,6 +348,11 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
                 problems.extend(builtin::param_problems(name, &spec.params));
             }
         }
+    }
+    for name in spec.secrets.iter().filter(|name| !spec.env.contains(name)) {
+        problems.push(format!(
+            "`secrets` names `{name}`, which `env` does not pass through: list it in `env` too"
+        ));
     }
     if spec.concurrency == Some(0) {
         problems.push("`concurrency` must be at least 1".into());
@@ -366,9 +380,60 @@ fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path) -> Vec<String>
     problems
 }
 
+/// File endings of the scripts an interpreter runs: an argument ending so names a file.
+const SCRIPT_ENDINGS: &[&str] = &[
+    ".py", ".sh", ".bash", ".js", ".mjs", ".ts", ".rb", ".pl", ".r", ".jl", ".lua", ".php",
+];
+
+/// The arguments of `command` (after the program) that name a script file that is not there:
+/// `["python3", "callbacks/overlapp.py"]` would fail every call. An argument after `-c`, `-e`
+/// or `-m` is code or a module, not a file.
+fn missing_scripts<'c>(command: &'c [String], folder: &Path) -> Vec<&'c str> {
+    let mut missing = Vec::new();
+    let mut code_next = false;
+    for argument in command.iter().skip(1) {
+        if std::mem::take(&mut code_next) {
+            continue;
+        }
+        if matches!(argument.as_str(), "-c" | "-e" | "-m") {
+            code_next = true;
+            continue;
+        }
+        let lower = argument.to_ascii_lowercase();
+        let script = !argument.starts_with('-')
+            && !argument.contains(char::is_whitespace)
+            && SCRIPT_ENDINGS.iter().any(|ending| lower.ends_with(ending));
+        if script && !folder.join(argument).exists() {
+            missing.push(argument.as_str());
+        }
+    }
+    missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_script_is_found_and_code_or_modules_are_not_taken_for_files() {
+        let folder = tempfile::tempdir().unwrap();
+        std::fs::write(folder.path().join("there.py"), "").unwrap();
+        let command = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            missing_scripts(
+                &command(&["python3", "overlapp.py", "there.py", "--out", "x.sh"]),
+                folder.path()
+            ),
+            ["overlapp.py", "x.sh"]
+        );
+        assert!(
+            missing_scripts(
+                &command(&["python3", "-c", "import a.py", "-m", "pkg.py", "--log=a.py"]),
+                folder.path()
+            )
+            .is_empty()
+        );
+    }
 
     #[test]
     fn names() {

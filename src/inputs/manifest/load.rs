@@ -90,7 +90,7 @@ pub(crate) fn load_as(
         sources: figment,
     };
     let mut problems = name_rule_judges(&mut loaded);
-    problems.extend(check::check(&loaded));
+    problems.extend(check::check(&loaded, recorded.is_some()));
     problems.extend(resolve_models(&mut loaded, recorded));
     match recorded {
         Some(recorded) => {

@@ -247,6 +247,10 @@ pub(crate) struct CallbackSpec {
     /// Names of environment variables passed through; their values are never written.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Variables of `env` whose values are secrets beside those whose names say so (`KEY`,
+    /// `TOKEN`, …: `crate::secrets::named_secret`): only secrets are taken out of what gacc keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     #[serde(default = "empty_params")]
     pub params: serde_json::Value,
     /// Where the callback may read and write, and whether it may use the network (on Linux,

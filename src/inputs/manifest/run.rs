@@ -29,6 +29,10 @@ pub(crate) struct RunSpec {
     /// cost would pass this; the run then stops with exit status 3 (SPEC §8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
+    /// Variables whose values are secrets in every callback's and the tokenizer's `env`,
+    /// beside those whose names say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     /// Each engine's own table, `[run.<engine>]`, as written (the schema gains each engine's
     /// table from the registry).
     #[serde(flatten)]
@@ -51,6 +55,7 @@ impl Default for RunSpec {
             executor: default_executor(),
             cache: None,
             max_cost_usd: None,
+            secrets: Vec::new(),
             engines: BTreeMap::new(),
         }
     }

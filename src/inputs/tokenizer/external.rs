@@ -102,7 +102,6 @@ impl External {
         name: &str,
         revision: &str,
     ) -> External {
-        crate::secrets::register_all(&env);
         External {
             argv,
             cwd,

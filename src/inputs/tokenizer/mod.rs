@@ -16,7 +16,13 @@ pub const CL100K_VOCAB_SHA256: &str = "223921b76ee99bde995b7ff738513eef100fb51d1
 /// The tokenizer a manifest names, verified: the built-in cl100k_base, or an external program
 /// probed with the SPEC §7 vectors and round trips before any compressor runs. One that declares
 /// `cl100k_base` and fails is refused (with the first mismatch) unless `allow_unverified`.
-pub(crate) fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokenizer>, String> {
+/// `secrets` are the manifest's `[run] secrets`: with the names that say so, the variables of
+/// the tokenizer's `env` whose values are taken out of what gacc keeps.
+pub(crate) fn open(
+    spec: &TokenizerSpec,
+    folder: &Path,
+    secrets: &Vec<String>,
+) -> Result<Arc<dyn Tokenizer>, String> {
     let Some(command) = &spec.command else {
         let builtin = Cl100k::new();
         if let Some(mismatch) = &builtin.identity().first_mismatch {
@@ -34,11 +40,17 @@ pub(crate) fn open(spec: &TokenizerSpec, folder: &Path) -> Result<Arc<dyn Tokeni
         argv[0] = program.display().to_string();
     }
     let revision = spec.revision.clone().unwrap_or_default();
-    let env = spec
+    let env: Vec<(String, String)> = spec
         .env
         .iter()
         .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
         .collect();
+    crate::secrets::register_all(
+        &(env.iter())
+            .filter(|(name, _)| crate::secrets::is_secret(name, &[secrets]))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     let mut tokenizer = external::External::new(
         argv,
         folder.to_path_buf(),
