@@ -122,9 +122,9 @@ pub(crate) enum Command {
         /// Where the pack goes (default: <run>.gacc.tar.gz here).
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
-        /// The cache the run used.
-        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
-        cache: PathBuf,
+        /// The cache the run used (default: the one its run.json names, in its project folder).
+        #[arg(long, value_name = "DIR")]
+        cache: Option<PathBuf>,
         /// Leave the dataset out; the pack keeps its SHA-256.
         #[arg(long)]
         no_dataset: bool,
@@ -146,9 +146,10 @@ pub(crate) enum Command {
         /// Verify against this dataset instead of the run's copy.
         #[arg(long, value_name = "PATH")]
         dataset: Option<PathBuf>,
-        /// For a run folder: the cache it was run with.
-        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
-        cache: PathBuf,
+        /// For a run folder: the cache it was run with (default: the one its run.json names,
+        /// in its project folder).
+        #[arg(long, value_name = "DIR")]
+        cache: Option<PathBuf>,
         /// Re-judge a seeded share of the answers with this judge (a built-in rule judge, a
         /// `[judges.NAME]` of the run's manifest or of --callbacks) and report agreement and kappa.
         #[arg(long, value_name = "NAME")]

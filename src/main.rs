@@ -112,7 +112,7 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             output,
             cache,
             no_dataset,
-        } => app::pack(runs, &run_dir, output.as_deref(), &cache, !no_dataset),
+        } => app::pack(runs, &run_dir, output.as_deref(), cache.as_deref(), !no_dataset),
         Command::Unpack { pack, dir } => app::unpack(&pack, dir.as_deref()),
         Command::Verify {
             target,
@@ -129,7 +129,7 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
                 fraction,
                 callbacks,
             };
-            app::verify(runs, &target, dataset.as_deref(), &cache, &checks)
+            app::verify(runs, &target, dataset.as_deref(), cache.as_deref(), &checks)
         }
         Command::View {
             dir,

@@ -247,6 +247,16 @@ fn an_edited_script_or_module_reruns_exactly_its_calls_unless_a_revision_is_pinn
     );
     let (compressor, _, stderr) = run(&scratch);
     assert_eq!(compressor, 0, "{stderr}");
+    // Its cached answers are kept, as asked, but the run names the script that changed.
+    assert!(
+        stderr.contains(
+            "warning: `compressors.goal-line`: callbacks/study.py changed since the last run, but `revision = \"1\"` is pinned, so its cached answers are kept and may be stale"
+        ),
+        "{stderr}"
+    );
+    // Said once: the next run under the same files is quiet.
+    let (compressor, _, stderr) = run(&scratch);
+    assert_eq!(compressor, 0, "{stderr}");
     assert!(!stderr.contains("changed since the last run"), "{stderr}");
 }
 

@@ -320,10 +320,27 @@ fn init_uses_the_installed_helper_and_copies_it_only_when_none_is_importable() {
     assert!(!scratch.path("installed/callbacks/gacc_callback.py").exists());
     let script = std::fs::read_to_string(scratch.path("installed/callbacks/compress.py")).unwrap();
     assert!(script.contains("installed with gacc"), "{script}");
+    // The manifest names the venv's interpreter by its absolute path.
+    let manifest = std::fs::read_to_string(scratch.path("installed/experiment.toml")).unwrap();
+    let venv_python = scratch.path("venv/bin/python3");
+    assert!(
+        manifest.contains(&format!("command = [\"{}", venv_python.display())),
+        "{manifest}"
+    );
     assert!(!script.contains("{{"), "{script}");
     // It runs, sandboxed, on the installed helper alone.
     let (status, folder, stderr) =
         scratch.run_with_env("installed/experiment.toml", &["-q"], &[("PATH", &path)]);
+    assert_eq!(status, 0, "{stderr}");
+    // Its runs are in its own folder, though it was run from the one above.
+    assert!(
+        folder.starts_with(scratch.path("installed/runs/installed")),
+        "{}",
+        folder.display()
+    );
+    // The venv no longer active: the run still finds the helper.
+    let (status, _, stderr) =
+        scratch.run_with_env("installed/experiment.toml", &["-q", "--set", "seeds=[9]"], &[]);
     assert_eq!(status, 0, "{stderr}");
     let report = common::read_json(&folder.join("report.json"));
     assert_eq!(report["failures"].as_array().unwrap().len(), 0);
@@ -340,4 +357,64 @@ fn init_uses_the_installed_helper_and_copies_it_only_when_none_is_importable() {
     );
     let (status, _, stderr) = scratch.run_with_env("copied/experiment.toml", &["-q"], &[("PATH", &path)]);
     assert_eq!(status, 0, "{stderr}");
+}
+
+#[test]
+fn the_experiment_init_makes_verifies_here_and_its_pack_in_a_bare_environment_elsewhere() {
+    if !common::python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::empty();
+    let output = scratch.gacc().args(["init", "s"]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (status, folder, stderr) = scratch.run("s/experiment.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let verified = scratch.gacc().arg("verify").arg(&folder).output().unwrap();
+    assert_eq!(
+        (
+            verified.status.code(),
+            String::from_utf8_lossy(&verified.stdout).into_owned()
+        ),
+        (Some(0), "verified\n".to_owned()),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let pack = scratch.path("s.gacc.tar.gz");
+    let packed = scratch
+        .gacc()
+        .arg("pack")
+        .arg(&folder)
+        .arg("-o")
+        .arg(&pack)
+        .output()
+        .unwrap();
+    assert!(
+        packed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+    let elsewhere = Scratch::empty();
+    let bare = std::process::Command::new(common::gacc_binary())
+        .current_dir(elsewhere.path(""))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .arg("verify")
+        .arg(&pack)
+        .output()
+        .unwrap();
+    assert_eq!(
+        (
+            bare.status.code(),
+            String::from_utf8_lossy(&bare.stdout).into_owned()
+        ),
+        (Some(0), "verified\n".to_owned()),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
 }

@@ -44,8 +44,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Where a new experiment's compressor finds the helper.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Helper {
-    /// Installed: the module's file, as `python3` imports it in a callback's environment.
-    Installed(PathBuf),
+    /// Installed: the module's file, as `python3` imports it in a callback's environment, and
+    /// that interpreter's absolute path (the manifest names it, so that a run finds the helper
+    /// when the environment it was installed in is no longer active).
+    Installed { module: PathBuf, python: PathBuf },
     /// `callbacks/gacc_callback.py`, written beside the compressor.
     Copied,
 }
@@ -54,8 +56,16 @@ impl Helper {
     /// How the compressor's doc and the experiment's README name it.
     fn described(&self) -> &'static str {
         match self {
-            Helper::Installed(_) => "installed with gacc in the Python that runs the script",
+            Helper::Installed { .. } => "installed with gacc in the Python that runs the script",
             Helper::Copied => "copied beside the script as `gacc_callback.py`",
+        }
+    }
+
+    /// The interpreter the manifest's command names.
+    fn python(&self) -> String {
+        match self {
+            Helper::Installed { python, .. } => python.display().to_string(),
+            Helper::Copied => PYTHON.to_owned(),
         }
     }
 }
@@ -67,13 +77,14 @@ pub(crate) struct Written {
 }
 
 /// The `gacc_callback` module `python3` imports in a callback's environment (cleared but for
-/// `PATH`, `HOME` and the locale; run from `/`, so no copy in the current folder counts), or
-/// None: no `python3`, no such module, or no answer within `PROBE_TIMEOUT`.
-pub(crate) fn installed_helper() -> Option<PathBuf> {
+/// `PATH`, `HOME` and the locale; run from `/`, so no copy in the current folder counts), with
+/// that interpreter's absolute path; or None: no `python3`, no such module, or no answer within
+/// `PROBE_TIMEOUT`.
+pub(crate) fn installed_helper() -> Option<Helper> {
     let line = [
         PYTHON.into(),
         "-c".into(),
-        "import gacc_callback, sys; sys.stdout.write(gacc_callback.__file__)".into(),
+        "import gacc_callback, sys; sys.stdout.write(gacc_callback.__file__ + '\\n' + sys.executable)".into(),
     ];
     let mut command = crate::protocol::callback_command(
         &line,
@@ -100,8 +111,13 @@ pub(crate) fn installed_helper() -> Option<PathBuf> {
         }
     }
     let output = child.wait_with_output().ok()?;
-    let file = String::from_utf8(output.stdout).ok()?;
-    (output.status.success() && !file.is_empty()).then(|| PathBuf::from(file))
+    let printed = String::from_utf8(output.stdout).ok()?;
+    let (module, python) = printed.split_once('\n')?;
+    let found = output.status.success() && !module.is_empty() && Path::new(python).is_absolute();
+    found.then(|| Helper::Installed {
+        module: PathBuf::from(module),
+        python: PathBuf::from(python),
+    })
 }
 
 /// Writes a new experiment into `folder` (made if missing), its compressor on `helper`;
@@ -141,6 +157,7 @@ pub(crate) fn init(folder: &Path, helper: Helper) -> Result<Written, Error> {
         } else {
             text.replace("{{name}}", &name)
                 .replace("{{helper}}", helper.described())
+                .replace("{{python}}", &toml_string(&helper.python()))
         };
         crate::files::write(&path, text.as_bytes())?;
         paths.push(path);
@@ -149,10 +166,24 @@ pub(crate) fn init(folder: &Path, helper: Helper) -> Result<Written, Error> {
     let schema = folder.join(SCHEMA);
     crate::files::write(&schema, super::schema_text(super::Schema::Manifest).as_bytes())?;
     paths.push(schema);
+    // The folder is the experiment's project: `gacc run DIR/experiment.toml` from anywhere
+    // finds it (it holds `runs/<name>/`) and keeps its runs and cache here.
+    for place in [
+        folder.join("runs").join(&name),
+        folder.join(crate::inputs::manifest::PROJECT_MARKER),
+    ] {
+        std::fs::create_dir_all(&place).map_err(io(&place))?;
+    }
     let script = folder.join("callbacks/compress.py");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).map_err(io(&script))?;
     Ok(Written { paths, helper })
+}
+
+/// `text` as the inside of a TOML basic string.
+fn toml_string(text: &str) -> String {
+    let quoted = toml::Value::String(text.to_owned()).to_string();
+    quoted[1..quoted.len() - 1].to_owned()
 }
 
 /// The folder's name as an experiment name (`[a-z0-9][a-z0-9_-]*`), or `my-experiment`.

@@ -352,24 +352,24 @@ pub fn schema(which: Schema) -> Result<Ended, Error> {
 
 /// `gacc init [DIR]`: a new experiment, and what to do next.
 pub fn init(folder: &Path) -> Result<Ended, Error> {
-    let written = init::init(
-        folder,
-        init::installed_helper().map_or(init::Helper::Copied, init::Helper::Installed),
-    )?;
+    let written = init::init(folder, init::installed_helper().unwrap_or(init::Helper::Copied))?;
     for path in &written.paths {
         println!("{}", path.display());
     }
     match &written.helper {
-        init::Helper::Installed(file) => {
-            eprintln!("the compressor imports the installed helper ({})", file.display())
-        }
+        init::Helper::Installed { module, python } => eprintln!(
+            "the compressor imports the installed helper ({}), run by {}",
+            module.display(),
+            python.display()
+        ),
         init::Helper::Copied => eprintln!(
             "the compressor imports the helper copied beside it (python3 cannot import an installed gacc_callback)"
         ),
     }
     eprintln!(
-        "run it: gacc run {}\nthen change data/sources.jsonl and compress.py (see README.md there)",
-        folder.join("experiment.toml").display()
+        "run it: gacc run {} (from any folder: its runs and cache stay in {})\nthen change data/sources.jsonl and compress.py (see README.md there)",
+        folder.join("experiment.toml").display(),
+        folder.display()
     );
     Ok(Ended::Success)
 }

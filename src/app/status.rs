@@ -172,8 +172,8 @@ pub(super) fn plan_status(
     sets: &[String],
 ) -> Result<(Stages, BTreeMap<String, CallBounds>), Error> {
     let prepared = super::prepare::prepare_without_keys(path, sets)?;
-    for change in super::prepare::changed_scripts(&prepared.loaded) {
-        eprintln!("note: {change}");
+    for (reruns, change) in super::prepare::changed_scripts(&prepared.loaded) {
+        eprintln!("{}: {change}", if reruns { "note" } else { "warning" });
     }
     let cache = cache_for(&prepared.loaded)?;
     let mut walk = Walk {

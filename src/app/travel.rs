@@ -18,10 +18,14 @@ pub fn pack(
     runs: &Path,
     run: &Path,
     output: Option<&Path>,
-    cache: &Path,
+    cache: Option<&Path>,
     dataset: bool,
 ) -> Result<Ended, Error> {
     let folder = resolve(run, runs)?;
+    let cache = &match cache {
+        Some(cache) => cache.to_path_buf(),
+        None => crate::store::run_folder::cache_of(folder.path())?,
+    };
     if !Cache::exists(cache) {
         return Err(Error::Io {
             path: cache.to_path_buf(),

@@ -55,7 +55,7 @@ pub(crate) fn callback_identity(spec: &CallbackSpec) -> Value {
             json!({"builtin": name, "builtin_revision": crate::builtin::revision(name)})
         }
         // A command's files (its script and the modules beside it) unless a revision is pinned.
-        (None, None, command) if !spec.script_files.is_empty() => {
+        (None, None, command) if !spec.script_files.is_empty() && spec.revision.is_empty() => {
             json!({"command": command, "files": spec.script_files})
         }
         (None, None, command) => json!({"command": command}),

@@ -286,6 +286,28 @@ fn unreadable(path: &Path, error: std::io::Error) -> Error {
     }
 }
 
+/// The cache a run folder's run.json names: as written where absolute, else in the run's
+/// project folder (the one holding `runs/<name>/<run>`).
+pub(crate) fn cache_of(folder: &Path) -> Result<PathBuf, Error> {
+    let path = folder.join(RUN);
+    let text = std::fs::read_to_string(&path).map_err(crate::error::io(&path))?;
+    let named = crate::store::run_record::RunRecord::parse(&text)
+        .map(|record| record.cache)
+        .unwrap_or_default();
+    let named = if named.is_empty() {
+        ".gacc/cache".to_owned()
+    } else {
+        named
+    };
+    let named = PathBuf::from(named);
+    if named.is_absolute() {
+        return Ok(named);
+    }
+    let absolute = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    let project = absolute.ancestors().nth(3).unwrap_or(Path::new("."));
+    Ok(project.join(named))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

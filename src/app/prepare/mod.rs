@@ -328,18 +328,33 @@ pub(super) fn templates(loaded: &Loaded) -> BTreeMap<String, String> {
 }
 
 /// What changed in the callbacks' files since the last run of this experiment, one line per
-/// callback: its calls run again (a pinned `revision` would have kept them).
-pub(super) fn changed_scripts(loaded: &Loaded) -> Vec<String> {
+/// callback: (whether its calls run again, the line). A callback whose `revision` is pinned and
+/// unchanged keeps its cached calls, as asked: its line says so, since its answers may be stale.
+pub(super) fn changed_scripts(loaded: &Loaded) -> Vec<(bool, String)> {
     let latest = (loaded.project.join("runs"))
         .join(&loaded.manifest.name)
-        .join("latest")
-        .join("run.json");
-    let Some(before) = std::fs::read_to_string(latest)
+        .join("latest");
+    let Some(before) = std::fs::read_to_string(latest.join("run.json"))
         .ok()
         .and_then(|text| crate::store::run_record::RunRecord::parse(&text))
     else {
         return Vec::new();
     };
+    // The revisions the last run pinned, from its manifest.
+    let then_manifest: Option<toml::Table> = std::fs::read_to_string(latest.join("manifest.toml"))
+        .ok()
+        .and_then(|text| toml::from_str(&text).ok());
+    let revision_then = |key: &str| -> String {
+        let mut value = then_manifest.as_ref().map(|t| toml::Value::Table(t.clone()));
+        for part in key.splitn(2, '.') {
+            value = value.and_then(|v| v.get(part).cloned());
+        }
+        (value.and_then(|v| v.get("revision").and_then(|r| r.as_str().map(str::to_owned))))
+            .unwrap_or_default()
+    };
+    let specs: BTreeMap<String, &CallbackSpec> = (loaded.manifest.callbacks().into_iter())
+        .map(|(key, _, spec)| (key, spec))
+        .collect();
     let mut lines = Vec::new();
     for (key, now) in scripts(loaded) {
         let Some(then) = before.scripts.get(&key) else {
@@ -351,10 +366,25 @@ pub(super) fn changed_scripts(loaded: &Loaded) -> Vec<String> {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
-        if !changed.is_empty() {
-            lines.push(format!(
-                "`{key}`: {} changed since the last run, so its calls run again (`revision` pins a callback)",
-                changed.join(", ")
+        if changed.is_empty() {
+            continue;
+        }
+        let revision = specs.get(&key).map_or("", |spec| spec.revision.as_str());
+        if revision.is_empty() {
+            lines.push((
+                true,
+                format!(
+                    "`{key}`: {} changed since the last run, so its calls run again (`revision` pins a callback)",
+                    changed.join(", ")
+                ),
+            ));
+        } else if revision == revision_then(&key) {
+            lines.push((
+                false,
+                format!(
+                    "`{key}`: {} changed since the last run, but `revision = \"{revision}\"` is pinned, so its cached answers are kept and may be stale: change `revision` (or remove it) to run its calls again",
+                    changed.join(", ")
+                ),
             ));
         }
     }

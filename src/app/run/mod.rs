@@ -103,9 +103,12 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     for warning in crate::inputs::manifest::warnings(&prepared.loaded) {
         eprintln!("warning: {warning}");
     }
-    if !options.quiet {
-        for change in super::prepare::changed_scripts(&prepared.loaded) {
-            eprintln!("note: {change}");
+    for (reruns, change) in super::prepare::changed_scripts(&prepared.loaded) {
+        match reruns {
+            true if !options.quiet => eprintln!("note: {change}"),
+            true => {}
+            // A pinned callback whose files changed serves answers its code may no longer give.
+            false => eprintln!("warning: {change}"),
         }
     }
     phases.end("prepare (manifest, dataset, tokenizer check, plan)");

@@ -43,7 +43,7 @@ pub fn verify(
     runs: &Path,
     target: &Path,
     dataset: Option<&Path>,
-    cache: &Path,
+    cache: Option<&Path>,
     checks: &SpotChecks,
 ) -> Result<Ended, Error> {
     let nanos = std::time::SystemTime::now()
@@ -98,7 +98,7 @@ fn verify_in(
     runs: &Path,
     target: &Path,
     dataset: Option<&Path>,
-    cache: &Path,
+    cache: Option<&Path>,
     checks: &SpotChecks,
 ) -> Result<(Vec<Figure>, Vec<String>), Error> {
     let mut figures = Vec::new();
@@ -114,7 +114,12 @@ fn verify_in(
         pack::write_members(&members, &unpacked)?;
         (unpacked.join(pack::RUN), unpacked.join("cache"))
     } else {
-        (resolve(target, runs)?.path().to_path_buf(), cache.to_path_buf())
+        let folder = resolve(target, runs)?.path().to_path_buf();
+        let cache = match cache {
+            Some(cache) => cache.to_path_buf(),
+            None => crate::store::run_folder::cache_of(&folder)?,
+        };
+        (folder, cache)
     };
     let manifest = replay_folder(&work.join("replay"), &stated, dataset)?;
     let options = RunOptions {

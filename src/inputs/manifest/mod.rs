@@ -272,7 +272,7 @@ pub(crate) struct CallbackSpec {
     #[schemars(skip)]
     pub model: Option<Arc<ModelCall>>,
     /// The files the command runs, by path relative to the manifest, and their SHA-256, once
-    /// the manifest is loaded (none where `revision` is pinned).
+    /// the manifest is loaded (where `revision` is pinned, they are not part of its identity).
     #[serde(skip)]
     #[schemars(skip)]
     pub script_files: std::collections::BTreeMap<String, String>,

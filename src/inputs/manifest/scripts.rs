@@ -22,17 +22,15 @@ const MOST_FILES: usize = 1000;
 /// edit does.
 const MOST_HASHED_BYTES: u64 = 64 << 20;
 
-/// `spec`'s files and their SHA-256, by path relative to `folder`; empty where a `revision` is
-/// pinned or the command names no file of the experiment.
+/// `spec`'s files and their SHA-256, by path relative to `folder`; empty where the command
+/// names no file of the experiment. They are hashed where a `revision` is pinned too, though not
+/// into the identity then, so that a run can say the files changed under the same revision.
 pub(crate) fn files(
     spec: &CallbackSpec,
     folder: &Path,
     place: &str,
 ) -> Result<BTreeMap<String, String>, Problem> {
     let mut found = BTreeMap::new();
-    if !spec.revision.is_empty() {
-        return Ok(found);
-    }
     let Some(command) = &spec.command else {
         return Ok(found);
     };
@@ -207,9 +205,10 @@ mod tests {
         assert_eq!(found["callbacks/deeper.py"], sha256(b"x = 1\n"));
         let pinned: CallbackSpec =
             toml::from_str("command = [\"python3\", \"callbacks/run.py\"]\nrevision = \"2\"").unwrap();
-        assert!(
-            files(&pinned, &folder, "m.toml").unwrap().is_empty(),
-            "a pinned revision hashes nothing"
+        assert_eq!(
+            files(&pinned, &folder, "m.toml").unwrap().len(),
+            3,
+            "a pinned revision's files are hashed too (to say they changed)"
         );
     }
 
