@@ -186,3 +186,39 @@ fn a_run_of_another_schema_or_none_at_all_is_named_with_exit_status_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_diff_around_an_edit_of_a_script_names_the_script_and_opens_with_a_summary() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/callbacks/keep.sh",
+        "#!/bin/sh\nexec @GACC@ callback goal-line\n",
+    );
+    let manifest = scratch.fixture_with("edited", "command = [\"sh\", \"callbacks/keep.sh\"]");
+    let (status, a, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    // The edit changes what the compressor keeps: it now returns the whole source.
+    scratch.script(
+        "experiments/callbacks/keep.sh",
+        "#!/bin/sh\nexec @GACC@ callback identity\n",
+    );
+    let (status, b, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let output = scratch
+        .gacc()
+        .args(["diff", a.to_str().unwrap(), b.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("| compressors.goal-line script callbacks/keep.sh | sha256 "),
+        "{printed}"
+    );
+    let summary = printed
+        .lines()
+        .find(|line| line.starts_with("**"))
+        .unwrap_or_else(|| panic!("no summary line:\n{printed}"));
+    assert!(summary.contains("of 1 cell(s) changed"), "{summary}");
+    assert!(summary.contains("setting(s) changed"), "{summary}");
+    assert!(printed.contains("| 95% interval | verdict |"), "{printed}");
+}

@@ -30,6 +30,8 @@ struct Run {
     folder: PathBuf,
     report: StoredReport,
     manifest: Option<toml::Value>,
+    /// Per callback, the files its command runs and their SHA-256, as run.json recorded them.
+    scripts: BTreeMap<String, BTreeMap<String, String>>,
     results: Vec<ResultRow>,
     questions: HashMap<String, String>,
 }
@@ -155,6 +157,10 @@ fn load(path: &Path) -> Result<Run, Error> {
         .read_text(MANIFEST)
         .ok()
         .and_then(|text| toml::from_str(&text).ok());
+    let scripts = (folder.read_text(crate::store::run_folder::RUN).ok())
+        .and_then(|text| crate::store::run_record::RunRecord::parse(&text))
+        .map(|record| record.scripts)
+        .unwrap_or_default();
     let mut questions = HashMap::new();
     for source in folder.read_rows::<Source>(DATASET)? {
         for goal in source.goals {
@@ -168,6 +174,7 @@ fn load(path: &Path) -> Result<Run, Error> {
         folder: folder.path().to_path_buf(),
         report,
         manifest,
+        scripts,
         questions,
     })
 }
@@ -200,6 +207,13 @@ fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
         flatten("", manifest, &mut right);
     }
     for (run, map) in [(a, &mut left), (b, &mut right)] {
+        // A callback's identity is its files too: an edit to its script is a changed setting.
+        for (callback, files) in &run.scripts {
+            for (file, sha256) in files {
+                let shown = sha256.get(..12).unwrap_or(sha256);
+                map.insert(format!("{callback} script {file}"), format!("sha256 {shown}…"));
+            }
+        }
         map.insert("(dataset sha256)".into(), run.report.dataset.sha256.to_string());
         map.insert(
             "(tokenizer)".into(),

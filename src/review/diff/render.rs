@@ -3,6 +3,33 @@
 
 use super::{AuditDiff, CellLabel, Diff, SettingChange};
 
+/// One line: how many cells of both runs changed, which way, and how many settings differ.
+/// A cell is better where its Micro rose (or, Micro equal, its Macro), worse where it fell.
+pub(super) fn summary(diff: &Diff) -> String {
+    let (mut better, mut worse, mut same) = (0, 0, 0);
+    for cell in &diff.cells {
+        let sign = |delta: Option<f64>| delta.map_or(0.0, f64::signum);
+        match (sign(cell.micro_delta), sign(cell.macro_delta)) {
+            (m, _) if m > 0.0 => better += 1,
+            (m, _) if m < 0.0 => worse += 1,
+            (_, a) if a > 0.0 => better += 1,
+            (_, a) if a < 0.0 => worse += 1,
+            _ => same += 1,
+        }
+    }
+    let settings = diff.settings.len();
+    format!(
+        "**{} of {} cell(s) changed** ({better} better, {worse} worse; {} regression(s) by the tests below), {same} unchanged; {settings} setting(s) changed{}.",
+        better + worse,
+        diff.cells.len(),
+        diff.regressions,
+        match (diff.only_in_a.len(), diff.only_in_b.len()) {
+            (0, 0) => String::new(),
+            (a, b) => format!("; {a} cell(s) only in A, {b} only in B"),
+        }
+    )
+}
+
 /// The settings that differ, as a Markdown table.
 pub(super) fn settings_table(settings: &[SettingChange]) -> String {
     let mut out = String::new();
@@ -55,12 +82,14 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     let number = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.3}"));
     let delta = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| paint(v, format!("{v:+.3}")));
     let mut out = format!(
-        "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n## Settings\n\n",
-        diff.a, diff.b
+        "# gacc diff\n\n- A: `{}`\n- B: `{}`\n\n{}\n\n## Settings\n\n",
+        diff.a,
+        diff.b,
+        summary(diff)
     );
     out.push_str(&settings_table(&diff.settings));
     out.push_str("## Cells\n\nMicro: exact McNemar test over the questions scored in both runs. Macro: paired bootstrap over goals (10,000 resamples), 95% interval of B − A.\n\n");
-    out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | right→wrong | wrong→right | McNemar p | Macro A | Macro B | Δ Macro | 95% interval | |\n");
+    out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | right→wrong | wrong→right | McNemar p | Macro A | Macro B | Δ Macro | 95% interval | verdict |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for c in &diff.cells {
         out.push_str(&format!(
