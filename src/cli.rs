@@ -385,6 +385,11 @@ pub(crate) struct RunArgs {
     /// not called again.
     #[arg(long, value_name = "PACK", value_hint = clap::ValueHint::FilePath)]
     pub(crate) from: Option<PathBuf>,
+    /// A name for this run, kept in its run.json and shown by `gacc runs`, `gacc view` and
+    /// report.md; `gacc diff`, `export`, `report`, `trace` and `verify` take it as the run's
+    /// name (the newest run of that label).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) label: Option<String>,
 }
 
 impl RunArgs {
@@ -404,6 +409,7 @@ impl RunArgs {
             require_sandbox: self.require_sandbox,
             json: self.json,
             from: self.from,
+            label: self.label,
             ..RunOptions::default()
         }
     }

@@ -418,3 +418,47 @@ fn the_experiment_init_makes_verifies_here_and_its_pack_in_a_bare_environment_el
         String::from_utf8_lossy(&bare.stderr)
     );
 }
+
+#[test]
+fn a_labelled_run_is_listed_by_its_label_and_named_by_it() {
+    let scratch = Scratch::new();
+    let (status, first, stderr) = scratch.run("experiments/fixture.toml", &["-q", "--label", "v1"]);
+    assert_eq!(status, 0, "{stderr}");
+    let (status, second, stderr) = scratch.run(
+        "experiments/fixture.toml",
+        &["-q", "--label", "v2", "--set", "seeds=[1]"],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    // A failed try in between does not move the labels.
+    let (status, _, _) = scratch.run("experiments/fixture.toml", &["-q", "--set", "seeds=[2]"]);
+    assert_eq!(status, 0);
+    let listed = scratch.gacc().args(["runs"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains(" v1 ") && listed.contains(" v2 "), "{listed}");
+    let record = common::read_json(&second.join("run.json"));
+    assert_eq!(record["label"], "v2");
+    let exported = scratch.gacc().args(["export", "v2"]).output().unwrap();
+    assert!(
+        exported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&exported.stderr)
+    );
+    let rows = String::from_utf8_lossy(&exported.stdout).lines().count();
+    assert_eq!(rows, 13, "a header and the fixture's 12 rows of seed 1");
+    let diff = scratch.gacc().args(["diff", "v1", "v2"]).output().unwrap();
+    let printed = String::from_utf8_lossy(&diff.stdout);
+    let name = |folder: &std::path::Path| folder.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        printed.contains(&format!("- A: `runs/fixture/{}`", name(&first))),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("- B: `runs/fixture/{}`", name(&second))),
+        "{printed}"
+    );
+    let markdown = std::fs::read_to_string(second.join("report.md")).unwrap();
+    assert!(markdown.contains("Run label: **v2**"), "{markdown}");
+    let missing = scratch.gacc().args(["export", "v9"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("or a --label"));
+}

@@ -16,6 +16,9 @@ use crate::store::run_record::RunRecord;
 pub(crate) struct RunSummary {
     pub folder: PathBuf,
     pub name: String,
+    /// Its `--label`, if it was given one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// When it started (UTC), from `run.json`.
     pub started: String,
     /// The experiment's identity (`report.json`'s manifest SHA-256, without `[run]`).
@@ -82,6 +85,7 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .unwrap_or_default(),
+        label: run.label.clone(),
         started: run.started,
         manifest_sha256: report.experiment.manifest_sha256.clone(),
         cells: report.cells.len(),
@@ -95,16 +99,31 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
     }
 }
 
+/// A label as the table shows it: `-` for none, control characters escaped.
+fn shown_label(label: Option<&str>) -> String {
+    match label {
+        None => "-".into(),
+        Some(label) => label
+            .chars()
+            .flat_map(|c| match c.is_control() {
+                true => c.escape_default().collect::<Vec<_>>(),
+                false => vec![c],
+            })
+            .collect(),
+    }
+}
+
 /// `gacc runs list`'s table.
 pub(crate) fn render_list(runs: &[RunSummary]) -> String {
     if runs.is_empty() {
         return "no runs yet\n".into();
     }
     let mut out = format!(
-        "{:<4} {:<20} {:<16} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10} {:>14}\n",
+        "{:<4} {:<20} {:<16} {:<12} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10} {:>14}\n",
         "",
         "started",
         "experiment",
+        "label",
         "manifest",
         "cells",
         "Micro",
@@ -116,10 +135,11 @@ pub(crate) fn render_list(runs: &[RunSummary]) -> String {
     for (back, run) in runs.iter().rev().enumerate() {
         let range = |[low, high]: [f64; 2]| format!("{low:.3}–{high:.3}");
         out.push_str(&format!(
-            "{:<4} {:<20} {:<16} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10.4} {:>14}{}\n",
+            "{:<4} {:<20} {:<16} {:<12} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10.4} {:>14}{}\n",
             format!("-{}", back + 1),
             run.started,
             run.name,
+            shown_label(run.label.as_deref()),
             run.manifest_sha256.get(..8).unwrap_or("-"),
             run.cells,
             range(run.micro),
@@ -134,7 +154,9 @@ pub(crate) fn render_list(runs: &[RunSummary]) -> String {
             },
         ));
     }
-    out.push_str("(-1 is `latest`; any of these names a run for diff, report, trace and export)\n");
+    out.push_str(
+        "(-1 is `latest`; any of these, or a label, names a run for diff, report, trace and export)\n",
+    );
     out
 }
 

@@ -264,9 +264,17 @@ pub(crate) fn resolve(given: &Path, runs: &Path) -> Result<RunFolder, Error> {
             .filter(|n| *n > 0),
     };
     let Some(back) = back else {
-        return Err(Error::NoSuchRun {
+        // A label (`gacc run --label`): the newest run that carries it.
+        let labelled = all_runs(runs).into_iter().rev().find(|run| {
+            std::fs::read_to_string(run.file(RUN))
+                .ok()
+                .and_then(|text| crate::store::run_record::RunRecord::parse(&text))
+                .is_some_and(|record| record.label.as_deref() == Some(text.as_ref()))
+        });
+        return labelled.ok_or_else(|| Error::NoSuchRun {
             given: given.to_path_buf(),
-            message: "no such run folder (a run is a folder, `latest`, or -N for the N-th newest)".into(),
+            message: "no such run folder (a run is a folder, `latest`, -N for the N-th newest, or a --label)"
+                .into(),
         });
     };
     let all = all_runs(runs);

@@ -20,6 +20,9 @@ pub(crate) struct RunRecord {
     pub failures: usize,
     pub gacc_version: String,
     pub host: String,
+    /// The name the user gave the run (`gacc run --label`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: i32,
     pub manifest: String,

@@ -52,6 +52,8 @@ pub struct RunOptions {
     pub json: bool,
     /// A pack (`gacc pack`) whose cache entries are read as a layer beneath the run's cache.
     pub from: Option<PathBuf>,
+    /// The run's label (`--label`), kept in run.json.
+    pub label: Option<String>,
     /// A cache read as a layer beneath the run's, and no call made but by the callbacks
     /// named: what it does not hold fails (`gacc verify`'s replay).
     pub offline_over: Option<PathBuf>,
@@ -142,6 +144,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     };
     phases.end("write manifest, dataset and plan");
     let in_flight = RunRecord {
+        label: options.label.clone(),
         started: utc_timestamp(started_at, true),
         manifest: options.manifest.display().to_string(),
         cache: cache_shown(&prepared),
@@ -198,6 +201,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         landlock_abi: opened.abi,
         scripts: super::prepare::scripts(&prepared.loaded),
         templates: super::prepare::templates(&prepared.loaded),
+        label: options.label.clone(),
         ..RunRecord::here()
     };
     folder.write(RUN, pretty(&record).as_bytes())?;

@@ -69,7 +69,7 @@ fn figure(name: &str, value: Option<f64>) -> String {
 /// The runs list (as `gacc runs list`) and the packs.
 pub(super) fn runs(runs: &[Listed], packs: &[String]) -> String {
     let mut body = String::from(
-        "<table id=\"runs\"><tr><th>started</th><th>experiment</th><th>manifest</th>\
+        "<table id=\"runs\"><tr><th>started</th><th>experiment</th><th>label</th><th>manifest</th>\
          <th class=\"n\">cells</th><th class=\"n\">Micro</th><th class=\"n\">Macro</th>\
          <th class=\"n\">failures</th><th class=\"n\">cost USD</th><th class=\"n\">calls made</th>\
          <th class=\"n\">cached</th><th></th></tr>\n",
@@ -87,7 +87,7 @@ pub(super) fn runs(runs: &[Listed], packs: &[String]) -> String {
         };
         let _ = writeln!(
             body,
-            "<tr data-run=\"{id}\"><td><a href=\"/run?run={q}\">{started}</a></td><td>{name}</td>\
+            "<tr data-run=\"{id}\"><td><a href=\"/run?run={q}\">{started}</a></td><td>{name}</td><td>{label}</td>\
              <td><code>{sha}</code></td><td class=\"n\">{cells}</td><td class=\"n\">{micro}</td>\
              <td class=\"n\">{macro_}</td><td class=\"n\">{failures}</td><td class=\"n\">{cost:.4}</td>\
              <td class=\"n\">{made}</td><td class=\"n\">{cached}</td><td>{state}</td></tr>",
@@ -95,6 +95,7 @@ pub(super) fn runs(runs: &[Listed], packs: &[String]) -> String {
             q = query(&run.id),
             started = esc(if s.started.is_empty() { &run.id } else { &s.started }),
             name = esc(&s.name),
+            label = esc(s.label.as_deref().unwrap_or("")),
             sha = esc(s.manifest_sha256.get(..8).unwrap_or("-")),
             cells = s.cells,
             micro = range(s.micro),
