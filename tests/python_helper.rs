@@ -65,3 +65,69 @@ fn the_helper_gives_the_same_report_in_both_modes_whatever_it_prints() {
         2.0 / 3.0
     );
 }
+
+#[test]
+fn count_tokens_and_fit_agree_with_gacc_and_a_sandboxed_compressor_fills_its_budget_exactly() {
+    if !python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::new();
+    scratch.copy_helper();
+    // SPEC §7's vectors, counted by the helper as gacc counts them; and `fit`'s cuts.
+    let check = r#"
+import json, sys
+sys.path.insert(0, "experiments/callbacks")
+from gacc_callback import count_tokens, fit
+vectors = {"hello world": 2, "rer": 1, "'rer": 2, "today\n ": 3, "today\n \n": 2, "today\n  \n": 2,
+           "\U0001F44D": 3, "Hello world!": 3, "こんにちは世界": 4, "I love \U0001F355": 5,
+           "How about numbers? 123 45.6 -78.9": 14, "line1\r\nline2\r\nline3": 8,
+           "<|endoftext|>": 7, "a" * 1000: 125}
+counted = {text: count_tokens(text) for text in vectors}
+assert counted == vectors, counted
+assert fit("hello world", 1) == "hello"
+assert fit("a" * 1000, 10) == "a" * 80
+assert fit("hello world", 0) == ""
+assert fit("hello world", 5) == "hello world"
+# A cut through a character's bytes decodes as gacc cuts a memory: U+FFFD.
+assert fit("\U0001F44D", 1) == "\ufffd", repr(fit("\U0001F44D", 1))
+print("ok")
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", check])
+        .current_dir(scratch.path(""))
+        .env("GACC_EXE", common::gacc_binary())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A compressor that fills its budget with `fit`, run by gacc in its sandbox: every memory
+    // keeps exactly its budget (or the whole source), and none is cut by gacc.
+    scratch.write(
+        "experiments/callbacks/fill.py",
+        "from gacc_callback import compressor, fit, serve\n\n\n@compressor\ndef fill(context, token_budget, **_):\n    return fit(context, token_budget)\n\n\nif __name__ == \"__main__\":\n    serve()\n",
+    );
+    let manifest = scratch.fixture_with(
+        "fill",
+        "command = [\"python3\", \"callbacks/fill.py\"]\nmode = \"persistent\"",
+    );
+    let (status, folder, stderr) = scratch.run(&manifest, &["-q", "--set", "ratios=[0.1, 0.37]"]);
+    assert_eq!(status, 0, "{stderr}");
+    let memories = common::read_lines(&folder.join("memories.jsonl"));
+    assert!(!memories.is_empty());
+    for row in &memories {
+        let budget = row["budget"].as_u64().unwrap();
+        let source = row["source_tokens"].as_u64().unwrap();
+        assert_eq!(
+            row["retained_tokens"].as_u64().unwrap(),
+            budget.min(source),
+            "{row}"
+        );
+        assert_eq!(row["truncated"], false, "{row}");
+        assert_eq!(row["unused_budget"], 0, "{row}");
+    }
+}

@@ -25,6 +25,10 @@ the role's one field (the memory, the answer, the verdict) or a whole response o
   `max_inflight = N`, each batch is the requests that arrive within `batch_wait` (default
   5 ms) of its first, up to `batch_size` — one forward pass per batch. Replies echo each
   request's `id`.
+- `count_tokens(text)` and `fit(text, budget)` count and cut cl100k_base tokens exactly as gacc
+  does (`fit`: the longest prefix of whole tokens within the budget, decoded as gacc cuts a
+  memory), by asking gacc itself (`GACC_EXE`, which gacc sets for its callbacks, else `gacc` on
+  PATH): nothing more to install, and it works inside the sandbox.
 - `python -m gacc_callback try script.py --role compressor --context FILE --goal "..."
   --budget 200` calls a script's function by hand and prints the reply.
 
@@ -39,6 +43,8 @@ import json
 import os
 import queue
 import runpy
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -54,6 +60,8 @@ __all__ = [
     "setup",
     "usage",
     "serve",
+    "count_tokens",
+    "fit",
 ]
 
 PROTOCOL = "gacc/1"
@@ -69,6 +77,66 @@ _batch_waits = {}
 BATCH_WAIT = 0.005
 _setups = []
 _ready = False
+
+
+class _Tokenizer:
+    """gacc's own cl100k_base (`gacc callback cl100k_base`), one process, asked in turn."""
+
+    def __init__(self):
+        exe = os.environ.get("GACC_EXE") or shutil.which("gacc")
+        if not exe:
+            raise RuntimeError(
+                "count_tokens and fit ask gacc: run under gacc (which sets GACC_EXE), or put gacc on PATH"
+            )
+        self._process = subprocess.Popen(
+            [exe, "callback", "cl100k_base"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "GACC_MODE": "persistent"},
+        )
+        self._lock = threading.Lock()
+
+    def ask(self, request):
+        with self._lock:
+            self._process.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
+            self._process.stdin.flush()
+            line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError("gacc's tokenizer ended without answering")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError("gacc's tokenizer: " + str(reply["error"]))
+        return reply
+
+
+_tokenizer = None
+_tokenizer_lock = threading.Lock()
+
+
+def _tokens():
+    global _tokenizer
+    with _tokenizer_lock:
+        if _tokenizer is None:
+            _tokenizer = _Tokenizer()
+        return _tokenizer
+
+
+def count_tokens(text):
+    """The cl100k_base tokens of `text`, as gacc counts them."""
+    return len(_tokens().ask({"op": "encode", "text": text})["tokens"])
+
+
+def fit(text, budget):
+    """The longest prefix of `text`'s whole cl100k_base tokens within `budget`, decoded as gacc
+    cuts a memory (a character cut in two becomes U+FFFD): what gacc keeps of a memory of
+    `budget` tokens. A text within the budget comes back unchanged."""
+    if budget < 0:
+        raise ValueError("a budget is at least 0 tokens")
+    tokens = _tokens().ask({"op": "encode", "text": text})["tokens"]
+    if len(tokens) <= budget:
+        return text
+    return _tokens().ask({"op": "decode", "tokens": tokens[:budget]})["text"]
 
 
 class Retryable(Exception):

@@ -25,7 +25,8 @@ pub(crate) const KEPT_VARIABLES: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "
 
 /// The process of a callback of `role` (SPEC §3): `line` run in `cwd`, its environment cleared
 /// but for `KEPT_VARIABLES`, `passed` (the manifest's `env`), `GACC_PROTOCOL`, `GACC_ROLE` and
-/// `GACC_MODE` (`oneshot` or `persistent`, so one script can serve both);
+/// `GACC_MODE` (`oneshot` or `persistent`, so one script can serve both), `GACC_EXE` (this
+/// executable);
 /// its three pipes to gacc; its own process group, so a timeout can end all it started.
 /// Callback processes and external tokenizers both start this way.
 pub(crate) fn callback_command<'a>(
@@ -56,5 +57,9 @@ pub(crate) fn callback_command<'a>(
         .env("GACC_PROTOCOL", PROTOCOL)
         .env("GACC_ROLE", role)
         .env("GACC_MODE", mode.as_str());
+    // gacc itself (its sandbox grants it), so a callback can count and cut tokens as gacc does.
+    if let Ok(exe) = std::env::current_exe() {
+        command.env("GACC_EXE", exe);
+    }
     command
 }
