@@ -131,3 +131,59 @@ print("ok")
         assert_eq!(row["unused_budget"], 0, "{row}");
     }
 }
+
+#[test]
+fn each_call_of_a_persistent_helper_worker_carries_exactly_its_own_log() {
+    if !python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::new();
+    scratch.copy_helper();
+    // Each call prints its own token three ways: print(), print to stderr, stderr flushed.
+    scratch.write(
+        "experiments/callbacks/noisy.py",
+        "import sys\nfrom gacc_callback import compressor, serve\n\n\n@compressor\ndef noisy(context, goal, token_budget, seed, **_):\n    token = f\"TOKEN={seed}-{token_budget}-{goal}\"\n    print(token)\n    print(token, file=sys.stderr)\n    sys.stderr.write(token + \"\\n\")\n    sys.stderr.flush()\n    return context\n\n\nif __name__ == \"__main__\":\n    serve()\n",
+    );
+    let manifest = scratch.fixture_with(
+        "noisy",
+        "command = [\"python3\", \"callbacks/noisy.py\"]\nmode = \"persistent\"",
+    );
+    let (status, folder, stderr) = scratch.run(
+        &manifest,
+        &[
+            "-q",
+            "--set",
+            "seeds=[1, 2, 3, 4, 5, 6, 7, 8]",
+            "--set",
+            "conditions=[\"own-goal\", \"no-goal\"]",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    let mut calls = 0;
+    for line in trace.lines() {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        if event["message"] != "callback attempt" {
+            continue;
+        }
+        let log = event["stderr"].as_str().unwrap_or("");
+        let tokens: Vec<&str> = log.lines().filter(|l| l.starts_with("TOKEN=")).collect();
+        if event["callback"]
+            .as_str()
+            .is_some_and(|c| c.contains("goal-line"))
+        {
+            calls += 1;
+            assert_eq!(tokens.len(), 3, "a call's log holds its three lines: {log:?}");
+            assert!(
+                tokens.iter().all(|t| *t == tokens[0]),
+                "another call's line: {log:?}"
+            );
+        }
+    }
+    assert_eq!(
+        calls,
+        8 * 6,
+        "8 seeds × 6 memories (4 goals under own-goal, 2 sources under no-goal)"
+    );
+}

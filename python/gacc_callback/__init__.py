@@ -17,6 +17,10 @@ the role's one field (the memory, the answer, the verdict) or a whole response o
 - The reply channel is protected at the file-descriptor level: before anything runs, fd 1 is
   moved to stderr and a private copy kept for replies, so `print()`, `os.write(1, ...)` and C
   libraries that write to stdout land in the callback's log, never in the protocol.
+- What a call prints (`print()`, `sys.stderr`, its traceback) is captured while it is served and
+  sent with its reply as `log`, so gacc files each call's log with exactly that call, even where
+  one persistent worker serves many (what C libraries write to the file descriptors goes to
+  stderr as before).
 - An exception becomes `{"error": "Type: message", "retryable": false}` (its traceback goes to
   stderr); raise `Retryable` for a transient failure that gacc should retry.
 - `@setup` functions run once per process, before the first request (load a model once).
@@ -245,6 +249,37 @@ def _respond_batch(role, requests):
         return [dict(reply) for _ in requests]
 
 
+# The most of a call's log sent with its reply (its end is kept).
+LOG_BYTES = 32 * 1024
+
+
+class _CallLog:
+    """Python's stdout and stderr while one call (or batch) is served, captured for its reply."""
+
+    def __enter__(self):
+        import io
+
+        self._saved = (sys.stdout, sys.stderr)
+        self._buffer = io.StringIO()
+        sys.stdout = sys.stderr = self._buffer
+        return self
+
+    def __exit__(self, *_):
+        sys.stdout, sys.stderr = self._saved
+        return False
+
+    def text(self):
+        text = self._buffer.getvalue()
+        return text[-LOG_BYTES:]
+
+
+def _with_log(reply, log):
+    if log and isinstance(reply, dict):
+        reply = dict(reply)
+        reply["log"] = log
+    return reply
+
+
 def _encoded(reply):
     """One reply line, and whether it is an error: strict JSON (no NaN or Infinity, which gacc
     cannot read), or an error reply saying why the function's reply could not be sent."""
@@ -296,7 +331,9 @@ def serve():
 
     def answer(text):
         request, refused = _parsed(text)
-        reply = refused or _respond(role, request)
+        with _CallLog() as log:
+            reply = refused or _respond(role, request)
+        reply = _with_log(reply, log.text())
         # With max_inflight > 1 each request carries an id its reply echoes.
         if request is not None and "id" in request:
             reply["id"] = request["id"]
@@ -342,11 +379,14 @@ def serve():
         # Every line read gets a reply, in the order read: a malformed one its error.
         parsed = [_parsed(line) for line in batch]
         requests = [request for request, _ in parsed if request is not None]
-        answers = iter(_respond_batch(role, requests) if requests else [])
+        with _CallLog() as log:
+            answers = iter(_respond_batch(role, requests) if requests else [])
+        # A batch is served as one: its log is each of its calls'.
+        logged = log.text()
         sys.stdout.flush()
         sys.stderr.flush()
         for request, refused in parsed:
-            reply = refused or next(answers)
+            reply = refused or _with_log(next(answers), logged)
             if request is not None and "id" in request:
                 reply["id"] = request["id"]
             send(reply)

@@ -33,12 +33,43 @@ class Callback:
             script.write(textwrap.dedent(body))
 
     def run(self, requests, mode="oneshot", role="compressor"):
-        """Sends the requests as gacc does; returns (replies, stderr, status)."""
+        """Sends the requests as gacc does; returns (replies, stderr, status). Each reply's framed
+        `log` is taken out, as gacc takes it, and kept in `self.logs`; stderr is what the
+        process wrote there followed by those logs (all the callback logged)."""
         env = {"PATH": os.environ.get("PATH", ""), "GACC_PROTOCOL": "gacc/1", "GACC_ROLE": role, "GACC_MODE": mode}
         text = "".join(json.dumps(r) + "\n" for r in requests) if mode == "persistent" else json.dumps(requests[0])
         done = subprocess.run([sys.executable, self.script], input=text, capture_output=True, text=True, env=env, cwd=self.folder, timeout=60)
         replies = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-        return replies, done.stderr, done.returncode
+        self.logs = [reply.pop("log", "") if isinstance(reply, dict) else "" for reply in replies]
+        return replies, done.stderr + "".join(self.logs), done.returncode
+
+
+class CallLogs(unittest.TestCase):
+    def test_each_calls_prints_and_traceback_come_framed_with_its_own_reply(self):
+        callback = Callback("""
+            import sys
+            from gacc_callback import compressor, serve
+
+            @compressor
+            def compress(context, goal, **_):
+                print("TOKEN=" + context)
+                print("to stderr " + context, file=sys.stderr, flush=True)
+                if context == "boom":
+                    raise ValueError("no " + context)
+                return context
+
+            if __name__ == "__main__":
+                sys.exit(serve())
+        """)
+        requests = [{"context": c, "goal": None, "token_budget": 5} for c in ["one", "boom", "three"]]
+        replies, _, status = callback.run(requests, mode="persistent")
+        self.assertEqual([r.get("memory") for r in replies], ["one", None, "three"])
+        for context, log in zip(["one", "boom", "three"], callback.logs):
+            self.assertIn("TOKEN=" + context + "\n", log)
+            self.assertIn("to stderr " + context, log)
+            others = {"one", "boom", "three"} - {context}
+            self.assertFalse(any("TOKEN=" + other + "\n" in log for other in others), log)
+        self.assertIn("ValueError: no boom", callback.logs[1])
 
 
 COMPRESSOR = """

@@ -322,6 +322,39 @@ pub(crate) fn parse_response(bytes: &[u8]) -> Result<Value, FailureKind> {
     Ok(value)
 }
 
+/// Takes a response's `log` out (a text: what the callback wrote while it served this very call,
+/// framed with its reply by the Python helper), its last `STDERR_TAIL_BYTES` kept. Not part
+/// of the answer: it is the call's log, in place of the stderr a persistent worker's calls share.
+pub(crate) fn take_log(response: &mut Value) -> Option<String> {
+    let object = response.as_object_mut()?;
+    if !object.get("log").is_some_and(Value::is_string) {
+        return None;
+    }
+    let Some(Value::String(log)) = object.remove("log") else {
+        return None;
+    };
+    let keep = crate::protocol::STDERR_TAIL_BYTES;
+    if log.len() <= keep {
+        return Some(log);
+    }
+    let mut start = log.len() - keep;
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    Some(log[start..].to_owned())
+}
+
+/// A parsed response with its framed log taken out: (the response, the log).
+pub(crate) fn parse_framed(bytes: &[u8]) -> (Result<Value, FailureKind>, Option<String>) {
+    match parse_response(bytes) {
+        Ok(mut response) => {
+            let log = take_log(&mut response);
+            (Ok(response), log)
+        }
+        Err(kind) => (Err(kind), None),
+    }
+}
+
 pub(crate) fn reported_error(response: &Value, code: i32) -> Option<FailureKind> {
     let error = response.get("error")?;
     let message = match error {

@@ -265,12 +265,8 @@ pub(crate) fn resolve(given: &Path, runs: &Path) -> Result<RunFolder, Error> {
     };
     let Some(back) = back else {
         // A label (`gacc run --label`): the newest run that carries it.
-        let labelled = all_runs(runs).into_iter().rev().find(|run| {
-            std::fs::read_to_string(run.file(RUN))
-                .ok()
-                .and_then(|text| crate::store::run_record::RunRecord::parse(&text))
-                .is_some_and(|record| record.label.as_deref() == Some(text.as_ref()))
-        });
+        let labelled = (all_runs(runs).into_iter().rev())
+            .find(|run| recorded(run.path(), "label").as_deref() == Some(text.as_ref()));
         return labelled.ok_or_else(|| Error::NoSuchRun {
             given: given.to_path_buf(),
             message: "no such run folder (a run is a folder, `latest`, -N for the N-th newest, or a --label)"
@@ -294,19 +290,21 @@ fn unreadable(path: &Path, error: std::io::Error) -> Error {
     }
 }
 
+/// A text field of a run folder's run.json, if it has one.
+fn recorded(folder: &Path, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(folder.join(RUN)).ok()?;
+    let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+    record.get(field)?.as_str().map(str::to_owned)
+}
+
 /// The cache a run folder's run.json names: as written where absolute, else in the run's
 /// project folder (the one holding `runs/<name>/<run>`).
 pub(crate) fn cache_of(folder: &Path) -> Result<PathBuf, Error> {
     let path = folder.join(RUN);
-    let text = std::fs::read_to_string(&path).map_err(crate::error::io(&path))?;
-    let named = crate::store::run_record::RunRecord::parse(&text)
-        .map(|record| record.cache)
-        .unwrap_or_default();
-    let named = if named.is_empty() {
-        ".gacc/cache".to_owned()
-    } else {
-        named
-    };
+    std::fs::metadata(&path).map_err(crate::error::io(&path))?;
+    let named = recorded(folder, "cache")
+        .filter(|named| !named.is_empty())
+        .unwrap_or_else(|| ".gacc/cache".to_owned());
     let named = PathBuf::from(named);
     if named.is_absolute() {
         return Ok(named);

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::exec::callback::{
-    Attempt, AttemptFuture, Callback, FailureKind, Launcher, check_response, parse_response, reported_error,
+    Attempt, AttemptFuture, Callback, FailureKind, Launcher, check_response, reported_error,
 };
 use crate::exec::program::Program;
 use crate::exec::sandbox::Scratch;
@@ -153,20 +153,27 @@ impl ProcessLauncher {
             }
             read_line_limited(&mut worker.stdout, MAX_RESPONSE_BYTES).await
         };
+        let mut framed = None;
         let result = match tokio::time::timeout(self.program.timeout, exchange).await {
             Err(_) => Err(FailureKind::Timeout(self.program.timeout)),
             Ok(Err(kind)) => Err(kind),
-            Ok(Ok(line)) => parse_response(&line).and_then(|response| {
-                if let Some(error) = reported_error(&response, 0) {
-                    return Err(error);
-                }
-                check_response(callback.role, &response).map(|()| response)
-            }),
+            Ok(Ok(line)) => {
+                let (parsed, log) = crate::exec::callback::parse_framed(&line);
+                framed = log;
+                parsed.and_then(|response| {
+                    if let Some(error) = reported_error(&response, 0) {
+                        return Err(error);
+                    }
+                    check_response(callback.role, &response).map(|()| response)
+                })
+            }
         };
         // A worker that answered in protocol (even with an error) serves on; any other is replaced.
         let healthy = matches!(&result, Ok(_) | Err(FailureKind::Reported { .. }));
-        // Its stderr while it served this call (and, for its first, its start-up's).
-        let stderr_tail = stderr_since(&worker.stderr, worker.mark, result.is_err()).await;
+        // Its stderr while it served this call (and, for its first, its start-up's); a log the
+        // reply framed is exactly this call's, where the worker's stderr may hold a neighbour's.
+        let window = stderr_since(&worker.stderr, worker.mark, result.is_err() && framed.is_none()).await;
+        let stderr_tail = framed.unwrap_or(window);
         worker.mark = worker.stderr.locked().written();
         if healthy {
             self.idle.locked().push(worker);
@@ -287,9 +294,15 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     } else {
         Output::Complete(std::mem::take(&mut *received.locked()))
     };
-    let result = match status {
-        None => Err(FailureKind::Timeout(program.timeout)),
+    let (result, framed) = match status {
+        None => (Err(FailureKind::Timeout(program.timeout)), None),
         Some(status) => classify(role, status, output),
+    };
+    // A oneshot process's stderr is its call's own; a log its reply framed follows it.
+    let stderr_tail = match framed {
+        Some(log) if stderr_tail.is_empty() => log,
+        Some(log) => format!("{stderr_tail}{log}"),
+        None => stderr_tail,
     };
     Attempt { result, stderr_tail }
 }
@@ -418,13 +431,26 @@ async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize) -> String {
     String::from_utf8_lossy(&tail).into_owned()
 }
 
-fn classify(role: Role, status: std::process::ExitStatus, output: Output) -> Result<Value, FailureKind> {
-    use std::os::unix::process::ExitStatusExt;
+/// A oneshot call's result from its exit status and output, and the log its reply framed.
+fn classify(
+    role: Role,
+    status: std::process::ExitStatus,
+    output: Output,
+) -> (Result<Value, FailureKind>, Option<String>) {
     let bytes = match output {
-        Output::TooLarge => return Err(FailureKind::TooLarge(MAX_RESPONSE_BYTES)),
+        Output::TooLarge => return (Err(FailureKind::TooLarge(MAX_RESPONSE_BYTES)), None),
         Output::Complete(bytes) => bytes,
     };
-    let parsed = parse_response(&bytes);
+    let (parsed, log) = crate::exec::callback::parse_framed(&bytes);
+    (classify_parsed(role, status, parsed), log)
+}
+
+fn classify_parsed(
+    role: Role,
+    status: std::process::ExitStatus,
+    parsed: Result<Value, FailureKind>,
+) -> Result<Value, FailureKind> {
+    use std::os::unix::process::ExitStatusExt;
     match status.code() {
         None => Err(FailureKind::Signal(status.signal().unwrap_or(0))),
         Some(code) => {

@@ -11,17 +11,20 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 
 use super::{Group, PersistentProcess, read_line_limited};
-use crate::exec::callback::{Attempt, FailureKind, check_response, parse_response, reported_error};
+use crate::exec::callback::{Attempt, FailureKind, check_response, reported_error};
 use crate::exec::program::Program;
 use crate::parallel::Locked;
 use crate::protocol::{MAX_RESPONSE_BYTES, Role};
 
+/// A call's result, with the log its reply framed (`crate::exec::callback::take_log`).
+type Answered = (Result<Value, FailureKind>, Option<String>);
 /// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
 /// its calls, and a reader task that hands each reply to the call whose `id` it echoes.
 #[derive(Debug)]
 pub(super) struct Pipelined {
     pub(super) stdin: tokio::sync::Mutex<ChildStdin>,
-    pub(super) waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Result<Value, FailureKind>>>>,
+    /// Each call in flight, by id: where its result goes, with the log its reply framed.
+    pub(super) waiting: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Answered>>>,
     pub(super) next_id: AtomicU64,
     pub(super) in_flight: AtomicUsize,
     pub(super) dead: AtomicBool,
@@ -61,9 +64,9 @@ impl Pipelined {
                 Ok(line) => line,
                 Err(kind) => break kind.to_string(),
             };
-            let response = match parse_response(&line) {
-                Ok(response) => response,
-                Err(kind) => break format!("it {kind}"),
+            let (response, log) = match crate::exec::callback::parse_framed(&line) {
+                (Ok(response), log) => (response, log),
+                (Err(kind), _) => break format!("it {kind}"),
             };
             let Some(id) = response.get("id").and_then(Value::as_u64) else {
                 break "it answered without the request's `id` (max_inflight > 1 needs it echoed)".into();
@@ -78,7 +81,7 @@ impl Pipelined {
                     Some(error) => Err(error),
                     None => check_response(role, &response).map(|()| response),
                 };
-                let _ = waiter.send(result);
+                let _ = waiter.send((result, log));
             }
         };
         self.die(&why);
@@ -88,7 +91,7 @@ impl Pipelined {
         self.dead.store(true, Ordering::Relaxed);
         let waiting: Vec<_> = self.waiting.locked().drain().collect();
         for (_, waiter) in waiting {
-            let _ = waiter.send(Err(FailureKind::WorkerDied(why.to_owned())));
+            let _ = waiter.send((Err(FailureKind::WorkerDied(why.to_owned())), None));
         }
         // Its process group goes with it.
         drop(self.process.locked().take());
@@ -131,17 +134,21 @@ impl Pipelined {
             }
             receiver
                 .await
-                .unwrap_or_else(|_| Err(FailureKind::WorkerDied("it stopped".into())))
+                .unwrap_or_else(|_| (Err(FailureKind::WorkerDied("it stopped".into())), None))
         };
-        let result = match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
+        let (result, framed) = match tokio::time::timeout(timeout, exchange).await {
+            Ok(answered) => answered,
             Err(_) => {
                 self.waiting.locked().remove(&id);
-                Err(FailureKind::Timeout(timeout))
+                (Err(FailureKind::Timeout(timeout)), None)
             }
         };
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let stderr_tail = super::stderr_since(&self.stderr, mark, result.is_err()).await;
+        // A log the reply framed is exactly this call's; the worker's stderr is shared.
+        let stderr_tail = match framed {
+            Some(log) => log,
+            None => super::stderr_since(&self.stderr, mark, result.is_err()).await,
+        };
         Attempt { result, stderr_tail }
     }
 }
