@@ -18,6 +18,7 @@ use crate::protocol::{MAX_RESPONSE_BYTES, Role};
 
 /// A call's result, with the log its reply framed (`crate::exec::callback::take_log`).
 type Answered = (Result<Value, FailureKind>, Option<String>);
+
 /// A persistent worker that takes up to `max_inflight` requests at once: a writer shared by
 /// its calls, and a reader task that hands each reply to the call whose `id` it echoes.
 #[derive(Debug)]
