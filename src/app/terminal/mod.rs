@@ -54,6 +54,9 @@ pub(super) fn summary(
         })
         .collect();
     out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    if this_run.values().any(|c| c.shared > 0) {
+        out.push_str("  (shared: answered by an identical call this run made once, not paid twice)\n");
+    }
     cost_lines(&mut out, report, paid);
     let i = &report.integrity;
     out.push_str(&format!(
@@ -221,21 +224,21 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
         finished += done + failed;
         total += stage_total;
         made += done.saturating_sub(cached + shared);
-        let failed = if failed > 0 {
-            format!(", {failed} failed")
-        } else {
-            String::new()
-        };
         // Shared: answered by an identical call of this run, which was made (not the cache's).
         let shared = if shared > 0 {
-            format!(", {shared} shared")
+            format!(", {shared} shared with an identical call")
         } else {
             String::new()
         };
-        format!(
-            "{name} {}/{stage_total} ({cached} cached{shared}{failed})",
-            done + s.failed.load(Ordering::Relaxed)
-        )
+        // Failed jobs are finished but not done: they are said apart, so a stage whose count
+        // is full does not read as complete.
+        match failed {
+            0 => format!("{name} {done}/{stage_total} ({cached} cached{shared})"),
+            _ => format!(
+                "{name} {}/{stage_total}: {done} ok ({cached} cached{shared}), {failed} FAILED",
+                done + failed
+            ),
+        }
     })
     .collect();
     let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);
@@ -284,10 +287,12 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
     } else {
         String::new()
     };
-    let line = format!(
-        "{}{audit} · {rate:.1} calls/s{eta}{endpoints}",
-        stages.join(" · ")
-    );
+    // A rate only where calls were made: a run served by its cache made none.
+    let rate = match made {
+        0 => String::new(),
+        _ => format!(" · {rate:.1} calls/s"),
+    };
+    let line = format!("{}{audit}{rate}{eta}{endpoints}", stages.join(" · "));
     let mut stderr = std::io::stderr().lock();
     let _ = if terminal {
         let filled = (BAR_WIDTH * finished).checked_div(total).unwrap_or(BAR_WIDTH);
