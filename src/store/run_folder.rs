@@ -298,10 +298,12 @@ fn recorded(folder: &Path, field: &str) -> Option<String> {
 }
 
 /// The cache a run folder's run.json names: as written where absolute, else in the run's
-/// project folder (the one holding `runs/<name>/<run>`).
+/// project folder (the one holding `runs/<name>/<run>`); `.gacc/cache` here without a run.json.
 pub(crate) fn cache_of(folder: &Path) -> Result<PathBuf, Error> {
-    let path = folder.join(RUN);
-    std::fs::metadata(&path).map_err(crate::error::io(&path))?;
+    // A folder without a record (copied by hand, an older gacc's) uses the default cache here.
+    if !folder.join(RUN).is_file() {
+        return Ok(PathBuf::from(".gacc/cache"));
+    }
     let named = recorded(folder, "cache")
         .filter(|named| !named.is_empty())
         .unwrap_or_else(|| ".gacc/cache".to_owned());
