@@ -62,6 +62,18 @@ fn failures_latency_and_cache_hits() {
     }
     assert_eq!(all["cache"]["compress"]["hits"], 0);
     assert_eq!(all["slowest"].as_array().unwrap().len(), 10);
+    // Each slowest call that succeeded is named by its job, as the rows resting on it say.
+    for call in all["slowest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["ok"] == true)
+    {
+        let job = call["job"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a call without its job: {call}"));
+        assert!(job.contains(" · own-goal · r=0.15 · seed "), "{job}");
+    }
 
     // Re-run: every finished job is a cache hit.
     let (_, again, _) = scratch.run("experiments/failing.toml", &[]);

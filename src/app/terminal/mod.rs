@@ -31,13 +31,18 @@ pub(super) fn summary(
 ) -> String {
     let mut out = String::new();
     for cell in &report.cells {
+        // One seed has no spread to show: its mean alone, not `± 0.000`.
+        let shown = |spread: Option<crate::report::stats::Spread>| match (spread, cell.seeds.len()) {
+            (Some(spread), 1) => format!("{:.3}", spread.mean),
+            (spread, _) => crate::report::stats::shown(spread),
+        };
         out.push_str(&format!(
             "  {:<16} {:<10} {:<8} Micro {}  Macro {}{}\n",
             cell.id.compressor,
             cell.id.condition,
             cell.id.rule.to_string(),
-            crate::report::stats::shown(cell.micro),
-            crate::report::stats::shown(cell.macro_),
+            shown(cell.micro),
+            shown(cell.macro_),
             if cell.complete { "" } else { "  (incomplete)" }
         ));
     }

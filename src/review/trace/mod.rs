@@ -56,6 +56,10 @@ pub(crate) struct Call {
     pub attempt: u64,
     pub key: Option<String>,
     pub request_bytes: Option<u64>,
+    /// The job the call served, as the run's rows name it (source, goal or question,
+    /// condition, budget, seed), where a row names its key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 /// Call latency of one callback, in milliseconds.
@@ -181,6 +185,7 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
                 attempt: u64::from(*attempt),
                 key: recorded.call_key(),
                 request_bytes: Some(*request_bytes),
+                job: None,
             }),
             TraceEvent::JobFailed { .. } => failures.push(recorded.line.clone()),
             TraceEvent::Retrying { .. } => retries += 1,
@@ -213,6 +218,7 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let latency = latency_by_callback(&calls);
     calls.sort_by(|a, b| b.duration_ms.total_cmp(&a.duration_ms));
     calls.truncate(SLOWEST);
+    name_jobs(&RunFolder::open(folder), &mut calls);
     let stored = match &filter.job {
         Some(job) if !job.is_empty() => stored_job(&RunFolder::open(folder), job)?,
         _ => None,
@@ -254,6 +260,53 @@ fn latency_by_callback(calls: &[Call]) -> BTreeMap<String, Latency> {
 }
 
 /// The job whose key (a compress, read or judge job's, or a compressor call's cache key)
+/// Names each call's job from the run's rows that rest on its key (a row's `calls`).
+fn name_jobs(folder: &RunFolder, calls: &mut [Call]) {
+    let wanted: std::collections::HashSet<String> = calls.iter().filter_map(|c| c.key.clone()).collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let mut named: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for file in [MEMORIES, RESULTS] {
+        let Ok(rows) = folder.read_rows::<Value>(file) else {
+            continue;
+        };
+        for row in rows {
+            let Some(keys) = row.get("calls").and_then(Value::as_object) else {
+                continue;
+            };
+            for key in keys.values().filter_map(Value::as_str) {
+                if wanted.contains(key) && !named.contains_key(key) {
+                    named.insert(key.to_owned(), describe_row(&row));
+                }
+            }
+        }
+    }
+    for call in calls {
+        call.job = call.key.as_ref().and_then(|key| named.get(key).cloned());
+    }
+}
+
+/// A row's job in words: `source/goal (question) · condition · r=0.3 · seed 1`.
+fn describe_row(row: &Value) -> String {
+    let text = |field: &str| row.get(field).and_then(Value::as_str).map(str::to_owned);
+    let mut what = text("source_id").unwrap_or_default();
+    if let Some(goal) = text("goal_id") {
+        what = format!("{what}/{goal}");
+    }
+    if let Some(question) = text("question_id") {
+        what = format!("{what} ({question})");
+    }
+    let budget = match (row.get("ratio"), row.get("budget_tokens")) {
+        (Some(ratio), _) if !ratio.is_null() => format!("r={ratio}"),
+        (_, Some(tokens)) if !tokens.is_null() => format!("L={tokens}"),
+        _ => String::new(),
+    };
+    let condition = text("condition").unwrap_or_default();
+    let seed = row.get("seed").map(ToString::to_string).unwrap_or_default();
+    format!("{what} · {condition} · {budget} · seed {seed}")
+}
+
 /// starts with `prefix`, as the run folder's files record it: its plan entry, its ledger row
 /// (a compress job) or result row (a read or judge job). None when the plan has no such job
 /// (or the folder predates `plan.json.gz`).

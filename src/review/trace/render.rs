@@ -60,13 +60,19 @@ pub(crate) fn render(review: &Review, filter: &Filter) -> String {
     }
     out.push_str(&format!("\nslowest {} calls\n", review.slowest.len()));
     for call in &review.slowest {
+        // Named by its job where the rows say; the key's first 12 digits find it (--job).
+        let key = call.key.as_deref().unwrap_or("");
+        let named = match &call.job {
+            Some(job) => format!("{job}  [{}]", key.get(..12).unwrap_or(key)),
+            None => key.to_owned(),
+        };
         out.push_str(&format!(
             "  {:>9.1} ms  {:<28} attempt {} {}  {}\n",
             call.duration_ms,
             call.callback,
             call.attempt,
             if call.ok { "ok    " } else { "FAILED" },
-            call.key.as_deref().unwrap_or("")
+            crate::secrets::redact(&named)
         ));
     }
     out.push_str(&format!(
