@@ -395,3 +395,25 @@ fn a_process_setting_on_a_rule_built_in_is_warned_about() {
     );
     assert!(stderr.contains("\"callback\", \"goal-line\"]"), "{stderr}");
 }
+
+#[test]
+fn report_md_groups_failures_by_callback_and_reason_with_where_they_happened() {
+    let scratch = Scratch::new();
+    scratch.script(
+        "experiments/crash.sh",
+        "#!/bin/sh\nrequest=$(cat)\ncase \"$request\" in\n  *'\"goal\":null'*) echo 'no goal, no memory' >&2; exit 1 ;;\nesac\nprintf '%s' \"$request\" | exec @GACC@ callback goal-line\n",
+    );
+    let manifest = scratch.fixture_with("crashy", "command = [\"./crash.sh\"]\nretries = 0");
+    let (status, folder, stderr) = scratch.run(
+        &manifest,
+        &["-q", "--set", "conditions=[\"own-goal\", \"no-goal\"]"],
+    );
+    assert_eq!(status, 1, "{stderr}");
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(
+        markdown.contains(
+            "| compressors.goal-line | compress | exited with status 1 | 6 | no-goal | r=0.15 | 42, 43, 44 |"
+        ),
+        "{markdown}"
+    );
+}
