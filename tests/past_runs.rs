@@ -384,39 +384,9 @@ fn the_experiment_init_makes_verifies_here_and_its_pack_in_a_bare_environment_el
         "{}",
         String::from_utf8_lossy(&verified.stderr)
     );
-    let pack = scratch.path("s.gacc.tar.gz");
-    let packed = scratch
-        .gacc()
-        .arg("pack")
-        .arg(&folder)
-        .arg("-o")
-        .arg(&pack)
-        .output()
-        .unwrap();
-    assert!(
-        packed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&packed.stderr)
-    );
+    let pack = scratch.pack_run(&folder, "s.gacc.tar.gz");
     let elsewhere = Scratch::empty();
-    let bare = std::process::Command::new(common::gacc_binary())
-        .current_dir(elsewhere.path(""))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-        .arg("verify")
-        .arg(&pack)
-        .output()
-        .unwrap();
-    assert_eq!(
-        (
-            bare.status.code(),
-            String::from_utf8_lossy(&bare.stdout).into_owned()
-        ),
-        (Some(0), "verified\n".to_owned()),
-        "{}",
-        String::from_utf8_lossy(&bare.stderr)
-    );
+    assert_eq!(elsewhere.verify_bare(&pack), (0, "verified\n".to_owned()));
 }
 
 #[test]

@@ -187,3 +187,41 @@ fn each_call_of_a_persistent_helper_worker_carries_exactly_its_own_log() {
         "8 seeds × 6 memories (4 goals under own-goal, 2 sources under no-goal)"
     );
 }
+
+#[test]
+fn a_framed_log_is_redacted_like_stderr() {
+    if !python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let key = "sk-framed-0123456789abcdef-secret";
+    let scratch = Scratch::new();
+    scratch.copy_helper();
+    // The log a reply frames echoes a secret, and is long and full of control characters.
+    scratch.write(
+        "experiments/callbacks/leaky.py",
+        "import os, sys\nfrom gacc_callback import compressor, serve\n\n\n@compressor\ndef leaky(context, **_):\n    print('key=' + os.environ['MY_API_KEY'] + '\\x1b[2J\\r\\n' + 'x' * 100000)\n    print('calling with ' + os.environ['MY_API_KEY'])\n    return context\n\n\nif __name__ == \"__main__\":\n    serve()\n",
+    );
+    let manifest = scratch.fixture_with(
+        "leaky",
+        "command = [\"python3\", \"callbacks/leaky.py\"]\nmode = \"persistent\"\nenv = [\"MY_API_KEY\"]",
+    );
+    let (status, folder, stderr) = scratch.run_with_env(&manifest, &["-q"], &[("MY_API_KEY", key)]);
+    assert_eq!(status, 0, "{stderr}");
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    assert!(!trace.contains(key), "the key is in the trace");
+    assert!(
+        trace.contains("calling with [redacted:MY_API_KEY]"),
+        "{}",
+        &trace[..2000.min(trace.len())]
+    );
+    // The log is cut to the stderr tail gacc keeps.
+    for line in trace.lines().filter(|l| l.contains("calling with")) {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(
+            event["stderr"].as_str().unwrap().len() <= 8 * 1024 + 64,
+            "{}",
+            line.len()
+        );
+    }
+}

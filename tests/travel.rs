@@ -803,22 +803,6 @@ fn assert_spot_line(printed: &str, expected: &str, (observed, kappa): (f64, f64)
     assert!(printed.ends_with("verified\n"), "{printed}");
 }
 
-/// `gacc verify` in an environment holding only PATH and HOME, from the scratch folder.
-fn verify_bare(scratch: &Scratch, target: &Path) -> (i32, String) {
-    let output = std::process::Command::new(common::gacc_binary())
-        .current_dir(scratch.path(""))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-        .arg("verify")
-        .arg(target)
-        .output()
-        .unwrap();
-    let printed =
-        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
-    (output.status.code().unwrap_or(-1), printed)
-}
-
 #[test]
 fn verify_needs_neither_the_payers_variables_nor_the_callbacks_scripts() {
     let scratch = Scratch::new();
@@ -838,24 +822,14 @@ fn verify_needs_neither_the_payers_variables_nor_the_callbacks_scripts() {
         &[("DATA_MODE", "/data/sets/alphabetical-mode")],
     );
     assert_eq!(status, 0, "{stderr}");
-    let pack = scratch.path("bare.gacc.tar.gz");
-    let output = scratch
-        .gacc()
-        .args(["pack", folder.to_str().unwrap(), "-o", pack.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let pack = scratch.pack_run(&folder, "bare.gacc.tar.gz");
     // The reviewer has neither the variable nor the script.
     std::fs::remove_file(scratch.path("experiments/callbacks/keep.sh")).unwrap();
-    assert_eq!(verify_bare(&scratch, &folder), (0, "verified\n".to_owned()));
+    assert_eq!(scratch.verify_bare(&folder), (0, "verified\n".to_owned()));
     let elsewhere = Scratch::empty();
     let copied = elsewhere.path("bare.gacc.tar.gz");
     std::fs::copy(&pack, &copied).unwrap();
-    assert_eq!(verify_bare(&elsewhere, &copied), (0, "verified\n".to_owned()));
+    assert_eq!(elsewhere.verify_bare(&copied), (0, "verified\n".to_owned()));
 }
 
 #[test]
@@ -881,7 +855,7 @@ fn verify_and_rejudge_hold_for_a_run_with_a_reader_template_and_audit_judges() {
     // The reviewer has no template (nor the key).
     std::fs::remove_dir_all(scratch.path("experiments/prompts")).unwrap();
     let paid = api.requests();
-    assert_eq!(verify_bare(&scratch, &folder), (0, "verified\n".to_owned()));
+    assert_eq!(scratch.verify_bare(&folder), (0, "verified\n".to_owned()));
     let (status, printed) = verify(&scratch, &folder, &["--rejudge", "contains"]);
     assert_eq!(status, 0, "{printed}");
     assert!(printed.contains("rejudged by `contains`"), "{printed}");

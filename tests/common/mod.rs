@@ -229,6 +229,42 @@ impl Scratch {
         (output.status.code().unwrap_or(-1), folder, stderr)
     }
 
+    /// `gacc pack FOLDER -o OUT`, expected to succeed; the pack's path.
+    pub fn pack_run(&self, folder: &Path, out: &str) -> PathBuf {
+        let pack = self.path(out);
+        let output = self
+            .gacc()
+            .arg("pack")
+            .arg(folder)
+            .arg("-o")
+            .arg(&pack)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        pack
+    }
+
+    /// `gacc verify TARGET` in an environment holding only PATH and HOME, from this folder:
+    /// (exit status, stdout and stderr).
+    pub fn verify_bare(&self, target: &Path) -> (i32, String) {
+        let output = std::process::Command::new(gacc_binary())
+            .current_dir(self.path(""))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+            .arg("verify")
+            .arg(target)
+            .output()
+            .unwrap();
+        let printed =
+            String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        (output.status.code().unwrap_or(-1), printed)
+    }
+
     /// `gacc` as a plain process (to know its pid), in the scratch folder, without `GACC_` variables.
     pub fn gacc_process(&self) -> std::process::Command {
         let mut command = std::process::Command::new(gacc_binary());
