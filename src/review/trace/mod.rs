@@ -268,6 +268,10 @@ fn name_jobs(folder: &RunFolder, calls: &mut [Call]) {
     }
     let mut named: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for file in [MEMORIES, RESULTS] {
+        // Ten keys among a paper-scale run's rows: the results file is read only if needed.
+        if named.len() == wanted.len() {
+            break;
+        }
         let Ok(rows) = folder.read_rows::<Value>(file) else {
             continue;
         };
