@@ -4,7 +4,7 @@ pub(crate) mod audit;
 pub(crate) mod charts;
 mod conditions;
 pub mod html;
-mod markdown;
+pub(crate) mod markdown;
 pub(crate) mod metrics;
 mod recount;
 pub(crate) mod stats;

@@ -1,5 +1,6 @@
 //! `report.html`: one self-contained page beside `report.md`, built from a run folder's stored
-//! rows. It shows the summary table (sortable), the charts, the failures, and a drill-down per
+//! rows. It holds every section of `report.md` as HTML that reads without JavaScript (the
+//! results table richer, the charts inlined; the script only sorts tables), and a drill-down per
 //! goal: its questions and references, every memory made for it with the budget's cut marked,
 //! and each answer with its verdict.
 //!
@@ -9,6 +10,7 @@
 //! source, so the page decompresses a source's memories only when one of its goals is opened.
 
 mod columns;
+mod document;
 
 use std::io::Write;
 use std::path::Path;
@@ -26,7 +28,7 @@ use crate::store::run_folder::{
 use base64::Engine;
 use columns::{Index, columns};
 
-/// The page, with `{{title}}`, `{{charts}}` and `{{data}}` to fill in.
+/// The page, with `{{title}}`, `{{document}}` and `{{data}}` to fill in.
 const PAGE: &str = include_str!("../../../templates/report.html");
 /// Names the layout of the embedded data, for the page's script and outside readers.
 pub const FORMAT: &str = "gacc.html/1";
@@ -125,13 +127,17 @@ fn render_rows(folder: &Path, report: &Value, rows: Rows, packing: Packing) -> R
         "{}: gacc report",
         report["experiment"]["name"].as_str().unwrap_or("run")
     );
-    let (title, charts) = (escape_html(&title), charts(folder));
+    let title = escape_html(&title);
+    let document = document::document(report, &charts(folder)).map_err(|message| Error::Io {
+        path: folder.join(REPORT_HTML),
+        message: format!("cannot render report.md's sections: {message}"),
+    })?;
     Ok(fill(
         PAGE,
-        title.len() + charts.len() + data.len(),
+        title.len() + document.len() + data.len(),
         |name| match name {
             "title" => Some(&title),
-            "charts" => Some(&charts),
+            "document" => Some(&document),
             "data" => Some(&data),
             _ => None,
         },
