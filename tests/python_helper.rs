@@ -174,6 +174,10 @@ fn each_call_of_a_persistent_helper_worker_carries_exactly_its_own_log() {
             .is_some_and(|c| c.contains("goal-line"))
         {
             calls += 1;
+            assert!(
+                event.get("stderr_of").is_none(),
+                "a framed log is the call's: {event}"
+            );
             assert_eq!(tokens.len(), 3, "a call's log holds its three lines: {log:?}");
             assert!(
                 tokens.iter().all(|t| *t == tokens[0]),
@@ -186,6 +190,47 @@ fn each_call_of_a_persistent_helper_worker_carries_exactly_its_own_log() {
         8 * 6,
         "8 seeds × 6 memories (4 goals under own-goal, 2 sources under no-goal)"
     );
+}
+
+#[test]
+fn a_persistent_worker_off_the_helper_has_its_stderr_shown_as_the_workers() {
+    if !python3_on_path() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let scratch = Scratch::new();
+    // A worker of its own protocol loop: its stderr is not framed with its replies.
+    scratch.write(
+        "experiments/callbacks/bare.py",
+        "import json, sys\nfor line in sys.stdin:\n    request = json.loads(line)\n    print('BUDGET=%s' % request['token_budget'], file=sys.stderr, flush=True)\n    print(json.dumps({'memory': request['context']}), flush=True)\n",
+    );
+    let manifest = scratch.fixture_with(
+        "bare",
+        "command = [\"python3\", \"callbacks/bare.py\"]\nmode = \"persistent\"",
+    );
+    let (status, folder, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    let attempts: Vec<serde_json::Value> = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| {
+            e["message"] == "callback attempt" && e["callback"].as_str().unwrap().contains("goal-line")
+        })
+        .collect();
+    assert!(!attempts.is_empty());
+    for event in &attempts {
+        assert_eq!(event["stderr_of"], "worker", "{event}");
+    }
+    // `gacc trace --job` says whose lines they are.
+    let key = attempts[0]["key"].as_str().unwrap();
+    let output = scratch
+        .gacc()
+        .args(["trace", folder.to_str().unwrap(), "--job", &key[..12]])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(shown.contains("stderr_of=worker"), "{shown}");
 }
 
 #[test]

@@ -169,6 +169,10 @@ pub(crate) type AttemptFuture<'a> = Pin<Box<dyn Future<Output = Attempt> + Send 
 pub(crate) struct Attempt {
     pub result: Result<Value, FailureKind>,
     pub stderr_tail: String,
+    /// `stderr_tail` is what a long-lived worker wrote to stderr while it served this call,
+    /// not a log the reply framed: its lines may be a neighbouring call's (a pipelined worker
+    /// serves several at once, and a persistent one's stderr arrives when it arrives).
+    pub stderr_of_worker: bool,
 }
 
 impl Callback {
@@ -211,6 +215,7 @@ impl Callback {
                     request_bytes: bytes.len() as u64,
                     ok: outcome.result.is_ok(),
                     stderr: Cow::Borrowed(&outcome.stderr_tail),
+                    stderr_of: outcome.stderr_of_worker.then_some(Cow::Borrowed("worker")),
                     key: Some(Cow::Borrowed(key)),
                 });
                 outcome

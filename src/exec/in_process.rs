@@ -41,6 +41,7 @@ impl Launcher for InProcess {
                     retryable: false,
                 }),
                 stderr_tail: String::new(),
+                stderr_of_worker: false,
             })
         })
     }
@@ -63,6 +64,7 @@ fn answer(name: &str, respond: Respond, role: Role, request: &[u8]) -> Attempt {
     Attempt {
         result,
         stderr_tail: complaint.map(|line| line + "\n").unwrap_or_default(),
+        stderr_of_worker: false,
     }
 }
 

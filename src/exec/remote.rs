@@ -39,8 +39,12 @@ pub(crate) fn tail_of(path: &Path) -> String {
 /// What a task writes for one call: the answer, or why there is none.
 pub(crate) fn response_file(attempt: &Attempt) -> Value {
     match &attempt.result {
-        Ok(response) => json!({"ok": response, "stderr_tail": attempt.stderr_tail}),
-        Err(kind) => json!({"error": kind, "stderr_tail": attempt.stderr_tail}),
+        Ok(response) => {
+            json!({"ok": response, "stderr_tail": attempt.stderr_tail, "stderr_of_worker": attempt.stderr_of_worker})
+        }
+        Err(kind) => {
+            json!({"error": kind, "stderr_tail": attempt.stderr_tail, "stderr_of_worker": attempt.stderr_of_worker})
+        }
     }
 }
 
@@ -52,6 +56,7 @@ pub(crate) fn read_response(bytes: &[u8]) -> Attempt {
         .and_then(|v| v["stderr_tail"].as_str())
         .unwrap_or_default()
         .to_owned();
+    let stderr_of_worker = parsed.as_ref().is_some_and(|v| v["stderr_of_worker"] == true);
     let result = match parsed {
         Some(mut value) if value.get("ok").is_some() => Ok(value["ok"].take()),
         Some(mut value) if value.get("error").is_some() => Err(serde_json::from_value(value["error"].take())
@@ -62,7 +67,11 @@ pub(crate) fn read_response(bytes: &[u8]) -> Attempt {
             "the array task's response file is not one".into(),
         )),
     };
-    Attempt { result, stderr_tail }
+    Attempt {
+        result,
+        stderr_tail,
+        stderr_of_worker,
+    }
 }
 
 /// What a task on another machine needs to make a callback's calls on another machine: its name, role

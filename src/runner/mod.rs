@@ -527,6 +527,7 @@ mod tests {
                 Attempt {
                     result,
                     stderr_tail: String::new(),
+                    stderr_of_worker: false,
                 }
             })
         }

@@ -33,6 +33,11 @@ pub(crate) enum TraceEvent<'a> {
         request_bytes: u64,
         ok: bool,
         stderr: Cow<'a, str>,
+        /// `"worker"` when `stderr` is what a long-lived worker wrote while it served the call,
+        /// which may hold a neighbouring call's lines; absent when it is the call's own (a
+        /// oneshot process's stderr, or the log the reply framed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stderr_of: Option<Cow<'a, str>>,
         /// The call's cache key (a trace of an older gacc has it in `span.key`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Cow<'a, str>>,
@@ -184,6 +189,7 @@ mod tests {
                 request_bytes: 1024,
                 ok: false,
                 stderr: text("line \"one\"\nline two\r\n"),
+                stderr_of: Some(text("worker")),
                 key: Some(text("ab12")),
             },
             TraceEvent::Retrying {

@@ -115,6 +115,7 @@ impl Launcher for ModelLauncher {
             Attempt {
                 result,
                 stderr_tail: String::new(),
+                stderr_of_worker: false,
             }
         })
     }

@@ -81,6 +81,7 @@ impl ProcessLauncher {
                         return Attempt {
                             result: Err(kind),
                             stderr_tail: String::new(),
+                            stderr_of_worker: false,
                         };
                     }
                 },
@@ -118,6 +119,7 @@ impl ProcessLauncher {
                         return Attempt {
                             result: Err(kind),
                             stderr_tail: String::new(),
+                            stderr_of_worker: false,
                         };
                     }
                 },
@@ -172,13 +174,18 @@ impl ProcessLauncher {
         let healthy = matches!(&result, Ok(_) | Err(FailureKind::Reported { .. }));
         // Its stderr while it served this call (and, for its first, its start-up's); a log the
         // reply framed is exactly this call's, where the worker's stderr may hold a neighbour's.
-        let window = stderr_since(&worker.stderr, worker.mark, result.is_err() && framed.is_none()).await;
+        let stderr_of_worker = framed.is_none();
+        let window = stderr_since(&worker.stderr, worker.mark, result.is_err() && stderr_of_worker).await;
         let stderr_tail = framed.unwrap_or(window);
         worker.mark = worker.stderr.locked().written();
         if healthy {
             self.idle.locked().push(worker);
         }
-        Attempt { result, stderr_tail }
+        Attempt {
+            result,
+            stderr_tail,
+            stderr_of_worker,
+        }
     }
 }
 
@@ -223,6 +230,7 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     let failed = |kind| Attempt {
         result: Err(kind),
         stderr_tail: String::new(),
+        stderr_of_worker: false,
     };
     // The scratch folder goes when the call ends, after its process group.
     let (mut command, _scratch) = match command(program, role) {
@@ -245,6 +253,7 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
                 error: "no pipes to the child".into(),
             }),
             stderr_tail: String::new(),
+            stderr_of_worker: false,
         };
     };
     // All pipes are driven from this task (no task per pipe: a call is cheap to make).
@@ -304,7 +313,11 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
         Some(log) => format!("{stderr_tail}{log}"),
         None => stderr_tail,
     };
-    Attempt { result, stderr_tail }
+    Attempt {
+        result,
+        stderr_tail,
+        stderr_of_worker: false,
+    }
 }
 
 /// What a worker wrote to stderr: its last bytes, and how many it wrote in all, so that each

@@ -146,10 +146,15 @@ impl Pipelined {
         };
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         // A log the reply framed is exactly this call's; the worker's stderr is shared.
+        let stderr_of_worker = framed.is_none();
         let stderr_tail = match framed {
             Some(log) => log,
             None => super::stderr_since(&self.stderr, mark, result.is_err()).await,
         };
-        Attempt { result, stderr_tail }
+        Attempt {
+            result,
+            stderr_tail,
+            stderr_of_worker,
+        }
     }
 }

@@ -167,6 +167,7 @@ impl Slurm {
                     let _ = reply.send(Attempt {
                         result: Err(FailureKind::Submit(format!("sbatch failed: {message}"))),
                         stderr_tail: String::new(),
+                        stderr_of_worker: false,
                     });
                 }
                 return;
@@ -318,6 +319,7 @@ impl Slurm {
             let _ = outstanding.reply.send(Attempt {
                 result: Err(kind),
                 stderr_tail: tail_of(&log),
+                stderr_of_worker: false,
             });
         }
     }

@@ -330,6 +330,7 @@ impl Slurm {
                             files.request.display()
                         ))),
                         stderr_tail: String::new(),
+                        stderr_of_worker: false,
                     };
                 }
                 self.enqueue(key, reply, description, callback.role);
@@ -339,6 +340,7 @@ impl Slurm {
         answer.await.unwrap_or_else(|_| Attempt {
             result: Err(FailureKind::WorkerDied("the Slurm executor stopped".into())),
             stderr_tail: String::new(),
+            stderr_of_worker: false,
         })
     }
 
@@ -492,6 +494,7 @@ mod tests {
         let answered = Attempt {
             result: Ok(json!({"memory": "m"})),
             stderr_tail: "note".into(),
+            stderr_of_worker: false,
         };
         let back = read_response(response_file(&answered).to_string().as_bytes());
         assert_eq!(back.result, Ok(json!({"memory": "m"})));
@@ -499,6 +502,7 @@ mod tests {
         let failed = Attempt {
             result: Err(FailureKind::Timeout(Duration::from_secs(3))),
             stderr_tail: String::new(),
+            stderr_of_worker: false,
         };
         let back = read_response(response_file(&failed).to_string().as_bytes());
         assert_eq!(back.result, Err(FailureKind::Timeout(Duration::from_secs(3))));

@@ -104,6 +104,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
                 error: format!("cannot read {}: {error}", files.request.display()),
             }),
             stderr_tail: String::new(),
+            stderr_of_worker: false,
         },
     };
     // A callback stopped by SIGTERM is most likely ending with its task (`scancel`, a node
