@@ -23,13 +23,15 @@ fn baselines(scratch: &Scratch, name: &str, audit: &str) -> String {
     path
 }
 
-/// Cohen's κ from the four counts, as a textbook writes it.
+/// Cohen's κ from the four counts, as a textbook writes it; none where either side gave one
+/// verdict throughout (there is no agreement beyond chance to measure).
 fn kappa(both: f64, scoring_only: f64, audit_only: f64, neither: f64) -> Option<f64> {
     let n = both + scoring_only + audit_only + neither;
     let observed = (both + neither) / n;
     let (p, q) = ((both + scoring_only) / n, (both + audit_only) / n);
     let chance = p * q + (1.0 - p) * (1.0 - q);
-    (chance < 1.0).then(|| (observed - chance) / (1.0 - chance))
+    let varied = |share: f64| share > 0.0 && share < 1.0;
+    (varied(p) && varied(q)).then(|| (observed - chance) / (1.0 - chance))
 }
 
 #[test]
@@ -457,4 +459,51 @@ fn a_model_audit_judge_judges_its_seeded_sample_once_and_keeps_to_the_spending_c
         "{made} of {}",
         distinct.len()
     );
+}
+
+#[test]
+fn a_judge_that_says_correct_to_everything_is_flagged_at_the_head_of_every_view() {
+    let scratch = Scratch::new();
+    // A judge that decides nothing: `{"correct": true}` to any request.
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[judge]\nbuiltin = \"exact\"\nrevision = \"1\"",
+            "[judge]\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo '{\\\"correct\\\": true, \\\"rationale\\\": \\\"one sentence\\\"}'\"]\nrevision = \"1\"\n\n[audit]\njudges = [\"contains\"]",
+        );
+    assert!(manifest.contains("[audit]"), "{manifest}");
+    scratch.write("experiments/yes.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/yes.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let agreement = report["judge_audit"]["judges"]["contains"]["agreement"]
+        .as_f64()
+        .unwrap();
+    let doubt = report["judge_doubt"]["sentence"].as_str().unwrap();
+    let figure = format!("`contains` agrees with it on {agreement:.2} of 36 answers");
+    for words in [
+        "The judge `sh -c`",
+        "it said correct to every answer (36 of 36)",
+        &figure,
+    ] {
+        assert!(doubt.contains(words), "{words:?} in {doubt}");
+    }
+    // κ is undefined where one side gave one verdict throughout.
+    assert!(report["judge_audit"]["judges"]["contains"]["kappa"].is_null());
+
+    // The terminal summary: the line first, each Micro marked.
+    let summary = &stderr[stderr.find("‡ warning").expect(&stderr)..];
+    assert!(summary.starts_with(&format!("‡ warning: {doubt}")), "{summary}");
+    assert!(summary.contains("Micro 1.000 ± 0.000 ‡"), "{summary}");
+    // report.md: before Results, and each Micro marked.
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    let line = markdown.find("**‡ Judge in doubt:**").expect(&markdown);
+    assert!(line < markdown.find("## Results").unwrap());
+    assert!(markdown[line..].contains(&figure), "{markdown}");
+    assert!(markdown.contains("| 1.000 ± 0.000 ‡ |"), "{markdown}");
+    // report.html (and so `gacc view`'s run page), and `gacc runs`.
+    let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
+    assert!(html.contains("Judge in doubt:"));
+    let runs = scratch.gacc().args(["runs", "list"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&runs.stdout).contains("‡"));
 }

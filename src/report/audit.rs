@@ -196,6 +196,10 @@ fn kappa(pairs: impl Iterator<Item = (bool, bool)>) -> Option<f64> {
         }
     }
     let (a, b, c, d) = (a as i128, b as i128, c as i128, d as i128);
+    // A side that gave one verdict throughout has no agreement beyond chance to measure.
+    if a + b == 0 || c + d == 0 || a + c == 0 || b + d == 0 {
+        return None;
+    }
     let denominator = (a + b) * (b + d) + (a + c) * (c + d);
     (denominator != 0).then(|| (2 * (a * d - b * c)) as f64 / denominator as f64)
 }

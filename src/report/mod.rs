@@ -9,6 +9,7 @@ pub(crate) mod metrics;
 mod recount;
 pub(crate) mod stats;
 pub(crate) mod stored;
+pub(crate) mod trust;
 pub(crate) mod view;
 pub(crate) mod why;
 
@@ -65,6 +66,10 @@ pub(crate) struct Report {
     /// How far the scores depend on the judge (SPEC §10): present when `[audit]` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) judge_audit: Option<audit::JudgeAudit>,
+    /// Why the scoring judge's verdicts are in doubt (one verdict or rationale throughout, an
+    /// audit judge or the labels disagreeing): absent when nothing says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) judge_doubt: Option<trust::JudgeDoubt>,
     /// Per compressor, condition and target, the smallest budget reaching it (SPEC §11).
     pub(crate) budget_at_target: Vec<why::AtTarget>,
     /// Pairs of budgets where the larger scores lower beyond a paired 95% bootstrap.
@@ -291,6 +296,11 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     let reader_panel = why::panel(&outcome.results, &cells, &inputs.panel);
     let endpoints = endpoints(&inputs.model_callbacks, outcome);
     let judge_audit = audit::audit(&outcome.results, &cells, &inputs.audits, inputs.labels);
+    let judge_doubt = trust::doubt(
+        &trust::judge_name(inputs.callbacks.get("judge")),
+        &outcome.results,
+        judge_audit.as_ref(),
+    );
     Report {
         schema: SCHEMA,
         experiment: Experiment {
@@ -338,6 +348,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             .collect(),
         endpoints,
         judge_audit,
+        judge_doubt,
         budget_at_target,
         monotonicity,
         by_tag,

@@ -28,6 +28,14 @@ pub(crate) struct StoredReport {
     pub usage: BTreeMap<String, StoredUsage>,
     /// The judge audit's agreement per audit judge (SPEC §10), when the run had one.
     pub judge_audit: StoredAudit,
+    /// The head line on the scoring judge (`judge_doubt.sentence`), when the run has one.
+    #[serde(deserialize_with = "doubt_sentence")]
+    pub judge_doubt: Option<String>,
+}
+
+fn doubt_sentence<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    let value = Value::deserialize(deserializer)?;
+    Ok(value["sentence"].as_str().map(str::to_owned))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -174,6 +182,7 @@ fn lenient(value: &Value) -> StoredReport {
         failures: part(value, "failures"),
         usage: part(value, "usage"),
         judge_audit: part(value, "judge_audit"),
+        judge_doubt: value["judge_doubt"]["sentence"].as_str().map(str::to_owned),
     }
 }
 

@@ -34,6 +34,10 @@ pub(crate) struct RunSummary {
     /// Calls this run made and took from the cache (or an identical call), summed over roles.
     pub calls_made: u64,
     pub calls_cached: u64,
+    /// Why the scoring judge's verdicts are in doubt (`report.json`'s `judge_doubt`): its
+    /// Micro and Macro are marked ‡.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge_doubt: Option<String>,
     /// Why the summary is partial (the folder lacks or has a broken `report.json`), if it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
@@ -95,6 +99,7 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
         cost_usd: report.usage.values().map(|role| role.cost_usd).sum(),
         calls_made: sum(&run.calls, "made"),
         calls_cached: sum(&run.calls, "cached") + sum(&run.calls, "shared"),
+        judge_doubt: report.judge_doubt.clone(),
         incomplete,
     }
 }
@@ -133,7 +138,8 @@ pub(crate) fn render_list(runs: &[RunSummary]) -> String {
         "calls made/hit"
     );
     for (back, run) in runs.iter().rev().enumerate() {
-        let range = |[low, high]: [f64; 2]| format!("{low:.3}–{high:.3}");
+        let doubt = if run.judge_doubt.is_some() { " ‡" } else { "" };
+        let range = |[low, high]: [f64; 2]| format!("{low:.3}–{high:.3}{doubt}");
         out.push_str(&format!(
             "{:<4} {:<20} {:<16} {:<12} {:<8} {:>5} {:>13} {:>13} {:>8} {:>10.4} {:>14}{}\n",
             format!("-{}", back + 1),
@@ -153,6 +159,9 @@ pub(crate) fn render_list(runs: &[RunSummary]) -> String {
                 ""
             },
         ));
+    }
+    if runs.iter().any(|r| r.judge_doubt.is_some()) {
+        out.push_str("‡ the scoring judge's verdicts are in doubt (`gacc runs show RUN` says why)\n");
     }
     out.push_str(
         "(-1 is `latest`; any of these, or a label, names a run for diff, report, trace and export)\n",
@@ -175,9 +184,13 @@ pub(crate) fn render_show(folder: &RunFolder) -> Result<String, Error> {
         summary.calls_made,
         summary.calls_cached,
     );
+    if let Some(doubt) = &summary.judge_doubt {
+        out.push_str(&format!("  ‡ {doubt}\n"));
+    }
+    let mark = if summary.judge_doubt.is_some() { " ‡" } else { "" };
     for cell in &report.cells {
         out.push_str(&format!(
-            "  {:<16} {:<10} r={:<6} Micro {}  Macro {}\n",
+            "  {:<16} {:<10} r={:<6} Micro {}{mark}  Macro {}{mark}\n",
             text(&cell.compressor),
             text(&cell.condition),
             text(&cell.ratio),

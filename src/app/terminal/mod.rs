@@ -30,11 +30,19 @@ pub(super) fn summary(
     elapsed: Duration,
 ) -> String {
     let mut out = String::new();
+    // A judge that decides nothing heads the summary: every figure below rests on it.
+    let mark = match &report.judge_doubt {
+        Some(doubt) => {
+            out.push_str(&format!("  ‡ warning: {}\n", doubt.sentence));
+            " ‡"
+        }
+        None => "",
+    };
     for cell in &report.cells {
         // One seed has no spread to show: its mean alone, not `± 0.000`.
         let shown = |spread: Option<crate::report::stats::Spread>| match (spread, cell.seeds.len()) {
-            (Some(spread), 1) => format!("{:.3}", spread.mean),
-            (spread, _) => crate::report::stats::shown(spread),
+            (Some(spread), 1) => format!("{:.3}{mark}", spread.mean),
+            (spread, _) => format!("{}{mark}", crate::report::stats::shown(spread)),
         };
         out.push_str(&format!(
             "  {:<16} {:<10} {:<8} Micro {}  Macro {}{}\n",

@@ -108,6 +108,8 @@ fn results(report: &Value, body: &str) -> String {
     let one_seed = report["experiment"]["seeds"]
         .as_array()
         .is_some_and(|s| s.len() == 1);
+    // Figures that rest on a judge in doubt are marked, as report.md marks them.
+    let doubt = report.get("judge_doubt").is_some();
     let has = |field: &str| cells.iter().any(|c| c.get(field).is_some());
     let mut columns: Vec<Column> = vec![
         Column::text("compressor", |c| text(&c["compressor"])),
@@ -118,7 +120,7 @@ fn results(report: &Value, body: &str) -> String {
         }),
         Column::num(
             "Micro",
-            move |c| spread(&c["micro"], one_seed),
+            move |c| spread(&c["micro"], one_seed, doubt),
             |c| c["micro"]["mean"].as_f64(),
         ),
         Column::num(
@@ -128,7 +130,7 @@ fn results(report: &Value, body: &str) -> String {
         ),
         Column::num(
             "Macro",
-            move |c| spread(&c["macro"], one_seed),
+            move |c| spread(&c["macro"], one_seed, doubt),
             |c| c["macro"]["mean"].as_f64(),
         ),
         Column::num(
@@ -300,12 +302,14 @@ fn budget(cell: &Value) -> String {
     }
 }
 
-/// The mean ± the standard deviation over seeds; the mean alone with one seed.
-fn spread(stat: &Value, one_seed: bool) -> String {
+/// The mean ± the standard deviation over seeds; the mean alone with one seed; ‡ after it
+/// when the judge is in doubt.
+fn spread(stat: &Value, one_seed: bool, doubt: bool) -> String {
+    let mark = if doubt { " ‡" } else { "" };
     match (stat.is_object(), one_seed) {
         (false, _) => "n/a".to_owned(),
-        (true, true) => fixed(&stat["mean"]),
-        (true, false) => format!("{} ± {}", fixed(&stat["mean"]), fixed(&stat["std"])),
+        (true, true) => format!("{}{mark}", fixed(&stat["mean"])),
+        (true, false) => format!("{} ± {}{mark}", fixed(&stat["mean"]), fixed(&stat["std"])),
     }
 }
 
