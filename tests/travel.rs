@@ -598,7 +598,9 @@ fn rejudge_reports_the_share_a_disagreeing_judge_disagrees_on_and_its_kappa() {
     }
     let observed = agree / n;
     let chance = (run_yes / n) * (exact_yes / n) + (1.0 - run_yes / n) * (1.0 - exact_yes / n);
-    let kappa = (observed - chance) / (1.0 - chance);
+    // None where either judge gave one verdict throughout (`exact` may find no sentence right).
+    let varied = |yes: f64| yes > 0.0 && yes < n;
+    let kappa = (varied(run_yes) && varied(exact_yes)).then(|| (observed - chance) / (1.0 - chance));
     assert!(
         observed < 0.9 && run_only > 0,
         "the judges should disagree: {observed}"
@@ -664,7 +666,9 @@ fn reread_reports_how_often_another_readers_verdicts_agree_recounted() {
     assert!(b > 0, "the readers should disagree");
     let (a, b, c, d) = (a as f64, b as f64, c as f64, d as f64);
     let observed = (a + d) / n as f64;
-    let kappa = 2.0 * (a * d - b * c) / ((a + b) * (b + d) + (a + c) * (c + d));
+    let varied = |yes: f64, no: f64| yes > 0.0 && no > 0.0;
+    let kappa = (varied(a + b, c + d) && varied(a + c, b + d))
+        .then(|| 2.0 * (a * d - b * c) / ((a + b) * (b + d) + (a + c) * (c + d)));
     let expected = format!("reread by `field-lookup` (0.5 of questions): {n} compared, agreement ");
     let counts = format!("run's reader right and `field-lookup` not {b}, the reverse {c}");
     assert_spot_line(&printed, &expected, (observed, kappa), &counts);
@@ -788,17 +792,21 @@ fn a_verifiers_model_judge_rechecks_a_pack_through_its_own_endpoint() {
 /// A spot check's printed line against a recount: it starts `expected` (what was compared),
 /// its agreement and kappa (three decimals) match, and it names the `counts` of each way the
 /// verdicts differ; the pack still verifies.
-fn assert_spot_line(printed: &str, expected: &str, (observed, kappa): (f64, f64), counts: &str) {
+fn assert_spot_line(printed: &str, expected: &str, (observed, kappa): (f64, Option<f64>), counts: &str) {
     assert!(printed.contains(expected), "expected `{expected}` in:\n{printed}");
-    let figure = |after: &str| -> f64 {
+    let figure = |after: &str| -> Option<f64> {
         let rest = &printed[printed.find(after).unwrap() + after.len()..];
-        rest.split([',', ' ']).next().unwrap().parse().unwrap()
+        rest.split([',', ' ']).next().unwrap().parse().ok()
     };
     assert!(
-        (figure("agreement ") - observed).abs() < 5e-4,
+        (figure("agreement ").unwrap() - observed).abs() < 5e-4,
         "{observed} in:\n{printed}"
     );
-    assert!((figure("kappa ") - kappa).abs() < 5e-4, "{kappa} in:\n{printed}");
+    match (figure("kappa "), kappa) {
+        (Some(shown), Some(kappa)) => assert!((shown - kappa).abs() < 5e-4, "{kappa} in:\n{printed}"),
+        (None, None) => assert!(printed.contains("kappa n/a"), "{printed}"),
+        other => panic!("κ {other:?} in:\n{printed}"),
+    }
     assert!(printed.contains(counts), "expected `{counts}` in:\n{printed}");
     assert!(printed.ends_with("verified\n"), "{printed}");
 }
@@ -861,4 +869,35 @@ fn verify_and_rejudge_hold_for_a_run_with_a_reader_template_and_audit_judges() {
     assert!(printed.contains("rejudged by `contains`"), "{printed}");
     assert!(printed.contains("verified"), "{printed}");
     assert_eq!(api.requests(), paid, "verify sent requests to the server");
+}
+
+#[test]
+fn a_run_whose_judge_gave_no_verdict_verifies_with_its_failures_as_recorded() {
+    let scratch = Scratch::new();
+    // A judge that answers every question but the pressure's, which gets no verdict.
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[judge]\nbuiltin = \"exact\"",
+            "[judge]\ncommand = [\"sh\", \"-c\", \"r=$(cat); case \\\"$r\\\" in *pressure*) echo '{}';; *) echo '{\\\"correct\\\": false}';; esac\"]",
+        );
+    assert!(manifest.contains("pressure"));
+    scratch.write("experiments/silent.toml", &manifest);
+    let (status, folder, stderr) = scratch.run("experiments/silent.toml", &["-q"]);
+    assert_ne!(status, 0, "a failed job makes the run incomplete: {stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let failures = report["failures"].as_array().unwrap();
+    assert!(!failures.is_empty());
+    assert_eq!(report["cancelled"], 0);
+    for failure in failures {
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(!reason.contains("fail-fast"), "{reason}");
+    }
+    let (status, printed) = verify(&scratch, &folder, &[]);
+    assert_eq!(status, 0, "{printed}");
+    assert!(printed.starts_with("verified\n"), "{printed}");
+    assert!(
+        printed.contains(&format!("{} job(s) failed in the run", failures.len())),
+        "{printed}"
+    );
 }

@@ -87,9 +87,15 @@ pub(crate) enum FailureKind {
     /// The tokenizer could not cut or count a memory.
     #[error("{0}")]
     Tokenizer(String),
-    /// Not run: `--fail-fast` stopped the run after another job failed.
-    #[error("not run: --fail-fast stopped the run after a failure")]
+    /// Not run: the run stopped before this call could start (`--fail-fast` after a failure,
+    /// the spending cap, a refused key), or a replay that may not call met a call its cache
+    /// does not hold. The run's summary says which.
+    #[error("not run: the run stopped before this call")]
     Cancelled,
+    /// A call that failed in the run a replay (`gacc verify`) replays, as that run recorded
+    /// its reason: never cached, so the replay cannot make it, and it fails as it did.
+    #[error("{0}")]
+    Recorded(String),
     /// The task on another machine that was to make the call ended without answering it;
     /// its engine names the task and says whether another try is worth it.
     #[error("{task} ended {state} without answering")]
@@ -276,6 +282,7 @@ impl FailureKind {
             | FailureKind::Tokenizer(text)
             | FailureKind::Submit(text)
             | FailureKind::Reported { message: text, .. }
+            | FailureKind::Recorded(text)
             | FailureKind::Rejected { message: text, .. }
             | FailureKind::Provider { message: text, .. } => clean(text),
             FailureKind::Cluster { task, state, .. } => {

@@ -220,3 +220,19 @@ fn account(
     };
     result.map(|response| (response, origin))
 }
+
+/// In a replay (`gacc verify`), a job whose call failed in the run it replays (and so was
+/// never cached) fails as that run recorded it, not as a call the replay may not make.
+pub(super) fn as_recorded(shared: &RunState, job_key: &str, failure: Failure) -> Failure {
+    if failure.kind != FailureKind::Cancelled {
+        return failure;
+    }
+    match shared.setup.replayed_failures.get(job_key) {
+        Some(row) => Failure {
+            kind: FailureKind::Recorded(row.reason.clone()),
+            stderr_tail: row.stderr_tail.clone(),
+            attempts: row.attempts,
+        },
+        None => failure,
+    }
+}

@@ -92,6 +92,7 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
     let (measured, origin, usage, calls) = match made {
         Ok(made) => made,
         Err((failure, culprit)) => {
+            let failure = super::calls::as_recorded(shared, &job.key, failure);
             outcome.failures.push(failure_row(
                 job,
                 Stage::Compress,

@@ -69,6 +69,9 @@ pub(crate) struct Setup {
     /// With `Some`, only the callbacks named may call; any other call the cache does not
     /// answer fails (`gacc verify`'s replay, and its `--rejudge` judge).
     pub offline: Option<Vec<String>>,
+    /// The failures a replayed run recorded, by job key (`gacc verify`): a job the replay
+    /// cannot run because its call failed then (and so was never cached) fails as it did.
+    pub replayed_failures: HashMap<String, FailureRow>,
 }
 
 /// What a run produced, in plan order.
@@ -595,6 +598,7 @@ mod tests {
             jobs_in_flight: None,
             rows: None,
             offline: None,
+            replayed_failures: HashMap::new(),
         }
     }
 

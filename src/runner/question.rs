@@ -90,6 +90,7 @@ impl QuestionOutcome {
                 Some(response)
             }
             Err(failure) => {
+                let failure = super::calls::as_recorded(shared, &step.job_key(job), failure);
                 self.row.failure = Some(format!("{} {}", step.callback.name, failure.kind));
                 let question_id = self.row.question_id.clone();
                 self.failure = Some(failure_row(

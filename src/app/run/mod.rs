@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub offline_allowed: Vec<String>,
     /// The replayed run's record of its callbacks' files (`gacc verify`).
     pub recorded: Option<Arc<crate::inputs::manifest::Recorded>>,
+    /// The replayed run's failures, as its report lists them (`gacc verify`): its jobs whose
+    /// calls failed then fail so.
+    pub replayed_failures: Vec<serde_json::Value>,
 }
 
 /// What a finished run left behind.
@@ -138,6 +141,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
             .offline_over
             .as_ref()
             .map(|_| options.offline_allowed.clone()),
+        replayed_failures: (options.replayed_failures.iter())
+            .filter_map(|row| serde_json::from_value::<crate::store::ledger::FailureRow>(row.clone()).ok())
+            .map(|row| (row.job.clone(), row))
+            .collect(),
         memories: recount.feed(),
         jobs_in_flight: jobs_in_flight(&prepared, &models),
         rows: Some(RowSink::create(&folder)?),

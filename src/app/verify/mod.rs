@@ -52,12 +52,17 @@ pub fn verify(
     let work = std::env::temp_dir().join(format!("gacc-verify-{}-{nanos}", std::process::id()));
     let result = verify_in(&work, runs, target, dataset, cache, checks);
     let _ = std::fs::remove_dir_all(&work);
-    let (figures, checked) = result?;
+    let (figures, checked, failed) = result?;
     for line in checked {
         println!("{}", crate::secrets::redact(&line));
     }
     if figures.is_empty() {
         println!("verified");
+        if failed > 0 {
+            println!(
+                "({failed} job(s) failed in the run and are taken as it recorded them: a failed call is never cached, and their questions are left out of its scores)"
+            );
+        }
         return Ok(Ended::Success);
     }
     for figure in figures.iter().take(SHOWN) {
@@ -100,7 +105,7 @@ fn verify_in(
     dataset: Option<&Path>,
     cache: Option<&Path>,
     checks: &SpotChecks,
-) -> Result<(Vec<Figure>, Vec<String>), Error> {
+) -> Result<(Vec<Figure>, Vec<String>, usize), Error> {
     let mut figures = Vec::new();
     let (stated, layer) = if target.is_file() {
         let members = pack::read_members(target)?;
@@ -122,12 +127,15 @@ fn verify_in(
         (folder, cache)
     };
     let manifest = replay_folder(&work.join("replay"), &stated, dataset)?;
+    let failures = recorded_failures(&stated);
+    let failed = failures.len();
     let options = RunOptions {
         manifest,
         out: Some(work.join("replay").join("runs")),
         quiet: true,
         offline_over: Some(layer.clone()),
         recorded: Some(recorded(&stated)?),
+        replayed_failures: failures,
         ..RunOptions::default()
     };
     let replayed = super::run::run(&options)?.folder;
@@ -136,7 +144,18 @@ fn verify_in(
         figures.extend(compare_rows(&stated, &replayed, file)?);
     }
     let checked = spot::run_checks(work, &stated, dataset, &layer, checks)?;
-    Ok((figures, checked))
+    Ok((figures, checked, failed))
+}
+
+/// The failures the run at `stated` recorded (its report's): a replay fails those jobs as they
+/// failed, since a failed call is never cached. A report that lists none, or cannot be read
+/// (the comparison names it), gives none.
+fn recorded_failures(stated: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(stated.join(REPORT_JSON)) else {
+        return Vec::new();
+    };
+    let report: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    report["failures"].as_array().cloned().unwrap_or_default()
 }
 
 /// What the run at `stated` recorded of its callbacks' files: its replay's identities.
