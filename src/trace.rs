@@ -126,6 +126,29 @@ fn redacted(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// The target of notices (`notice`): the terminal filter leaves them out, since `notice`
+/// prints them itself.
+pub(crate) const NOTICE_TARGET: &str = "gacc::notice";
+
+/// Whether the terminal shows notices (not under `--quiet`).
+static NOTICES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether `notice` prints on the terminal.
+pub(crate) fn show_notices(show: bool) {
+    NOTICES.store(show, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Something a user should know while a run goes on, that is no error (a server refused a
+/// response format, and gacc asks for another): a `warning:` line on the terminal (unless
+/// `--quiet`), and a warning in the trace.
+pub(crate) fn notice(message: &str) {
+    tracing::warn!(target: NOTICE_TARGET, "{message}");
+    if NOTICES.load(std::sync::atomic::Ordering::Relaxed) {
+        let line = format!("warning: {message}\n");
+        let _ = std::io::stderr().lock().write_all(&redacted(line.as_bytes()));
+    }
+}
+
 /// The target of typed events sent through `tracing`, which only the terminal receives: the
 /// trace file gets each one from [`record`].
 pub(crate) const EVENT_TARGET: &str = "gacc::event";

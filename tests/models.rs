@@ -514,3 +514,39 @@ fn the_cost_preview_adds_up_for_each_api_and_needs_no_key() {
         );
     }
 }
+
+#[test]
+fn a_server_that_refuses_json_schema_gets_json_object_after_at_most_three_refusals() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            refuse_json_schema: true,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
+    let started = std::time::Instant::now();
+    let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let refused = api.counts().get(&api.counts().schema_refused);
+    assert!(
+        (1..=3).contains(&refused),
+        "{refused} requests refused for json_schema"
+    );
+    // Said once, naming the param and what fixes it; no backoff spent on it.
+    assert_eq!(
+        stderr.matches("refused response_format json_schema").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("params.structured = false"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let record = read_json(&folder.join("run.json"));
+    assert_eq!(record["endpoints"]["mock"]["verdict_format"], "json_object");
+    assert_eq!(record["endpoints"]["mock"]["retries"], 0, "{record}");
+    let report = read_json(&folder.join("report.json"));
+    assert_eq!(report["complete"], true);
+    let results = common::read_lines(&folder.join("results.jsonl"));
+    assert!(results.iter().all(|r| r["correct"].is_boolean()));
+}

@@ -68,6 +68,10 @@ pub(crate) struct EndpointRecord {
     pub retries: u64,
     pub sustained_rpm: Option<f64>,
     pub sustained_tpm: Option<f64>,
+    /// How the judge's verdict was asked for at the end, when the server refused the schema
+    /// (`json_object`, or `prompted`: no response format).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict_format: Option<String>,
 }
 
 /// A run in flight, as `run.json` shows it while it goes.

@@ -98,6 +98,15 @@ pub struct Behaviour {
     pub capacity: Option<u64>,
     /// Every model request in this span after the first request answers 429 (`Retry-After: 1`).
     pub storm: Option<(Duration, Duration)>,
+    /// A request asking for `response_format` `json_schema` answers 500, as llama.cpp's server
+    /// does for a schema it cannot compile.
+    pub refuse_json_schema: bool,
+    /// The server computes one model request at a time (each waits for the one before, then
+    /// takes `delay`), as llama.cpp's does with one slot.
+    pub one_at_a_time: bool,
+    /// After this many 200 model replies the server stops: it closes its connections and
+    /// refuses new ones.
+    pub exit_after: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +131,8 @@ pub struct Counts {
     pub answered_at: Mutex<Vec<(Duration, Duration)>>,
     /// When each 429 was sent, from the first request.
     pub limited_at: Mutex<Vec<Duration>>,
+    /// 500s sent for a `json_schema` response format (`refuse_json_schema`).
+    pub schema_refused: AtomicU64,
     first: Mutex<Option<Instant>>,
 }
 
@@ -161,6 +172,8 @@ struct State {
     stop: AtomicBool,
     started: Instant,
     batches: Mutex<Batches>,
+    /// Held while a request is computed (`one_at_a_time`).
+    slot: Mutex<()>,
 }
 
 /// The batch API's files and batches, and how often each request was submitted.
@@ -205,9 +218,11 @@ impl MockApi {
             stop: AtomicBool::new(false),
             started: Instant::now(),
             batches: Mutex::new(Batches::default()),
+            slot: Mutex::new(()),
         });
         let serving = state.clone();
         std::thread::spawn(move || {
+            let _ = listener.set_nonblocking(false);
             for stream in listener.incoming() {
                 if serving.stop.load(Ordering::SeqCst)
                     || serving.started.elapsed() > MAX_LIFETIME
@@ -484,6 +499,22 @@ fn answer(state: &State, number: u64, path: &str, headers: &str, body: &[u8]) ->
     if number <= behaviour.fail_first {
         return error(503, "overloaded");
     }
+    if behaviour.refuse_json_schema
+        && let Ok(request) = serde_json::from_slice::<Value>(body)
+        && request.pointer("/response_format/type") == Some(&json!("json_schema"))
+    {
+        counts.schema_refused.fetch_add(1, Ordering::SeqCst);
+        return error(
+            500,
+            "Unrecognized response_format type: json_schema is not supported (only json_object)",
+        );
+    }
+    let _computing = behaviour
+        .one_at_a_time
+        .then(|| state.slot.lock().unwrap_or_else(|e| e.into_inner()));
+    if state.stop.load(Ordering::SeqCst) {
+        return error(503, "stopping");
+    }
     if !behaviour.delay.is_zero() {
         let stretch = behaviour.capacity.map_or(1.0, |capacity| {
             (counts.get(&counts.in_flight) as f64 / capacity as f64).max(1.0)
@@ -545,6 +576,12 @@ fn answer(state: &State, number: u64, path: &str, headers: &str, body: &[u8]) ->
         .lock()
         .unwrap()
         .push((done, done.saturating_sub(arrived)));
+    if behaviour
+        .exit_after
+        .is_some_and(|last| counts.get(&counts.answered) >= last)
+    {
+        state.stop.store(true, Ordering::SeqCst);
+    }
     (200, announced, reply.to_string().into_bytes())
 }
 

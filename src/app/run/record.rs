@@ -36,6 +36,7 @@ pub(super) fn endpoint_record(models: &crate::app::prepare::Models) -> BTreeMap<
                 sustained_tpm: per_minute(sustained.tokens),
                 batches: endpoint.batches().map(|b| b.done),
                 announced_limit: endpoint.pacer.announced_budget().map(|(limit, _)| limit),
+                verdict_format: endpoint.verdict_format().map(str::to_owned),
             };
             (name.clone(), record)
         })

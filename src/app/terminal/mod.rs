@@ -390,7 +390,14 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         (false, 2) => "gacc=info,warn",
         (false, _) => "gacc=debug,info",
     };
-    let terminal = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    crate::trace::show_notices(!quiet);
+    let terminal = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(level))
+        .add_directive(
+            format!("{}=off", crate::trace::NOTICE_TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
     let trace = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(true)

@@ -6,7 +6,7 @@
 mod exchange;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -63,8 +63,95 @@ pub(crate) struct Endpoint {
     unreachable_since: Mutex<Option<tokio::time::Instant>>,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
+    /// How the judge's verdict is asked for, after what the server refused (a `Format` as a
+    /// number): many local servers take `json_object` and no `json_schema`.
+    verdict_format: AtomicU8,
+    /// Whether a call has been answered in the verdict format in force; until one has, the
+    /// calls that ask for one go one at a time (`verdict_probe`), so a server that refuses the
+    /// format refuses one request, not every request in flight.
+    verdict_proven: AtomicBool,
+    verdict_probe: tokio::sync::Mutex<()>,
     /// Its batches, when it has `batch` on and a cache to record them in.
     pub batcher: std::sync::OnceLock<batch::Batcher>,
+}
+
+/// How a judge's verdict is asked for, from the most exact to what any server takes. An
+/// endpoint that refuses one moves to the next, once, for the rest of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(crate) enum Format {
+    /// `response_format: json_schema` with the verdict's schema.
+    Schema = 0,
+    /// `response_format: json_object`.
+    JsonObject = 1,
+    /// No `response_format`: the prompt's JSON or `GRADE:` line is read.
+    Prompted = 2,
+}
+
+impl Format {
+    fn of(number: u8) -> Format {
+        match number {
+            0 => Format::Schema,
+            1 => Format::JsonObject,
+            _ => Format::Prompted,
+        }
+    }
+
+    /// The format `body` asks for: None when it names no `response_format` (a provider that
+    /// asks otherwise, or a request that is not a judge's).
+    fn asked(body: &Value) -> Option<Format> {
+        match body.get("response_format")?.get("type")?.as_str()? {
+            "json_schema" => Some(Format::Schema),
+            "json_object" => Some(Format::JsonObject),
+            _ => None,
+        }
+    }
+
+    /// `body` asking for no more than this format.
+    fn apply(self, body: &mut Value) {
+        let Some(asked) = Format::asked(body) else {
+            return;
+        };
+        if asked >= self {
+            return;
+        }
+        match (self, body.as_object_mut()) {
+            (Format::JsonObject, Some(fields)) => {
+                fields.insert(
+                    "response_format".into(),
+                    serde_json::json!({"type": "json_object"}),
+                );
+            }
+            (_, Some(fields)) => {
+                fields.remove("response_format");
+            }
+            (_, None) => {}
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Schema => "response_format json_schema",
+            Format::JsonObject => "response_format json_object",
+            Format::Prompted => "no response_format (the prompt's JSON or GRADE line)",
+        }
+    }
+}
+
+/// Whether an error names the response format: the server cannot give the format asked for,
+/// and would refuse every request that asks for it (llama.cpp answers a `json_schema` it cannot
+/// compile with a 500).
+fn names_format(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "response_format",
+        "json_schema",
+        "json schema",
+        "json_object",
+        "grammar",
+    ]
+    .iter()
+    .any(|word| message.contains(word))
 }
 
 impl Endpoint {
@@ -138,6 +225,9 @@ impl Endpoint {
             unreachable_since: Mutex::new(None),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            verdict_format: AtomicU8::new(Format::Schema as u8),
+            verdict_proven: AtomicBool::new(false),
+            verdict_probe: tokio::sync::Mutex::new(()),
             batcher: std::sync::OnceLock::new(),
         })
     }
@@ -234,8 +324,23 @@ impl Endpoint {
         // 429s are retried for as long as the provider keeps the call waiting, up to a
         // patience; other failures `retries` times.
         let (mut failed, mut limited, mut waited) = (0u32, 0u32, Duration::ZERO);
+        let mut body = std::borrow::Cow::Borrowed(body);
         loop {
             attempt += 1;
+            // Until the server has answered a verdict format, one call at a time asks for it.
+            let probing = match Format::asked(&body).is_some() && !self.verdict_proven.load(Ordering::Relaxed)
+            {
+                true => Some(self.verdict_probe.lock().await),
+                false => None,
+            };
+            let probing = probing.filter(|_| !self.verdict_proven.load(Ordering::Relaxed));
+            // As the endpoint now asks for a verdict (another call may have found the server
+            // refuses what this body asks for).
+            let format = Format::of(self.verdict_format.load(Ordering::Relaxed));
+            if Format::asked(&body).is_some_and(|asked| asked < format) {
+                format.apply(body.to_mut());
+            }
+            let body = &*body;
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
@@ -249,8 +354,21 @@ impl Endpoint {
             self.requests.fetch_add(1, Ordering::Relaxed);
             let started = tokio::time::Instant::now();
             let outcome = self.exchange(body).await;
+            // A refusal of the response format is no transient failure: the server refuses it
+            // every time. The endpoint asks for the next format from now on, and this call
+            // goes again at once, not counted as a failure.
+            if let Exchange::Transient { why: message, .. } | Exchange::Refused { message, .. } = &outcome
+                && let Some(asked) = Format::asked(body)
+                && names_format(message)
+            {
+                self.format_refused(asked, message, label);
+                continue;
+            }
             let (wait, why) = match outcome {
                 Exchange::Answered(reply, announced) => {
+                    if probing.is_some() {
+                        self.verdict_proven.store(true, Ordering::Relaxed);
+                    }
                     let latency = started.elapsed();
                     self.took(latency);
                     self.pacer.announced(ticket, announced);
@@ -327,6 +445,32 @@ impl Endpoint {
                 "retrying a model call"
             );
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The server refused the verdict format `asked`: the endpoint asks for the next one from
+    /// now on, said once per step (another call in flight may have moved it already).
+    fn format_refused(&self, asked: Format, message: &str, label: &str) {
+        let next = Format::of(asked as u8 + 1);
+        let moved = self.verdict_format.fetch_max(next as u8, Ordering::Relaxed) < next as u8;
+        if moved {
+            crate::trace::notice(&format!(
+                "`models.{}` refused {} ({}); asking for {} from now on (for `{label}` and every \
+                 later judge call; a judge's `params.structured = false` asks for a GRADE line from the start)",
+                self.name,
+                asked.name(),
+                message.chars().take(200).collect::<String>(),
+                next.name()
+            ));
+        }
+    }
+
+    /// The verdict format the endpoint ended on, when a refusal moved it (for `run.json`).
+    pub(crate) fn verdict_format(&self) -> Option<&'static str> {
+        match Format::of(self.verdict_format.load(Ordering::Relaxed)) {
+            Format::Schema => None,
+            Format::JsonObject => Some("json_object"),
+            Format::Prompted => Some("prompted"),
         }
     }
 
