@@ -298,7 +298,8 @@ fn a_slow_endpoint_times_out_and_fails_its_calls_after_their_retries() {
     for failure in failures {
         let reason = failure["reason"].as_str().unwrap();
         assert!(
-            reason.contains("timed out") && reason.contains("gave up after 2 attempts"),
+            reason.contains("no reply within 500ms (`models.mock.timeout`)")
+                && reason.contains("gave up after 2 attempts"),
             "{reason}"
         );
     }
@@ -549,4 +550,46 @@ fn a_server_that_refuses_json_schema_gets_json_object_after_at_most_three_refusa
     assert_eq!(report["complete"], true);
     let results = common::read_lines(&folder.join("results.jsonl"));
     assert!(results.iter().all(|r| r["correct"].is_boolean()));
+}
+
+#[test]
+fn a_server_that_dies_mid_run_stops_the_run_within_seconds_with_its_answers_kept() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            exit_after: Some(8),
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
+    // 30 seeds: 360 reads planned.
+    let seeds: Vec<String> = (1..=30).map(|s| s.to_string()).collect();
+    let seeds = format!("seeds=[{}]", seeds.join(", "));
+    let started = std::time::Instant::now();
+    let (status, folder, stderr) = run(&scratch, &manifest, &["--set", &seeds]);
+    let took = started.elapsed();
+    assert_ne!(status, 0, "{stderr}");
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "the run took {took:?}: {stderr}"
+    );
+    assert!(
+        stderr.contains("nothing answered there") && stderr.contains("after it had answered"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("models.mock.base_url"), "{stderr}");
+    // What the server answered is kept: each call it answered is in the cache.
+    let answered = api.counts().get(&api.counts().answered);
+    assert!(answered >= 8, "{answered}");
+    let made: u64 = ["compressor", "reader", "judge"]
+        .iter()
+        .map(|role| common::made(&folder, role))
+        .sum();
+    let cached: usize = ["compressor", "reader", "judge"]
+        .iter()
+        .map(|kind| scratch.cached(kind))
+        .sum();
+    assert!(made >= 8 && made <= answered, "{made} made, {answered} answered");
+    assert_eq!(cached as u64, made, "every call made is cached");
 }

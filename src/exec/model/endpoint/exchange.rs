@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::parallel::Locked;
 use crate::providers::{self, Announced, Class, Reply};
 
 use super::{Endpoint, MAX_REPLY_BYTES};
@@ -22,7 +23,10 @@ impl Endpoint {
             Ok(response) => response,
             Err(error) => {
                 let why = if error.is_timeout() {
-                    format!("timed out after {:?}", self.spec.timeout.0)
+                    format!(
+                        "no reply within {:?} (`models.{}.timeout`)",
+                        self.spec.timeout.0, self.name
+                    )
                 } else if error.is_connect() {
                     let why = without_url(&error);
                     return Exchange::Unreachable(format!(
@@ -36,6 +40,7 @@ impl Endpoint {
             }
         };
         self.answered.store(true, Ordering::Relaxed);
+        *self.unreachable_since.locked() = None;
         let status = response.status().as_u16();
         let announced = self.announced(response.headers());
         let wait = retry_after(response.headers(), &announced);
@@ -147,7 +152,11 @@ pub(in crate::exec::model) fn refusal(
 pub(in crate::exec::model) fn without_url(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
     if let Some(url) = error.url() {
-        text = text.replace(url.as_str(), "");
+        // "error sending request for url (…)": the address goes (the endpoint's name says
+        // where), and no empty "()" is left behind.
+        text = text
+            .replace(&format!(" for url ({})", url.as_str()), "")
+            .replace(url.as_str(), "");
     }
     let mut source = std::error::Error::source(error);
     while let Some(inner) = source {

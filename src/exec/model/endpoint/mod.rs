@@ -32,9 +32,9 @@ const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// How long one call keeps waiting on a provider's rate limits before it fails.
 const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(15 * 60);
 const MAX_RATE_LIMITED: u32 = 1000;
-/// How long an endpoint that has never answered keeps trying to connect before it stops: a
-/// closed port, a name that does not resolve or a failed TLS handshake is the commonest first
-/// mistake, and every later call would meet it too.
+/// How long an endpoint keeps trying to connect, nothing answering, before it stops: a closed
+/// port, a name that does not resolve or a failed TLS handshake is the commonest first mistake,
+/// a local server that exited the commonest mid-run, and every later call would meet either.
 const UNREACHABLE_PATIENCE: Duration = Duration::from_secs(4);
 /// The longest wait between connection attempts while the endpoint has never answered.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
@@ -396,22 +396,21 @@ impl Endpoint {
                         format!("429 rate limited: {message}"),
                     )
                 }
-                Exchange::Unreachable(why) if !self.answered.load(Ordering::Relaxed) => {
+                // Nothing answers at the address: a wrong address or a server that is down
+                // (before it ever answered), or one that went away mid-run. Either way every
+                // later call would meet the same: within seconds the endpoint stops.
+                Exchange::Unreachable(why) => {
                     failed += 1;
                     slot.failed();
                     let since = *self
                         .unreachable_since
                         .locked()
                         .get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() >= UNREACHABLE_PATIENCE || failed > self.spec.retries {
-                        return Err(self.unreachable(&why));
+                    let answered = self.answered.load(Ordering::Relaxed);
+                    if since.elapsed() >= UNREACHABLE_PATIENCE || (!answered && failed > self.spec.retries) {
+                        return Err(self.unreachable(&why, answered));
                     }
                     (backoff(failed).min(UNREACHABLE_BACKOFF), why)
-                }
-                Exchange::Unreachable(why) => {
-                    failed += 1;
-                    slot.failed();
-                    (backoff(failed), why)
                 }
                 Exchange::Transient { wait, why } => {
                     failed += 1;
@@ -492,12 +491,13 @@ impl Endpoint {
 
     /// Nothing at the endpoint's address has answered within `UNREACHABLE_PATIENCE`: every
     /// later call of this endpoint fails at once, as for a refused key.
-    fn unreachable(&self, why: &str) -> FailureKind {
+    fn unreachable(&self, why: &str, answered: bool) -> FailureKind {
         let kind = FailureKind::Rejected {
             endpoint: self.name.clone(),
             message: format!(
-                "{why} (nothing answered there in {} s: check `models.{}.base_url`, and that the server is up)",
+                "{why} (nothing answered there in {} s{}: check `models.{}.base_url`, and that the server is up)",
                 UNREACHABLE_PATIENCE.as_secs(),
+                if answered { ", after it had answered" } else { "" },
                 self.name
             ),
         };
