@@ -285,6 +285,7 @@ impl Drop for MockApi {
 
 fn serve_connection(stream: TcpStream, state: &State) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
         Err(_) => return,
@@ -301,11 +302,11 @@ fn serve_connection(stream: TcpStream, state: &State) {
             reason(status),
             reply.len()
         );
-        if writer
-            .write_all(text.as_bytes())
-            .and_then(|_| writer.write_all(&reply))
-            .is_err()
-        {
+        // One write: a head and a body written apart meet Nagle's algorithm and a delayed
+        // ACK, and the body arrives tens of milliseconds late.
+        let mut whole = text.into_bytes();
+        whole.extend_from_slice(&reply);
+        if writer.write_all(&whole).is_err() {
             return;
         }
         if state.stop.load(Ordering::SeqCst) {
