@@ -140,6 +140,27 @@ pub(crate) fn pretty(value: &impl serde::Serialize) -> String {
     text
 }
 
+/// How much a writability probe writes: enough that a place with a few bytes left fails it.
+const PROBE_BYTES: usize = 64 << 10;
+
+/// Checks that `folder` takes a write and a sync (a probe file, removed after): a read-only
+/// place, a full disk or an exhausted quota fails here, before a call is paid for.
+pub(crate) fn probe_writable(folder: &Path) -> Result<(), Error> {
+    let path = folder.join(format!(".gacc-probe-{}", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::File::create(&path)?;
+        file.write_all(&vec![0u8; PROBE_BYTES])?;
+        file.sync_all()
+    })();
+    let _ = std::fs::remove_file(&path);
+    written.map_err(|error| Error::Io {
+        path: folder.to_path_buf(),
+        message: format!(
+            "cannot be written ({error}); nothing was called: free space there (or make it writable) and run again"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

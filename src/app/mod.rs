@@ -88,11 +88,15 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
         println!("{}", finished.folder.display());
     }
     finished.views?;
-    if let Some(stop) = &finished.stop {
-        eprintln!("{stop}");
-        if let crate::runner::Stop::CostCap(_) = stop {
+    match &finished.stop {
+        // Said when it happened, with what was kept.
+        Some(crate::runner::Stop::LostWrite { .. }) => return Ok(Ended::Failed),
+        Some(stop @ crate::runner::Stop::CostCap(_)) => {
+            eprintln!("{stop}");
             return Ok(Ended::CostCap);
         }
+        Some(stop) => eprintln!("{stop}"),
+        None => {}
     }
     if finished.failures + finished.cancelled > 0 {
         eprintln!(

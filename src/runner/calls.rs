@@ -133,9 +133,18 @@ pub(super) async fn obtain(
                 }
                 // Each attempt's trace event carries the call's cache key through this span.
                 let span = tracing::info_span!("call", key = %key);
-                let answer = callback.call(key, request, &shared.run_limit).instrument(span).await?;
+                let answer = callback
+                    .call(key, request, &shared.run_limit)
+                    .instrument(span)
+                    .await?;
                 if let Err(error) = shared.setup.cache.put(role.into(), key, &description(), &answer) {
-                    tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
+                    shared.lost_write(
+                        &format!(
+                            "could not write the cache entry of a {} call ({error})",
+                            callback.name
+                        ),
+                        1,
+                    );
                 }
                 drop(lease);
                 Ok((answer, false))
@@ -169,7 +178,13 @@ fn from_cache(
         .cache
         .put(role.into(), key, &description(), &response)
     {
-        tracing::error!(callback = %callback.name, key, %error, "could not write the cache entry");
+        shared.lost_write(
+            &format!(
+                "could not write the cache entry of a {} call ({error})",
+                callback.name
+            ),
+            0,
+        );
     }
     Some(response)
 }

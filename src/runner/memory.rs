@@ -335,14 +335,20 @@ pub(super) async fn make_memory<'a>(
             .cache
             .put(Kind::Text, text_key, &json!({"job": "text"}), &text)
         {
-            tracing::error!(key = %text_key, %error, "could not write the cache entry");
+            shared.lost_write(
+                &format!("could not write a memory's text to the cache ({error})"),
+                0,
+            );
         }
     }
     if let Err(error) = setup
         .cache
         .put(Kind::Memory, &memory_key, &description, &measured.to_json(&usage))
     {
-        tracing::error!(key = memory_key, %error, "could not write the cache entry");
+        shared.lost_write(
+            &format!("could not write a memory's measure to the cache ({error})"),
+            0,
+        );
     }
     let calls = memory_calls(shared, job, memory_key, &measured);
     Ok((measured, origin, usage, calls))

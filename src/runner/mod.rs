@@ -147,6 +147,14 @@ pub(crate) enum Stop {
     CostCap(f64),
     /// An endpoint refused the key (or has no such model): every later call would fail too.
     Rejected(String),
+    /// A cache entry or a row could not be written (a full disk, a quota, a place made
+    /// read-only): no call starts after it, since its answer could not be kept.
+    LostWrite {
+        /// The path and the error, as the write failed.
+        what: String,
+        /// Answers this run could not keep.
+        lost: usize,
+    },
 }
 
 impl std::fmt::Display for Stop {
@@ -159,6 +167,16 @@ impl std::fmt::Display for Stop {
                  raise it and run again to go on (the cache keeps what was paid for)"
             ),
             Stop::Rejected(why) => write!(f, "the run stopped: {why}"),
+            Stop::LostWrite { what, lost } => write!(
+                f,
+                "the run stopped at its first lost write: {what}. No call started after it{}; every \
+                 answer written before it is kept. Free space there (or make it writable), then run \
+                 the same command again: nothing kept is paid for twice",
+                match lost {
+                    0 => String::new(),
+                    n => format!(" ({n} answer(s) made then could not be kept, and will be made again)"),
+                }
+            ),
         }
     }
 }
@@ -167,6 +185,25 @@ impl RunState {
     /// Stops the run: no new call starts, and calls waiting for a slot are cancelled.
     fn stop(&self, why: Stop) {
         self.stop.locked().get_or_insert(why);
+        self.stopped.store(true, Ordering::Relaxed);
+        self.run_limit.close();
+    }
+
+    /// A write that failed: the first stops the run (no new call starts); each counts.
+    fn lost_write(&self, what: &str, answers: usize) {
+        let mut stop = self.stop.locked();
+        match stop.as_mut() {
+            Some(Stop::LostWrite { lost, .. }) => *lost += answers,
+            Some(_) => {}
+            None => {
+                *stop = Some(Stop::LostWrite {
+                    what: what.to_owned(),
+                    lost: answers,
+                });
+                tracing::error!(error = what, "a write failed: no new call starts");
+            }
+        }
+        drop(stop);
         self.stopped.store(true, Ordering::Relaxed);
         self.run_limit.close();
     }
@@ -260,6 +297,11 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         while folded < next && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
                 folding.fold(&shared.setup.plan.memories[folded].id, memory);
+            }
+            // A row file that can no longer be written (a full disk) stops the run as a lost
+            // cache entry does: the calls made from here on could not be shown.
+            if let Some(what) = folding.rows.as_deref_mut().and_then(RowSink::failure) {
+                shared.lost_write(&what, 0);
             }
             folded += 1;
         }

@@ -115,6 +115,9 @@ fn hex(text: &[u8]) -> bool {
 pub(crate) struct RowSink {
     memories: Appender,
     results: Appender,
+    /// When the files were last seen in place (a run folder removed while the run writes
+    /// leaves the writes going to files nobody can open).
+    seen: Instant,
 }
 
 /// What the sink wrote: the SHA-256 of `results.jsonl` and the rows of each file.
@@ -133,6 +136,8 @@ struct Appender {
     rows: usize,
     pieces: Option<mpsc::Sender<Vec<u8>>>,
     writer: Option<JoinHandle<std::io::Result<String>>>,
+    /// Why the thread stopped, once it has (a full disk): `finish` gives it back.
+    failed: Option<std::io::Error>,
 }
 
 /// How often the writer thread looks for bytes while some wait to be written: a handful of
@@ -192,22 +197,38 @@ impl Appender {
             rows: 0,
             pieces: Some(pieces),
             writer: Some(writer),
+            failed: None,
         })
     }
 
-    /// Hands `bytes` to the thread (a thread that stopped has its error kept).
+    /// Hands `bytes` to the thread; a thread that stopped (its first failed write) has its
+    /// error kept.
     fn append(&mut self, bytes: Vec<u8>, rows: usize) {
         self.rows += rows;
         if !bytes.is_empty()
             && let Some(pieces) = &self.pieces
+            && pieces.send(bytes).is_err()
+            && self.failed.is_none()
         {
-            let _ = pieces.send(bytes);
+            self.failed = Some(
+                self.close()
+                    .err()
+                    .unwrap_or_else(|| std::io::Error::other("the writer stopped")),
+            );
         }
+    }
+
+    /// Why the file could not be written, once its thread stopped.
+    fn failure(&self) -> Option<String> {
+        (self.failed.as_ref()).map(|error| format!("could not write {}: {error}", self.path.display()))
     }
 
     /// Waits for the thread to write what it was given: the SHA-256 of the whole file.
     fn close(&mut self) -> std::io::Result<String> {
         self.pieces = None;
+        if let Some(error) = self.failed.take() {
+            return Err(error);
+        }
         match self.writer.take().map(JoinHandle::join) {
             Some(Ok(written)) => written,
             Some(Err(_)) => Err(std::io::Error::other("the writer stopped unexpectedly")),
@@ -236,6 +257,7 @@ impl RowSink {
         Ok(RowSink {
             memories: Appender::create(folder.file(MEMORIES), false)?,
             results: Appender::create(folder.file(RESULTS), true)?,
+            seen: Instant::now(),
         })
     }
 
@@ -246,9 +268,40 @@ impl RowSink {
         self.results.append(lines.results, lines.rows);
     }
 
-    /// Writes what waits and closes both files.
+    /// Why a row file could not be written, once one could not (its writer stopped, or the
+    /// file was removed: looked for at most once a second).
+    pub(crate) fn failure(&mut self) -> Option<String> {
+        let failed = self.memories.failure().or_else(|| self.results.failure());
+        if failed.is_some() || self.seen.elapsed() < FLUSH_EVERY {
+            return failed;
+        }
+        self.seen = Instant::now();
+        [&self.memories.path, &self.results.path]
+            .into_iter()
+            .find(|path| !path.exists())
+            .map(|path| {
+                format!(
+                    "{} was removed while the run wrote it (its run folder gone?)",
+                    path.display()
+                )
+            })
+    }
+
+    /// Writes what waits and closes both files; a file removed while it was written (its run
+    /// folder gone) is an error, not rows that went nowhere.
     pub(crate) fn finish(self) -> Result<Written, Error> {
-        let RowSink { memories, results } = self;
+        if let Some(gone) = [&self.memories.path, &self.results.path]
+            .into_iter()
+            .find(|p| !p.exists())
+        {
+            return Err(Error::Io {
+                path: gone.clone(),
+                message: "was removed while the run wrote it (its run folder gone?); every finished call is cached: run the same command again".into(),
+            });
+        }
+        let RowSink {
+            memories, results, ..
+        } = self;
         let (_, memories) = memories.finish()?;
         let (results_sha256, results) = results.finish()?;
         Ok(Written {

@@ -23,6 +23,10 @@ pub(crate) struct RunRecord {
     /// The name the user gave the run (`gacc run --label`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Cache entries found damaged (a payload failing its checksum, a torn line): each was a
+    /// miss, its call made again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_damaged: usize,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: i32,
     pub manifest: String,
@@ -184,6 +188,10 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default()
+}
+
+fn is_zero(value: &usize) -> bool {
+    *value == 0
 }
 
 #[cfg(test)]

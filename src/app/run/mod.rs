@@ -122,6 +122,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let markdown = markdown_view(options)?;
 
     let (folder, dataset_digest, plan_writer) = start_folder(&opened.runs, started_at, &prepared, options)?;
+    // A full or read-only place fails now, before anything is paid for, not at the first
+    // answer that cannot be kept.
+    crate::files::probe_writable(&opened.cache.root().join("segments"))?;
+    crate::files::probe_writable(folder.path())?;
     let progress = Arc::new(Progress {
         endpoints: models.endpoints.values().cloned().collect(),
         costs: Some(models.costs.clone()),
@@ -157,7 +161,18 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         cache: cache_shown(&prepared),
         ..RunRecord::here()
     };
+    let damaged_before = setup.cache.damaged();
+    let cache = setup.cache.clone();
     let mut outcome = execute(setup, &progress, options, (&folder, in_flight))?;
+    // A lost write is said at once, whatever else the full disk then refuses.
+    if let Some(stop @ runner::Stop::LostWrite { lost, .. }) = &outcome.stop {
+        let made: usize = outcome.this_run.values().map(|c| c.made).sum();
+        eprintln!(
+            "{stop}.\nThis run made {made} call(s): {} kept in the cache, {lost} not.",
+            made.saturating_sub(*lost)
+        );
+    }
+    let damaged = cache.damaged().max(damaged_before);
     // The ledger and the results were written as they folded.
     let rows = outcome.written.take().unwrap_or_else(|| {
         Err(Error::Stopped {
@@ -209,6 +224,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         scripts: super::prepare::scripts(&prepared.loaded),
         templates: super::prepare::templates(&prepared.loaded),
         label: options.label.clone(),
+        cache_damaged: damaged,
         ..RunRecord::here()
     };
     folder.write(RUN, pretty(&record).as_bytes())?;
@@ -233,6 +249,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     summary_json["cancelled"] = json!(cancelled);
     summary_json["seconds"] = json!(started.elapsed().as_secs_f64());
     summary_json["calls"] = json!(this_run);
+    summary_json["cache_damaged"] = json!(damaged);
     // Labels that match no answer are the labels' error; the run's work is all written.
     if !unmatched.is_empty() {
         eprintln!(
@@ -241,8 +258,17 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         );
         return Err(Invalid(unmatched).into());
     }
+    let mut said = summary(&report, &this_run, &paid, &hints, started.elapsed());
+    if damaged > 0 {
+        said.push_str(&format!(
+            "\n  cache: {damaged} entr{} failed {} checksum (a damaged disk or a bad copy): not used, and made again where this run needed {}",
+            if damaged == 1 { "y" } else { "ies" },
+            if damaged == 1 { "its" } else { "their" },
+            if damaged == 1 { "it" } else { "them" }
+        ));
+    }
     Ok(Finished {
-        summary: summary(&report, &this_run, &paid, &hints, started.elapsed()),
+        summary: said,
         summary_json,
         failures,
         cancelled,
@@ -372,8 +398,18 @@ fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Optio
     Some(window.max(widest))
 }
 
-/// Runs the plan with the progress line on the terminal; Ctrl-C ends every call in flight
-/// (finished ones are cached) and is `Error::Interrupted`.
+/// Resolves when the process is sent SIGTERM (never, where that cannot be listened for).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// Runs the plan with the progress line on the terminal; Ctrl-C or SIGTERM ends every call in
+/// flight (finished ones are cached) and is `Error::Interrupted`.
 fn execute(
     setup: runner::Setup,
     progress: &Arc<Progress>,
@@ -392,6 +428,9 @@ fn execute(
         let outcome = tokio::select! {
             outcome = runner::execute(setup) => Some(outcome),
             _ = tokio::signal::ctrl_c() => None,
+            // A scheduler's preemption (SIGTERM) ends the run as Ctrl-C does: calls in flight
+            // and their workers are ended, what finished is kept, and the resume is said.
+            _ = terminated() => None,
         };
         display.abort();
         following.abort();

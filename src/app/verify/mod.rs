@@ -138,12 +138,20 @@ fn verify_in(
         replayed_failures: failures,
         ..RunOptions::default()
     };
-    let replayed = super::run::run(&options)?.folder;
+    let finished = super::run::run(&options)?;
+    let replayed = finished.folder;
+    let damaged = finished.summary_json["cache_damaged"].as_u64().unwrap_or(0);
     figures.extend(compare_json(&stated, &replayed, REPORT_JSON)?);
     for file in [MEMORIES, RESULTS] {
         figures.extend(compare_rows(&stated, &replayed, file)?);
     }
-    let checked = spot::run_checks(work, &stated, dataset, &layer, checks)?;
+    let mut checked = spot::run_checks(work, &stated, dataset, &layer, checks)?;
+    if damaged > 0 {
+        checked.insert(
+            0,
+            format!("the cache has {damaged} entr{} that failed {} checksum: not used (the figures that rest on them do not follow)", if damaged == 1 { "y" } else { "ies" }, if damaged == 1 { "its" } else { "their" }),
+        );
+    }
     Ok((figures, checked, failed))
 }
 

@@ -242,7 +242,9 @@ async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
         Err(error) => return failed(spawn_failure(program, error)),
     };
     let group = child.id().map(|pid| pid as i32);
-    live_groups().extend(group);
+    if !register(group) {
+        return failed(FailureKind::Cancelled);
+    }
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -377,11 +379,30 @@ fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
     LIVE_GROUPS.locked()
 }
 
-/// Kills every callback process group still running (on Ctrl-C).
+/// Set once the run is stopping: a process started after is killed at once.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Kills every callback process group still running (on Ctrl-C, SIGTERM), and every one
+/// started after.
 pub(crate) fn kill_all() {
-    for group in live_groups().drain(..) {
+    let mut groups = live_groups();
+    STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+    for group in groups.drain(..) {
         kill_group(Some(group));
     }
+}
+
+/// Records a started process's group so that a stopping run ends it; false (and the group
+/// killed) when the run is stopping already: a task still going would otherwise leave a worker
+/// that outlives gacc and serves the request it was handed.
+fn register(group: Option<i32>) -> bool {
+    let mut groups = live_groups();
+    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        kill_group(group);
+        return false;
+    }
+    groups.extend(group);
+    true
 }
 
 /// Sends SIGKILL to a whole process group; a group that is already gone is fine.

@@ -13,7 +13,7 @@ use crate::exec::sandbox::Scratch;
 use crate::parallel::Locked;
 use crate::protocol::Role;
 
-use super::{Stderr, command, kill_group, live_groups, spawn_failure};
+use super::{Stderr, command, kill_group, live_groups, register, spawn_failure};
 
 /// A long-lived persistent callback process: one request per line in, one response per line out.
 #[derive(Debug)]
@@ -43,7 +43,9 @@ impl PersistentProcess {
         let (mut command, scratch) = command(program, role)?;
         let mut child = command.spawn().map_err(|error| spawn_failure(program, error))?;
         let group = child.id().map(|pid| pid as i32);
-        live_groups().extend(group);
+        if !register(group) {
+            return Err(FailureKind::Cancelled);
+        }
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {

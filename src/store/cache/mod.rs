@@ -62,6 +62,7 @@ struct Location {
 /// The entries written to this process's own segment.
 struct Writer {
     file: File,
+    path: PathBuf,
     length: u64,
     segment: usize,
 }
@@ -78,6 +79,10 @@ struct Inner {
     /// Each segment's path and how far it is indexed, by segment number (this process's own
     /// segment at `u64::MAX`: it is never read back).
     covered: Mutex<Vec<(PathBuf, u64)>>,
+    /// Entries found damaged (a payload that fails its checksum) since the cache was opened:
+    /// each is a miss, its call made again. (A line cut short by a process killed mid-write is
+    /// not counted: that is how a kill ends, not damage.)
+    damaged: std::sync::atomic::AtomicUsize,
 }
 
 /// A persistent, content-addressed store of successful callback responses (and of other
@@ -132,6 +137,7 @@ impl Cache {
             .sum();
         let mut resident = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0).min(RESIDENT_TOTAL));
         let mut covered = Vec::new();
+        let mut damaged = Stats::default();
         for path in names {
             let file = File::open(&path)?;
             let segment = segments.len();
@@ -140,7 +146,7 @@ impl Cache {
                 Some(covered) => {
                     let sinks = Sinks {
                         index: &mut index,
-                        stats: &mut Stats::default(),
+                        stats: &mut damaged,
                         resident: Some(&mut resident),
                         records: None,
                     };
@@ -150,7 +156,7 @@ impl Cache {
                     let mut records = Vec::new();
                     let sinks = Sinks {
                         index: &mut index,
-                        stats: &mut Stats::default(),
+                        stats: &mut damaged,
                         resident: Some(&mut resident),
                         records: Some(&mut records),
                     };
@@ -174,6 +180,7 @@ impl Cache {
             dirty: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             covered: Mutex::new(covered),
+            damaged: std::sync::atomic::AtomicUsize::new(damaged.damaged),
         });
         let syncer = Arc::downgrade(&inner);
         std::thread::spawn(move || {
@@ -195,6 +202,9 @@ impl Cache {
         let payload = self.payload(location)?;
         // A payload held in memory was checked once, when its segment was scanned (`scan`).
         let checked = location.segment == RESIDENT || intact(&payload, &checksum);
+        if !checked {
+            self.inner.damaged.fetch_add(1, Ordering::Relaxed);
+        }
         checked.then(|| parse_response(&payload))?
     }
 
@@ -226,6 +236,16 @@ impl Cache {
             .read_exact_at(&mut payload, location.offset)
             .ok()?;
         Some(std::borrow::Cow::Owned(payload))
+    }
+
+    /// Where the cache lives.
+    pub(crate) fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Entries found damaged since the cache was opened (each a miss: its call made again).
+    pub(crate) fn damaged(&self) -> usize {
+        self.inner.damaged.load(Ordering::Relaxed)
     }
 
     pub(crate) fn contains(&self, kind: Kind, key: &str) -> bool {
@@ -263,10 +283,20 @@ impl Cache {
             if writer.is_none() {
                 *writer = Some(self.new_segment()?);
             }
-            let Some(writer) = writer.as_mut() else {
+            let Some(open) = writer.as_mut() else {
                 return Err(std::io::Error::other("no cache segment"));
             };
-            writer.file.write_all(&line)?;
+            if let Err(error) = open.file.write_all(&line) {
+                // Part of the line may be on disk: the segment's length is no longer known, and
+                // the next entry starts a segment of its own (its torn line is a miss, no more).
+                let path = open.path.clone();
+                *writer = None;
+                return Err(std::io::Error::new(
+                    error.kind(),
+                    format!("{}: {error}", path.display()),
+                ));
+            }
+            let writer = open;
             let location = Location {
                 segment: writer.segment,
                 offset: writer.length + prefix.len() as u64,
@@ -299,7 +329,13 @@ impl Cache {
             let path = folder.join(format!("{millis:015}-{:010}-{number:06}.log", std::process::id()));
             match OpenOptions::new().create_new(true).append(true).open(&path) {
                 Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                opened => break (path, opened?),
+                Err(error) => {
+                    return Err(std::io::Error::new(
+                        error.kind(),
+                        format!("{}: {error}", path.display()),
+                    ));
+                }
+                Ok(file) => break (path, file),
             }
         };
         // The new name is durable once the folder is synced.
@@ -308,9 +344,10 @@ impl Cache {
         let mut covered = self.inner.covered.locked();
         let mut segments = self.inner.segments.write().unwrap_or_else(|e| e.into_inner());
         segments.push(reader);
-        covered.push((path, u64::MAX));
+        covered.push((path.clone(), u64::MAX));
         Ok(Writer {
             file,
+            path,
             length: 0,
             segment: segments.len() - 1,
         })
