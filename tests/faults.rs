@@ -184,10 +184,19 @@ fn a_place_that_cannot_be_written_fails_before_any_call() {
     }
 }
 
-/// Changes one byte inside the payload of each of the first `n` entries small enough to be
-/// checked when the cache is opened (answers and verdicts), whatever segment holds them.
-fn damage(cache: &Path, n: usize) -> usize {
-    let mut damaged = 0;
+/// A scratch folder where the counting fixture ran once, whole: (scratch, the invocation
+/// count, the manifest, the run folder).
+fn ran_once(name: &str) -> (Scratch, PathBuf, String, PathBuf) {
+    let scratch = Scratch::new();
+    let count = scratch.path("invocations.log");
+    let manifest = counting_fixture(&scratch, name, &count, None);
+    let (status, folder, stderr) = scratch.run(&manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    (scratch, count, manifest, folder)
+}
+
+/// The cache's segment files, oldest first.
+fn segments(cache: &Path) -> Vec<PathBuf> {
     let mut segments: Vec<PathBuf> = std::fs::read_dir(cache.join("segments"))
         .unwrap()
         .flatten()
@@ -195,7 +204,14 @@ fn damage(cache: &Path, n: usize) -> usize {
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();
     segments.sort();
-    for segment in &segments {
+    segments
+}
+
+/// Changes one byte inside the payload of each of the first `n` entries small enough to be
+/// checked when the cache is opened (answers and verdicts), whatever segment holds them.
+fn damage(cache: &Path, n: usize) -> usize {
+    let mut damaged = 0;
+    for segment in &segments(cache) {
         let mut bytes = std::fs::read(segment).unwrap();
         let mut at = 0;
         while at < bytes.len() && damaged < n {
@@ -227,11 +243,7 @@ fn damage(cache: &Path, n: usize) -> usize {
 
 #[test]
 fn damaged_cache_entries_are_said_and_made_again_and_the_report_is_unchanged() {
-    let scratch = Scratch::new();
-    let count = scratch.path("invocations.log");
-    let manifest = counting_fixture(&scratch, "damaged", &count, None);
-    let (status, clean, stderr) = scratch.run(&manifest, &["-q"]);
-    assert_eq!(status, 0, "{stderr}");
+    let (scratch, count, manifest, clean) = ran_once("damaged");
     let before = invocations(&count);
     let damaged = damage(&scratch.path(".gacc/cache"), 20);
     assert_eq!(damaged, 20, "entries damaged");
@@ -256,19 +268,10 @@ fn damaged_cache_entries_are_said_and_made_again_and_the_report_is_unchanged() {
 
 #[test]
 fn a_line_cut_short_by_a_kill_is_a_miss_made_again_not_damage() {
-    let scratch = Scratch::new();
-    let count = scratch.path("invocations.log");
-    let manifest = counting_fixture(&scratch, "torn", &count, None);
-    let (status, clean, stderr) = scratch.run(&manifest, &["-q"]);
-    assert_eq!(status, 0, "{stderr}");
+    let (scratch, count, manifest, clean) = ran_once("torn");
     // The segment's first compressor entry (32 KB) cut in half and made its last line, as a
     // `kill -9` in the middle of its write leaves it.
-    let segments: Vec<PathBuf> = std::fs::read_dir(scratch.path(".gacc/cache/segments"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
+    let segments = segments(&scratch.path(".gacc/cache"));
     assert_eq!(segments.len(), 1);
     let bytes = std::fs::read(&segments[0]).unwrap();
     let long = bytes
