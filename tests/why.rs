@@ -748,3 +748,135 @@ fn a_reader_panel_recounts_and_says_where_a_reader_reverses_the_ranking() {
     assert_eq!(api.requests(), 24, "the half sample was read already");
     common::mock_api::assert_no_key(&scratch, &stderr);
 }
+
+/// Runs `gacc callback NAME` on one judge request; its verdict and score.
+fn judged(scratch: &Scratch, judge: &str, answer: &str, reference: &str) -> (bool, Option<f64>) {
+    let request = serde_json::json!({
+        "protocol": "gacc/1", "role": "judge", "source": "s", "question": "q",
+        "reference": reference, "answer": answer, "seed": 0, "params": {},
+    });
+    let output = scratch
+        .gacc()
+        .args(["callback", judge])
+        .write_stdin(request.to_string())
+        .output()
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    (reply["correct"] == true, reply["score"].as_f64())
+}
+
+#[test]
+fn the_judges_score_chinese_as_cmrc_and_english_as_squad() {
+    let scratch = Scratch::empty();
+    // CMRC 2018's mixed segmentation: each Han character a token, punctuation of both scripts gone.
+    assert!(judged(&scratch, "contains", "渡轮从三号码头出发。", "三号码头").0);
+    let (_, f1) = judged(&scratch, "token-f1", "渡轮从三号码头出发。", "三号码头");
+    assert!((f1.unwrap() - 8.0 / 13.0).abs() < 1e-12, "{f1:?}");
+    assert!(judged(&scratch, "normalized", "下午五点。", "下午五点").0);
+    assert!(
+        judged(&scratch, "normalized", "Ｐｉｅｒ　３！", "pier 3").0,
+        "full width folded"
+    );
+    assert!(!judged(&scratch, "contains", "渡轮从三号码头出发。", "四号码头").0);
+    // English as before.
+    assert!(judged(&scratch, "contains", "The ferry leaves from pier 3.", "pier 3").0);
+    assert!(!judged(&scratch, "contains", "It cost 14 dollars", "4").0);
+    let (_, f1) = judged(&scratch, "token-f1", "The ferry leaves from pier 3.", "pier 3");
+    assert!((f1.unwrap() - 4.0 / 7.0).abs() < 1e-12, "{f1:?}");
+    assert!(!judged(&scratch, "normalized", "The ferry leaves from pier 3.", "pier 3").0);
+    // Japanese and Korean: kana and Hangul characters are tokens too.
+    assert!(
+        judged(
+            &scratch,
+            "contains",
+            "東京タワーは三百三十三メートルです。",
+            "三百三十三メートル"
+        )
+        .0
+    );
+    assert!(judged(&scratch, "contains", "회의는 오후 세 시에 시작합니다.", "세 시").0);
+    // Mixed text: apple 发 布 了 iphone 15 against iphone 15: P = 2/6, R = 1, F1 = 1/2.
+    let (_, f1) = judged(&scratch, "token-f1", "Apple发布了iPhone 15。", "iPhone 15");
+    assert_eq!(f1, Some(0.5), "mixed text");
+}
+
+/// A Chinese run read back: the whole source scores 1.0 (`identity` at r = 1), and at r = 0.3
+/// `goal-bm25` keeps more of the evidence than `prefix`.
+fn reads_chinese(scratch: &Scratch, manifest: &str) {
+    let (status, folder, stderr) = scratch.run(manifest, &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let cell = |compressor: &str, ratio: f64| -> serde_json::Value {
+        report["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["compressor"] == compressor && c["condition"] == "own-goal" && c["ratio"] == ratio)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(cell("identity", 1.0)["micro"]["mean"], 1.0, "{manifest}");
+    let kept = |compressor: &str| {
+        cell(compressor, 0.3)["attribution"]["evidence_kept"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        kept("goal-bm25") > kept("prefix"),
+        "{manifest}: {} vs {}",
+        kept("goal-bm25"),
+        kept("prefix")
+    );
+}
+
+#[test]
+fn the_bundled_chinese_experiment_and_a_chinese_dataset_of_other_text() {
+    let scratch = Scratch::new();
+    reads_chinese(&scratch, "experiments/chinese.toml");
+    // Another passage, goals and questions, written apart from the bundled one.
+    let source = serde_json::json!({
+        "id": "clinic",
+        "text": "社区诊所发布了上个月的工作简报。诊所共接待病人八百六十名。流感疫苗于十月二日开始接种。周末门诊由赵医生负责。诊所新购置了一台心电图机，价格为三万元。药房的营业时间延长到晚上九点。候诊区的电视已经修好了。",
+        "goals": [
+            {"id": "clinic-care", "text": "了解疫苗接种和周末门诊的安排", "questions": [
+                {"id": "clinic-care-q1", "question": "流感疫苗什么时候开始接种？", "reference": "十月二日", "evidence": "流感疫苗于十月二日开始接种"},
+                {"id": "clinic-care-q2", "question": "周末门诊由谁负责？", "reference": "赵医生", "evidence": "周末门诊由赵医生负责"}]},
+            {"id": "clinic-equipment", "text": "了解新设备的价格和药房时间", "questions": [
+                {"id": "clinic-equipment-q1", "question": "心电图机的价格是多少？", "reference": "三万元", "evidence": "价格为三万元"},
+                {"id": "clinic-equipment-q2", "question": "药房营业到几点？", "reference": "晚上九点", "evidence": "药房的营业时间延长到晚上九点"}]}]
+    });
+    scratch.write("experiments/data/clinic.jsonl", &format!("{source}\n"));
+    let manifest = std::fs::read_to_string(scratch.path("experiments/chinese.toml"))
+        .unwrap()
+        .replace("data/chinese/chinese.jsonl", "data/clinic.jsonl");
+    scratch.write("experiments/clinic.toml", &manifest);
+    reads_chinese(&scratch, "experiments/clinic.toml");
+}
+
+#[test]
+fn the_bundled_english_experiment_scores_as_before_the_text_rules_knew_other_scripts() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/baselines.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let cells: Vec<serde_json::Value> = report["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "compressor": c["compressor"], "condition": c["condition"], "ratio": c["ratio"],
+                "micro": c["micro"], "macro": c["macro"], "attribution": c["attribution"], "ledger": c["ledger"],
+            })
+        })
+        .collect();
+    let before: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/baselines-cells.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cells, before);
+}

@@ -50,8 +50,12 @@ pub(super) fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Err
     } else {
         dataset::load_path(path).map_err(Invalid)?
     };
-    let stats = dataset::stats(&dataset, &crate::inputs::tokenizer::Cl100k::new())
-        .map_err(|message| Invalid::one(manifest::shown(path), message))?;
+    let stats = dataset::stats(
+        &dataset,
+        &crate::inputs::tokenizer::Cl100k::new(),
+        crate::builtin::text::is_cjk,
+    )
+    .map_err(|message| Invalid::one(manifest::shown(path), message))?;
     Ok((manifest::shown(path), stats))
 }
 

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::text::{BM25_B, BM25_K1, bm25_with, f1, keyword, normalize, sentences, words};
+use super::text::{BM25_B, BM25_K1, bm25_with, f1, keyword, normalize, sentences, tokens, words};
 use crate::protocol::messages::{
     CompressorRequest as Compress, CompressorResponse as Memory, JudgeRequest as Judge,
     JudgeResponse as Verdict, ReaderRequest as Read, ReaderResponse as Answer,
@@ -172,8 +172,8 @@ pub(super) fn normalized(request: &Judge) -> Reply<Verdict<'static>> {
 
 pub(super) fn contains(request: &Judge) -> Reply<Verdict<'static>> {
     let (answer, reference) = answer_and_reference(request);
-    let answer: Vec<&str> = answer.split(' ').collect();
-    let reference: Vec<&str> = reference.split(' ').filter(|w| !w.is_empty()).collect();
+    let answer: Vec<&str> = tokens(&answer);
+    let reference: Vec<&str> = tokens(&reference);
     let found = !reference.is_empty() && answer.windows(reference.len()).any(|window| window == reference);
     Ok(Verdict::verdict(found))
 }

@@ -425,6 +425,16 @@ pub(crate) struct Stats {
     pub tokens: Summary,
     pub goals_per_source: Summary,
     pub questions_per_goal: Summary,
+    /// Per source, the share of its letters that are of scripts written without spaces
+    /// (Chinese, Japanese, Korean), whose characters the text rules take one by one.
+    pub cjk_share: Vec<SourceShare>,
+}
+
+/// One source's share of something.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct SourceShare {
+    pub id: String,
+    pub share: f64,
 }
 
 /// Minimum, median, maximum and total of a list of counts.
@@ -458,6 +468,7 @@ impl Summary {
 pub(crate) fn stats(
     dataset: &Dataset,
     tokenizer: &dyn crate::inputs::tokenizer::Tokenizer,
+    is_cjk: fn(char) -> bool,
 ) -> Result<Stats, String> {
     let tokens = dataset
         .sources
@@ -475,6 +486,18 @@ pub(crate) fn stats(
         tokens: Summary::of(tokens),
         goals_per_source: Summary::of(dataset.sources.iter().map(|s| s.goals.len()).collect()),
         questions_per_goal: Summary::of(dataset.goals().map(|(_, g)| g.questions.len()).collect()),
+        cjk_share: (dataset.sources.iter())
+            .map(|source| {
+                let letters = source.text.chars().filter(|c| c.is_alphanumeric());
+                let (cjk, all) = letters.fold((0usize, 0usize), |(cjk, all), c| {
+                    (cjk + usize::from(is_cjk(c)), all + 1)
+                });
+                SourceShare {
+                    id: source.id.clone(),
+                    share: if all == 0 { 0.0 } else { cjk as f64 / all as f64 },
+                }
+            })
+            .collect(),
     })
 }
 

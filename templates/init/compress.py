@@ -15,15 +15,21 @@ import sys
 from gacc_callback import compressor, count_tokens, fit, serve
 
 STOPWORDS = {"the", "a", "an", "of", "on", "in", "to", "and", "or", "for", "is", "are", "what", "how"}
+# Scripts written without spaces (Chinese, Japanese, Korean): each character is a word, as
+# gacc's own text rules take them.
+CJK = "\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+WORD = re.compile(f"[{CJK}]|[^\\W{CJK}]+")
+# A sentence ends after . ! ? and white space, after 。！？ (no space follows them), or at a line.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n")
 
 
 def words(text):
-    return set(re.findall(r"\w+", text.lower())) - STOPWORDS
+    return set(WORD.findall(text.lower())) - STOPWORDS
 
 
 @compressor
 def compress(context, goal, token_budget, **_):
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n", context) if s.strip()]
+    sentences = [s for s in SENTENCE_END.split(context) if s.strip()]
     if goal:
         wanted = words(goal)
         # Most goal words first; ties keep the source's order.

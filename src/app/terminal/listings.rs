@@ -156,8 +156,30 @@ pub(in crate::app) fn print_dataset_stats(shown: &str, stats: &Stats, format: Fo
             s.min, s.median, s.max, s.total
         )
     };
+    let mixed: Vec<&crate::inputs::dataset::SourceShare> =
+        stats.cjk_share.iter().filter(|s| s.share > 0.0).collect();
+    let scripts = match mixed.len() {
+        0 => "scripts             no source has Chinese, Japanese or Korean text\n".to_owned(),
+        n => {
+            let mut text = format!(
+                "scripts             {n} of {} sources have Chinese, Japanese or Korean text (their characters are words one by one; sentences end at 。！？)\n",
+                stats.sources
+            );
+            for source in mixed.iter().take(20) {
+                text.push_str(&format!(
+                    "  {:<30} {:>5.1}% CJK letters\n",
+                    source.id,
+                    100.0 * source.share
+                ));
+            }
+            if n > 20 {
+                text.push_str(&format!("  … and {} more (--json lists them all)\n", n - 20));
+            }
+            text
+        }
+    };
     emit(&format!(
-        "{shown}: {} sources, {} goals, {} questions\n{}{}{}",
+        "{shown}: {} sources, {} goals, {} questions\n{}{}{}{scripts}",
         stats.sources,
         stats.goals,
         stats.questions,
