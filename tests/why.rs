@@ -880,3 +880,34 @@ fn the_bundled_english_experiment_scores_as_before_the_text_rules_knew_other_scr
     .unwrap();
     assert_eq!(cells, before);
 }
+
+#[test]
+fn dataset_stats_says_which_sources_hold_cjk_text() {
+    let scratch = Scratch::new();
+    let stats = scratch.json(["dataset", "stats", "--json", "experiments/chinese.toml"]);
+    let shares: Vec<f64> = stats["cjk_share"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["share"].as_f64().unwrap())
+        .collect();
+    assert_eq!(shares, [1.0, 1.0]);
+    let english = scratch.json(["dataset", "stats", "--json", "experiments/fixture.toml"]);
+    assert!(
+        english["cjk_share"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["share"] == 0.0)
+    );
+    let output = scratch
+        .gacc()
+        .args(["dataset", "stats", "experiments/chinese.toml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("2 of 2 sources have Chinese, Japanese or Korean text"),
+        "{text}"
+    );
+}
