@@ -593,3 +593,42 @@ fn a_server_that_dies_mid_run_stops_the_run_within_seconds_with_its_answers_kept
     assert!(made >= 8 && made <= answered, "{made} made, {answered} answered");
     assert_eq!(cached as u64, made, "every call made is cached");
 }
+
+#[test]
+fn the_trace_tells_each_model_calls_tokens_cost_served_model_and_why_an_attempt_failed() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            fail_first: 2,
+            ..Behaviour::default()
+        },
+    );
+    // No retry inside the endpoint: a 503 fails its attempt.
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "retries = 0", "");
+    let (_, folder, _) = run(&scratch, &manifest, &["-q"]);
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    let attempts: Vec<Value> = trace
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["message"] == "callback attempt")
+        .collect();
+    let answered: Vec<&Value> = attempts.iter().filter(|e| e["ok"] == true).collect();
+    assert!(!answered.is_empty());
+    for event in &answered {
+        let served = &event["served"];
+        assert_eq!(served["endpoint"], "mock", "{event}");
+        assert_eq!(served["model"], "mock-model-1", "{event}");
+        assert!(served["output_tokens"].as_u64().unwrap() > 0, "{event}");
+        assert!(served["cost_usd"].as_f64().unwrap() > 0.0, "{event}");
+        assert!(served["finish_reason"].is_string(), "{event}");
+    }
+    let failed: Vec<&Value> = attempts.iter().filter(|e| e["ok"] == false).collect();
+    assert!(!failed.is_empty(), "the first two requests answered 503");
+    assert!(
+        failed
+            .iter()
+            .all(|e| e["reason"].as_str().unwrap().contains("503")),
+        "{failed:?}"
+    );
+}

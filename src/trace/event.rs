@@ -38,6 +38,13 @@ pub(crate) enum TraceEvent<'a> {
         /// oneshot process's stderr, or the log the reply framed).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stderr_of: Option<Cow<'a, str>>,
+        /// What an answer said of itself: its tokens and cost, and for a model call the
+        /// endpoint, the served model and why it stopped (`finish_reason`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served: Option<serde_json::Value>,
+        /// Why a failed attempt failed (a model call's names the HTTP status).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<Cow<'a, str>>,
         /// The call's cache key (a trace of an older gacc has it in `span.key`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Cow<'a, str>>,
@@ -190,6 +197,8 @@ mod tests {
                 ok: false,
                 stderr: text("line \"one\"\nline two\r\n"),
                 stderr_of: Some(text("worker")),
+                served: Some(serde_json::json!({"model": "m", "output_tokens": 3})),
+                reason: Some(text("500: overloaded")),
                 key: Some(text("ab12")),
             },
             TraceEvent::Retrying {
