@@ -126,6 +126,32 @@ fn redacted(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// What an answer says of itself, for the trace: its usage (tokens, cost) and the meta a model
+/// built-in adds (endpoint, served model, finish reason, a cut at `max_tokens`); None when it
+/// says nothing.
+pub(crate) fn served(response: &serde_json::Value) -> Option<serde_json::Value> {
+    let mut said = serde_json::Map::new();
+    for (part, fields) in [
+        (
+            "usage",
+            &["input_tokens", "cached_input_tokens", "output_tokens", "cost_usd"][..],
+        ),
+        (
+            "meta",
+            &["endpoint", "model", "finish_reason", "cut_at_max_tokens"][..],
+        ),
+    ] {
+        for field in fields {
+            if let Some(value) = response.get(part).and_then(|p| p.get(*field))
+                && (value.is_number() || value.is_string() || value.is_boolean())
+            {
+                said.insert((*field).to_owned(), value.clone());
+            }
+        }
+    }
+    (!said.is_empty()).then_some(serde_json::Value::Object(said))
+}
+
 /// The target of notices (`notice`): the terminal filter leaves them out, since `notice`
 /// prints them itself.
 pub(crate) const NOTICE_TARGET: &str = "gacc::notice";

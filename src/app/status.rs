@@ -42,7 +42,7 @@ pub(super) fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
 }
 
 /// `gacc dataset stats`: a dataset given directly, or the one a manifest names.
-pub(super) fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Error> {
+pub(super) fn dataset_stats(path: &Path) -> Result<(String, crate::inputs::dataset_stats::Stats), Error> {
     let is_manifest = path.extension().is_some_and(|e| e == "toml");
     let dataset = if is_manifest {
         let (loaded, _) = manifest::load(path, &[])?;
@@ -50,7 +50,7 @@ pub(super) fn dataset_stats(path: &Path) -> Result<(String, dataset::Stats), Err
     } else {
         dataset::load_path(path).map_err(Invalid)?
     };
-    let stats = dataset::stats(
+    let stats = crate::inputs::dataset_stats::stats(
         &dataset,
         &crate::inputs::tokenizer::Cl100k::new(),
         crate::builtin::text::is_cjk,

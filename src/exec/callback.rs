@@ -222,7 +222,7 @@ impl Callback {
                     ok: outcome.result.is_ok(),
                     stderr: Cow::Borrowed(&outcome.stderr_tail),
                     stderr_of: outcome.stderr_of_worker.then_some(Cow::Borrowed("worker")),
-                    served: outcome.result.as_ref().ok().and_then(served),
+                    served: outcome.result.as_ref().ok().and_then(crate::trace::served),
                     reason: outcome
                         .result
                         .as_ref()
@@ -259,32 +259,6 @@ impl Callback {
             }
         }
     }
-}
-
-/// What an answer says of itself, for the trace: its usage (tokens, cost) and the meta a model
-/// built-in adds (endpoint, served model, finish reason, a cut at `max_tokens`); None when it
-/// says nothing.
-fn served(response: &Value) -> Option<Value> {
-    let mut said = serde_json::Map::new();
-    for (part, fields) in [
-        (
-            "usage",
-            &["input_tokens", "cached_input_tokens", "output_tokens", "cost_usd"][..],
-        ),
-        (
-            "meta",
-            &["endpoint", "model", "finish_reason", "cut_at_max_tokens"][..],
-        ),
-    ] {
-        for field in fields {
-            if let Some(value) = response.get(part).and_then(|p| p.get(*field))
-                && (value.is_number() || value.is_string() || value.is_boolean())
-            {
-                said.insert((*field).to_owned(), value.clone());
-            }
-        }
-    }
-    (!said.is_empty()).then_some(Value::Object(said))
 }
 
 /// Takes every registered secret (`crate::secrets`) out of what an attempt brought back:

@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub(crate) mod dataset;
+pub(crate) mod dataset_stats;
 pub(crate) mod evidence;
 pub(crate) mod labels;
 pub(crate) mod manifest;

@@ -3,6 +3,7 @@
 pub(crate) mod audit;
 pub(crate) mod charts;
 mod conditions;
+mod endpoints;
 pub mod html;
 pub(crate) mod markdown;
 pub(crate) mod metrics;
@@ -10,6 +11,8 @@ mod recount;
 pub(crate) mod stats;
 pub(crate) mod stored;
 pub(crate) mod trust;
+use endpoints::endpoints;
+pub(crate) use endpoints::{EndpointUsage, ModelCallbacks};
 pub(crate) mod view;
 pub(crate) mod why;
 
@@ -81,22 +84,6 @@ pub(crate) struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) reader_panel: Option<why::ReaderPanel>,
 }
-
-/// One endpoint's account.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct EndpointUsage {
-    pub(crate) api: String,
-    pub(crate) model: String,
-    /// Distinct calls the results rest on (made in this run or answered by gacc's cache).
-    pub(crate) calls: usize,
-    pub(crate) usage: Usage,
-    pub(crate) by_role: BTreeMap<Role, Usage>,
-    /// More than one model id served this endpoint's calls.
-    pub(crate) several_models_served: bool,
-}
-
-/// Which endpoint each model callback calls: (role, callback key, endpoint, api, model).
-pub(crate) type ModelCallbacks = Vec<(Role, String, String, String, String)>;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct Experiment {
@@ -363,42 +350,6 @@ fn rows_by_cell(results: &[ResultRow]) -> HashMap<CellId, Vec<&ResultRow>> {
         cells.entry(row.cell()).or_default().push(row);
     }
     cells
-}
-
-/// Each endpoint's usage, from the distinct calls of the callbacks that name it.
-fn endpoints(model_callbacks: &ModelCallbacks, outcome: &Outcome) -> BTreeMap<String, EndpointUsage> {
-    let mut endpoints: BTreeMap<String, EndpointUsage> = BTreeMap::new();
-    for (role, key, endpoint, api, model) in model_callbacks {
-        let calls = match role {
-            Role::Compressor => outcome
-                .compressor_calls
-                .get(key.strip_prefix("compressors.").unwrap_or(key)),
-            _ => outcome.calls.get(role),
-        };
-        let account = endpoints
-            .entry(endpoint.clone())
-            .or_insert_with(|| EndpointUsage {
-                api: api.clone(),
-                model: model.clone(),
-                calls: 0,
-                usage: Usage::default(),
-                by_role: BTreeMap::new(),
-                several_models_served: false,
-            });
-        let Some(calls) = calls.filter(|c| c.calls > 0) else {
-            continue;
-        };
-        account.calls += calls.calls;
-        let by_role = account.by_role.entry(*role).or_default();
-        for usage in &calls.usage {
-            account.usage.plus(usage);
-            by_role.plus(usage);
-        }
-    }
-    for account in endpoints.values_mut() {
-        account.several_models_served = account.usage.served_models.len() > 1;
-    }
-    endpoints
 }
 
 fn stage_role(stage: &str) -> Option<Role> {

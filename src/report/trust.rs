@@ -47,6 +47,23 @@ pub(crate) struct Finding {
 
 /// The doubts about the scoring judge `judge` of `results`; None when there is none.
 pub(crate) fn doubt(judge: &str, results: &[ResultRow], audit: Option<&JudgeAudit>) -> Option<JudgeDoubt> {
+    let mut findings = own_findings(results);
+    if let Some(audit) = audit {
+        findings.extend(audit_findings(audit));
+    }
+    if findings.is_empty() {
+        return None;
+    }
+    let sentence = sentence(judge, &findings, audit);
+    Some(JudgeDoubt {
+        judge: judge.to_owned(),
+        findings,
+        sentence,
+    })
+}
+
+/// What the judge's own verdicts and rationales say of it.
+fn own_findings(results: &[ResultRow]) -> Vec<Finding> {
     let mut findings = Vec::new();
     let verdicts: Vec<bool> = results.iter().filter_map(|r| r.correct).collect();
     if verdicts.len() >= MIN_VERDICTS && verdicts.iter().all(|v| *v == verdicts[0]) {
@@ -82,44 +99,50 @@ pub(crate) fn doubt(judge: &str, results: &[ResultRow], audit: Option<&JudgeAudi
             says: format!("gave every answer the same reason (\"{quoted}\")"),
         });
     }
-    if let Some(audit) = audit {
-        for (name, audited) in &audit.judges {
-            let agreement = &audited.agreement;
-            match agreement.agreement {
-                Some(share) if agreement.compared >= MIN_COMPARED && share < MIN_AGREEMENT => {
-                    findings.push(Finding {
-                        kind: "audit_disagrees",
-                        value: share,
-                        answers: agreement.compared,
-                        says: format!(
-                            "`{name}` agrees with it on {share:.2} of {} answers",
-                            agreement.compared
-                        ),
-                    })
-                }
-                _ => {}
-            }
-        }
-        if let Some(labels) = &audit.labels
-            && let Some(scoring) = labels.accuracy.get("scoring")
-            && let Some(accuracy) = scoring.accuracy
-            && scoring.compared >= MIN_COMPARED
-            && accuracy < MIN_LABEL_ACCURACY
+    findings
+}
+
+/// What the audit judges and the labels say of the judge.
+fn audit_findings(audit: &JudgeAudit) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (name, audited) in &audit.judges {
+        let agreement = &audited.agreement;
+        if let Some(share) = agreement.agreement
+            && agreement.compared >= MIN_COMPARED
+            && share < MIN_AGREEMENT
         {
             findings.push(Finding {
-                kind: "labels_disagree",
-                value: accuracy,
-                answers: scoring.compared,
+                kind: "audit_disagrees",
+                value: share,
+                answers: agreement.compared,
                 says: format!(
-                    "against {} human labels its accuracy is {accuracy:.2}",
-                    scoring.compared
+                    "`{name}` agrees with it on {share:.2} of {} answers",
+                    agreement.compared
                 ),
             });
         }
     }
-    if findings.is_empty() {
-        return None;
+    if let Some(labels) = &audit.labels
+        && let Some(scoring) = labels.accuracy.get("scoring")
+        && let Some(accuracy) = scoring.accuracy
+        && scoring.compared >= MIN_COMPARED
+        && accuracy < MIN_LABEL_ACCURACY
+    {
+        findings.push(Finding {
+            kind: "labels_disagree",
+            value: accuracy,
+            answers: scoring.compared,
+            says: format!(
+                "against {} human labels its accuracy is {accuracy:.2}",
+                scoring.compared
+            ),
+        });
     }
+    findings
+}
+
+/// The line every view shows: the judge, and every figure there is on it.
+fn sentence(judge: &str, findings: &[Finding], audit: Option<&JudgeAudit>) -> String {
     // The sentence gives every figure there is on the judge, each audit judge's agreement
     // and the labels' accuracy among them, whichever of them raised the doubt.
     let mut said: Vec<String> = findings
@@ -145,15 +168,10 @@ pub(crate) fn doubt(judge: &str, results: &[ResultRow], audit: Option<&JudgeAudi
             ));
         }
     }
-    let sentence = format!(
+    format!(
         "The judge `{judge}` may not be deciding: {}. Every Micro and Macro of this run rests on its verdicts (marked ‡).",
         said.join("; ")
-    );
-    Some(JudgeDoubt {
-        judge: judge.to_owned(),
-        findings,
-        sentence,
-    })
+    )
 }
 
 /// The judge's name from its cache identity: a built-in's name, a command's program.

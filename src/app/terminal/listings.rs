@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::app::Format;
 use crate::app::status::StageStatus;
-use crate::inputs::dataset::{Stats, Summary};
+use crate::inputs::dataset_stats::{Stats, Summary};
 use crate::protocol::Stage;
 
 use super::emit;
@@ -156,7 +156,7 @@ pub(in crate::app) fn print_dataset_stats(shown: &str, stats: &Stats, format: Fo
             s.min, s.median, s.max, s.total
         )
     };
-    let mixed: Vec<&crate::inputs::dataset::SourceShare> =
+    let mixed: Vec<&crate::inputs::dataset_stats::SourceShare> =
         stats.cjk_share.iter().filter(|s| s.share > 0.0).collect();
     let scripts = match mixed.len() {
         0 => "scripts             no source has Chinese, Japanese or Korean text\n".to_owned(),

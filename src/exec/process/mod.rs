@@ -17,9 +17,13 @@ use crate::exec::sandbox::Scratch;
 use crate::parallel::Locked;
 use crate::protocol::{MAX_RESPONSE_BYTES, Mode, Role, STDERR_TAIL_BYTES};
 
+mod groups;
 mod persistent;
 mod pipelined;
 use pipelined::Pipelined;
+
+pub(crate) use groups::kill_all;
+use groups::{kill_group, live_groups, register};
 
 pub(crate) use persistent::PersistentProcess;
 use persistent::{Group, read_line_limited};
@@ -370,49 +374,6 @@ pub(super) async fn stderr_since(stderr: &Arc<std::sync::Mutex<Stderr>>, mark: u
         tokio::time::sleep(STDERR_SETTLE).await;
     }
     stderr.locked().since(mark)
-}
-
-/// The process groups of calls in flight, so an interrupted run can end them all.
-static LIVE_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
-
-fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    LIVE_GROUPS.locked()
-}
-
-/// Set once the run is stopping: a process started after is killed at once.
-static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Kills every callback process group still running (on Ctrl-C, SIGTERM), and every one
-/// started after.
-pub(crate) fn kill_all() {
-    let mut groups = live_groups();
-    STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
-    for group in groups.drain(..) {
-        kill_group(Some(group));
-    }
-}
-
-/// Records a started process's group so that a stopping run ends it; false (and the group
-/// killed) when the run is stopping already: a task still going would otherwise leave a worker
-/// that outlives gacc and serves the request it was handed.
-fn register(group: Option<i32>) -> bool {
-    let mut groups = live_groups();
-    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
-        kill_group(group);
-        return false;
-    }
-    groups.extend(group);
-    true
-}
-
-/// Sends SIGKILL to a whole process group; a group that is already gone is fine.
-fn kill_group(group: Option<i32>) {
-    if let Some(group) = group.filter(|g| *g > 0) {
-        // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
-        unsafe {
-            libc::kill(-group, libc::SIGKILL);
-        }
-    }
 }
 
 enum Output {

@@ -105,6 +105,12 @@ fn results(report: &Value, body: &str) -> String {
         .collect();
     let mut out = to_html(&words);
     let cells = report["cells"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    table(&mut out, &columns(report, cells), cells);
+    out
+}
+
+/// The results table's columns: floor, ceiling and gap closed where a cell has them.
+fn columns(report: &Value, cells: &[Value]) -> Vec<Column> {
     let one_seed = report["experiment"]["seeds"]
         .as_array()
         .is_some_and(|s| s.len() == 1);
@@ -143,6 +149,31 @@ fn results(report: &Value, body: &str) -> String {
             |c| format!("{} / {}", seeds_sum(c, "correct"), seeds_sum(c, "questions")),
             |c| Some(seeds_sum(c, "correct") / seeds_sum(c, "questions").max(1.0)),
         ),
+    ];
+    columns.extend(memory_columns());
+    for (field, name, title) in [
+        ("floor_micro", "floor", "Micro with an empty memory"),
+        ("ceiling_micro", "ceiling", "Micro with the whole source"),
+        ("gap_closed", "gap closed", "(Micro − floor) / (ceiling − floor)"),
+    ] {
+        if has(field) {
+            columns
+                .push(Column::num(name, move |c| fixed(&c[field]), move |c| c[field].as_f64()).titled(title));
+        }
+    }
+    columns.push(
+        Column::text("complete", |c| {
+            if c["complete"] == true { "✓" } else { "✗" }.to_owned()
+        })
+        .keyed(|c| Some(if c["complete"] == true { 1.0 } else { 0.0 })),
+    );
+
+    columns
+}
+
+/// The columns of what the cell's memories kept: budget use, truncation, evidence.
+fn memory_columns() -> [Column; 3] {
+    [
         Column::num(
             "budget use",
             |c| {
@@ -175,26 +206,13 @@ fn results(report: &Value, body: &str) -> String {
         }
         .keyed(|c| c["attribution"]["evidence_kept"].as_f64())
         .titled("answers by whether the memory kept every evidence span: kept · right (green), kept · wrong (amber), lost · right (light blue), lost · wrong (red)"),
-    ];
-    for (field, name, title) in [
-        ("floor_micro", "floor", "Micro with an empty memory"),
-        ("ceiling_micro", "ceiling", "Micro with the whole source"),
-        ("gap_closed", "gap closed", "(Micro − floor) / (ceiling − floor)"),
-    ] {
-        if has(field) {
-            columns
-                .push(Column::num(name, move |c| fixed(&c[field]), move |c| c[field].as_f64()).titled(title));
-        }
-    }
-    columns.push(
-        Column::text("complete", |c| {
-            if c["complete"] == true { "✓" } else { "✗" }.to_owned()
-        })
-        .keyed(|c| Some(if c["complete"] == true { 1.0 } else { 0.0 })),
-    );
+    ]
+}
 
+/// The table of `cells` under `columns`, each cell's number in `data-cell`.
+fn table(out: &mut String, columns: &[Column], cells: &[Value]) {
     out.push_str("<table id=\"cells\" class=\"sortable\"><thead><tr>");
-    for column in &columns {
+    for column in columns {
         out.push_str(&format!(
             "<th scope=\"col\"{}{}>{}</th>",
             if column.numeric { " class=\"num\"" } else { "" },
@@ -208,7 +226,7 @@ fn results(report: &Value, body: &str) -> String {
     out.push_str("</tr></thead>\n<tbody>\n");
     for (number, cell) in cells.iter().enumerate() {
         out.push_str(&format!("<tr data-cell=\"{number}\">"));
-        for column in &columns {
+        for column in columns {
             let key = match &column.key {
                 Some(key) => key(cell).map(|k| k.to_string()).unwrap_or_default(),
                 None => (column.show)(cell),
@@ -224,7 +242,6 @@ fn results(report: &Value, body: &str) -> String {
         out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table>\n");
-    out
 }
 
 type Show = Box<dyn Fn(&Value) -> String>;

@@ -4,6 +4,7 @@
 //! by 401, 403 and 404, and by a server that was never reached within seconds.
 
 mod exchange;
+mod verdict_format;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -25,6 +26,7 @@ pub(crate) use exchange::http_client;
 #[cfg(test)]
 pub(in crate::exec::model) use exchange::retry_after;
 pub(in crate::exec::model) use exchange::{refusal, scrub, without_url};
+use verdict_format::{Format, names_format};
 
 /// The most of a reply body gacc reads.
 const MAX_REPLY_BYTES: usize = 16 << 20;
@@ -73,85 +75,6 @@ pub(crate) struct Endpoint {
     verdict_probe: tokio::sync::Mutex<()>,
     /// Its batches, when it has `batch` on and a cache to record them in.
     pub batcher: std::sync::OnceLock<batch::Batcher>,
-}
-
-/// How a judge's verdict is asked for, from the most exact to what any server takes. An
-/// endpoint that refuses one moves to the next, once, for the rest of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub(crate) enum Format {
-    /// `response_format: json_schema` with the verdict's schema.
-    Schema = 0,
-    /// `response_format: json_object`.
-    JsonObject = 1,
-    /// No `response_format`: the prompt's JSON or `GRADE:` line is read.
-    Prompted = 2,
-}
-
-impl Format {
-    fn of(number: u8) -> Format {
-        match number {
-            0 => Format::Schema,
-            1 => Format::JsonObject,
-            _ => Format::Prompted,
-        }
-    }
-
-    /// The format `body` asks for: None when it names no `response_format` (a provider that
-    /// asks otherwise, or a request that is not a judge's).
-    fn asked(body: &Value) -> Option<Format> {
-        match body.get("response_format")?.get("type")?.as_str()? {
-            "json_schema" => Some(Format::Schema),
-            "json_object" => Some(Format::JsonObject),
-            _ => None,
-        }
-    }
-
-    /// `body` asking for no more than this format.
-    fn apply(self, body: &mut Value) {
-        let Some(asked) = Format::asked(body) else {
-            return;
-        };
-        if asked >= self {
-            return;
-        }
-        match (self, body.as_object_mut()) {
-            (Format::JsonObject, Some(fields)) => {
-                fields.insert(
-                    "response_format".into(),
-                    serde_json::json!({"type": "json_object"}),
-                );
-            }
-            (_, Some(fields)) => {
-                fields.remove("response_format");
-            }
-            (_, None) => {}
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Format::Schema => "response_format json_schema",
-            Format::JsonObject => "response_format json_object",
-            Format::Prompted => "no response_format (the prompt's JSON or GRADE line)",
-        }
-    }
-}
-
-/// Whether an error names the response format: the server cannot give the format asked for,
-/// and would refuse every request that asks for it (llama.cpp answers a `json_schema` it cannot
-/// compile with a 500).
-fn names_format(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    [
-        "response_format",
-        "json_schema",
-        "json schema",
-        "json_object",
-        "grammar",
-    ]
-    .iter()
-    .any(|word| message.contains(word))
 }
 
 impl Endpoint {
