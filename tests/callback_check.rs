@@ -194,3 +194,29 @@ fn an_unknown_callback_is_refused_with_the_names_there_are() {
     assert!(out.contains("no callback is called `nonesuch`"), "{out}");
     assert!(out.contains("reader"), "{out}");
 }
+
+#[test]
+fn a_judges_verdicts_are_shown_and_one_that_says_correct_to_everything_is_warned_of() {
+    let scratch = Scratch::new();
+    let (status, out) = check(&scratch, &["experiments/baselines.toml"]);
+    assert_eq!(status, 0, "{out}");
+    assert!(
+        out.contains("verdict: correct") && out.contains("verdict: wrong"),
+        "{out}"
+    );
+    assert!(!out.contains("may not be deciding"), "{out}");
+    // A judge that says `{"correct": true}` to anything.
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[judge]\nbuiltin = \"exact\"",
+            "[judge]\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo '{\\\"correct\\\": true, \\\"rationale\\\": \\\"one sentence\\\"}'\"]",
+        );
+    scratch.write("experiments/yes.toml", &manifest);
+    let (_, out) = check(&scratch, &["experiments/yes.toml"]);
+    assert!(out.contains("verdict: correct: one sentence"), "{out}");
+    assert!(
+        out.contains("warning: it said correct to both a right and a wrong answer: it may not be deciding"),
+        "{out}"
+    );
+}

@@ -47,6 +47,9 @@ struct Answered {
     /// Things that work but deserve a look (a memory over its budget, an unknown field).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    /// A judge's verdict on the probe's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<bool>,
 }
 
 /// One callback's verdict.
@@ -185,6 +188,7 @@ async fn check_one(
                 stderr: Vec::new(),
                 tail: String::new(),
                 notes: Vec::new(),
+                verdict: None,
             });
             continue;
         }
@@ -299,24 +303,20 @@ fn judge_attempt(
                 stderr: stderr(true),
                 tail: stderr_tail.to_owned(),
                 notes: Vec::new(),
+                verdict: None,
             };
         }
         Ok(response) => response,
     };
-    let mut notes = Vec::new();
-    let known = messages::response_fields(probe.role);
-    if let Some(fields) = response.as_object() {
-        for key in fields.keys() {
-            if !known.contains(&key.as_str()) && !messages::SHARED_RESPONSE_FIELDS.contains(&key.as_str()) {
-                notes.push(format!("unknown field `{key}` (ignored)"));
-            }
-        }
-    }
+    let mut notes = unknown_fields(probe.role, response);
     let text = match probe.role {
         Role::Compressor => messages::read::<CompressorResponse>(response).map(|r| r.memory),
         Role::Reader => messages::read::<ReaderResponse>(response).map(|r| r.answer),
         Role::Judge => None,
     };
+    // A judge's verdict is shown, with its score and the start of its reason.
+    let judged = (probe.role == Role::Judge).then(|| verdict(response)).flatten();
+    notes.extend(judged.as_ref().map(|(_, note)| note.clone()));
     let request = Request::read(probe.role, &probe.request).ok();
     // The text the reply was made from: a compressor's context, a reader's memory.
     let asked = request.as_ref().map_or("", Request::shared);
@@ -347,7 +347,41 @@ fn judge_attempt(
         stderr: stderr(false),
         tail: String::new(),
         notes,
+        verdict: judged.map(|(correct, _)| correct),
     }
+}
+
+/// A note for each field of a response its role does not know (it is ignored).
+fn unknown_fields(role: Role, response: &Value) -> Vec<String> {
+    let known = messages::response_fields(role);
+    (response.as_object().into_iter().flatten())
+        .map(|(key, _)| key.as_str())
+        .filter(|key| !known.contains(key) && !messages::SHARED_RESPONSE_FIELDS.contains(key))
+        .map(|key| format!("unknown field `{key}` (ignored)"))
+        .collect()
+}
+
+/// A judge's verdict, and the note that shows it with its score and the start of its reason.
+fn verdict(response: &Value) -> Option<(bool, String)> {
+    let judged = messages::read::<messages::JudgeResponse>(response)?;
+    let score = judged
+        .score
+        .map(|s| format!(" (score {s:.2})"))
+        .unwrap_or_default();
+    let reason: String = judged
+        .rationale
+        .as_deref()
+        .unwrap_or("")
+        .chars()
+        .take(80)
+        .collect();
+    let reason = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    };
+    let said = if judged.correct { "correct" } else { "wrong" };
+    Some((judged.correct, format!("verdict: {said}{score}{reason}")))
 }
 
 /// A response that breaks the protocol: the sandbox has nothing to do with it.

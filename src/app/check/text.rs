@@ -103,6 +103,21 @@ pub(super) fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String
                 let _ = writeln!(out, "       note: {note}");
             }
         }
+        // A judge that says the same of a right and a wrong answer decides nothing.
+        let verdict_on = |what: &str| {
+            (callback.requests.iter())
+                .find(|r| r.request == what)
+                .and_then(|r| r.verdict)
+        };
+        if let (Some(right), Some(wrong)) = (verdict_on("a right answer"), verdict_on("a wrong answer"))
+            && right == wrong
+        {
+            let _ = writeln!(
+                out,
+                "  warning: it said {} to both a right and a wrong answer: it may not be deciding",
+                if right { "correct" } else { "wrong" }
+            );
+        }
         if let Some(sandbox) = &callback.sandbox {
             let _ = writeln!(out, "  sandbox: {sandbox}");
         }
