@@ -220,3 +220,32 @@ fn a_judges_verdicts_are_shown_and_one_that_says_correct_to_everything_is_warned
         "{out}"
     );
 }
+
+#[test]
+fn a_judges_reason_that_echoes_a_key_is_shown_with_the_key_taken_out() {
+    let key = "sk-check-0123456789abcdef-secret";
+    let scratch = Scratch::new();
+    let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
+        .unwrap()
+        .replace(
+            "[judge]\nbuiltin = \"exact\"",
+            "[judge]\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo \\\"{\\\\\\\"correct\\\\\\\": true, \\\\\\\"rationale\\\\\\\": \\\\\\\"sent with $MY_API_KEY\\\\\\\"}\\\"; echo \\\"stderr $MY_API_KEY\\\" >&2\"]\nenv = [\"MY_API_KEY\"]",
+        );
+    scratch.write("experiments/echo.toml", &manifest);
+    let output = scratch
+        .gacc()
+        .args(["callback", "check", "experiments/echo.toml"])
+        .env("MY_API_KEY", key)
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!out.contains(key), "the key is shown: {out}");
+    assert!(
+        out.contains("verdict: correct: sent with [redacted:MY_API_KEY]"),
+        "{out}"
+    );
+}

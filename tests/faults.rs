@@ -35,6 +35,17 @@ fn counting_fixture(scratch: &Scratch, name: &str, count: &Path, cache: Option<&
     path
 }
 
+/// `gacc run -q MANIFEST` started in the background, its output piped.
+fn started(scratch: &Scratch, manifest: &str) -> std::process::Child {
+    scratch
+        .gacc_process()
+        .args(["run", "-q", manifest])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn invocations(count: &Path) -> usize {
     std::fs::read_to_string(count).map_or(0, |text| text.lines().count())
 }
@@ -304,13 +315,7 @@ fn a_run_folder_removed_mid_run_stops_the_run_with_its_answers_kept() {
         "experiments/counting.sh",
         &script.replace("cat > /dev/null\n", "cat > /dev/null\nsleep 0.3\n"),
     );
-    let child = scratch
-        .gacc_process()
-        .args(["run", "-q", &manifest])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = started(&scratch, &manifest);
     // The run folder appears as the run starts; removed after the first call.
     let runs = scratch.path("runs/fixture");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -374,13 +379,7 @@ fn sigterm_with_a_persistent_worker_stops_within_seconds_and_the_next_run_repeat
         "slow",
         "command = [\"python3\", \"callbacks/slow.py\"]\nmode = \"persistent\"\nsandbox = false",
     );
-    let child = scratch
-        .gacc_process()
-        .args(["run", "-q", &manifest])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = started(&scratch, &manifest);
     let deadline = Instant::now() + Duration::from_secs(30);
     while invocations(&count) < 2 {
         assert!(Instant::now() < deadline, "no call started");
