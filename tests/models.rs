@@ -632,3 +632,62 @@ fn the_trace_tells_each_model_calls_tokens_cost_served_model_and_why_an_attempt_
         "{failed:?}"
     );
 }
+
+#[test]
+fn a_server_that_computes_one_request_at_a_time_holds_two_in_flight_and_is_kept_busy() {
+    // llama.cpp with one slot: each request waits for the one before, then takes 100 ms.
+    let scratch = Scratch::new();
+    let service = std::time::Duration::from_millis(100);
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            one_at_a_time: true,
+            delay: service,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
+    let (status, folder, stderr) = run(&scratch, &manifest, &["--set", "seeds=[1, 2, 3, 4]", "-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let endpoint = read_json(&folder.join("run.json"))["endpoints"]["mock"].clone();
+    assert!(
+        endpoint["peak_in_flight"].as_u64().unwrap() <= 2,
+        "{endpoint} {stderr}"
+    );
+    let peak = api.counts().get(&api.counts().peak_in_flight);
+    assert!(peak <= 2, "the server saw {peak} requests at once");
+    // Throughput within 10% of the server's: it computed for at least 90% of the time from
+    // the first request's arrival to the last reply.
+    let answered = api.counts().answered_at();
+    let first = answered
+        .iter()
+        .map(|(done, took)| done.saturating_sub(*took))
+        .min()
+        .unwrap();
+    let last = answered.iter().map(|(done, _)| *done).max().unwrap();
+    let busy = service.as_secs_f64() * answered.len() as f64 / (last - first).as_secs_f64();
+    assert!(
+        busy >= 0.9,
+        "the server computed {busy:.2} of the time ({} replies in {:?})",
+        answered.len(),
+        last - first
+    );
+    assert_eq!(endpoint["local_server"], true, "{endpoint}");
+    // An earlier run that flooded the server (its limit found as for a hosted one) does not
+    // start the next: new seeds, so nothing is cached, and still two in flight at most.
+    let record = folder.join("run.json");
+    let mut earlier = read_json(&record);
+    earlier["endpoints"]["mock"]["final_limit"] = 40.into();
+    earlier["endpoints"]["mock"]
+        .as_object_mut()
+        .unwrap()
+        .remove("local_server");
+    std::fs::write(&record, earlier.to_string()).unwrap();
+    let (status, _, stderr) = run(&scratch, &manifest, &["--set", "seeds=[5, 6]", "-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let peak = api.counts().get(&api.counts().peak_in_flight);
+    assert!(
+        peak <= 2,
+        "after a flooded run, the server saw {peak} requests at once"
+    );
+}

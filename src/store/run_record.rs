@@ -62,6 +62,10 @@ pub(crate) struct EndpointRecord {
     pub announced_limit: Option<f64>,
     pub batches: Option<usize>,
     pub final_limit: usize,
+    /// The endpoint is a server on this machine or its network, whose calls in flight are
+    /// found from the queue its replies show: only such a run's `final_limit` starts another.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local_server: bool,
     pub pace_rpm: Option<f64>,
     pub pace_tpm: Option<f64>,
     /// The most calls it had in flight at once.

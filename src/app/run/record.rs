@@ -27,6 +27,7 @@ pub(super) fn endpoint_record(models: &crate::app::prepare::Models) -> BTreeMap<
                 retries: endpoint.retries.load(std::sync::atomic::Ordering::Relaxed),
                 rate_limited: live.rate_limited,
                 final_limit: live.limit,
+                local_server: endpoint.is_local(),
                 peak_in_flight: live.peak,
                 // The pace the endpoint ended on (learned, announced or set), and what it
                 // sustained: `gacc plan` estimates the next run's time from it.

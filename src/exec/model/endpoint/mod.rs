@@ -105,13 +105,26 @@ impl Endpoint {
     /// in its `run.json`) where that run drew no 429 (a server without a rate limit, where the
     /// limit is found from latency; with a rate limit the pace sets it): a second run against
     /// a local server starts full, and is cut back within a round trip if the server is
-    /// busier now.
+    /// busier now. A server on this machine or its network starts from its earlier limit only
+    /// where that run found it computes several calls at once (a limit found otherwise may
+    /// have flooded a server that computes one at a time).
     pub(crate) fn resume(&mut self, earlier: &crate::store::run_record::EndpointRecord) {
         let unlimited = earlier.rate_limited == 0 && earlier.pace_rpm.is_none() && earlier.pace_tpm.is_none();
-        if unlimited && earlier.final_limit > 0 {
-            self.limiter =
-                Limiter::resuming(self.spec.max_concurrency, self.spec.adaptive, earlier.final_limit);
+        if !unlimited || earlier.final_limit == 0 {
+            return;
         }
+        let (max, adaptive) = (self.spec.max_concurrency, self.spec.adaptive);
+        // A local server that held more than two found to compute several at once.
+        if !self.is_local() || (earlier.local_server && earlier.final_limit > 2) {
+            self.limiter = Limiter::resuming(max, adaptive, earlier.final_limit);
+        }
+    }
+
+    /// Whether the endpoint is a server on this machine or its network (SPEC §8,
+    /// "Concurrency"): a loopback, private or link-local address, `localhost`, or a host
+    /// without a dot.
+    pub(crate) fn is_local(&self) -> bool {
+        super::limiter::is_local(&self.spec.base_url)
     }
 
     /// The endpoint for counting and pricing its calls (`gacc plan`), which calls nothing: its
@@ -140,7 +153,10 @@ impl Endpoint {
             spec: spec.clone(),
             key,
             client,
-            limiter: Limiter::new(spec.max_concurrency, spec.adaptive),
+            limiter: match super::limiter::is_local(&spec.base_url) {
+                true => Limiter::local(spec.max_concurrency, spec.adaptive),
+                false => Limiter::new(spec.max_concurrency, spec.adaptive),
+            },
             pacer: Pacer::new(spec.rpm, spec.tpm, spec.adaptive),
             latency: Mutex::new(0.0),
             rejected: Mutex::new(None),

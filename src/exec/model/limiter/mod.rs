@@ -11,6 +11,7 @@
 //! pauses growth. While calls wait on the pace rather than for a place, the limit does not grow:
 //! the pace, not the limit, holds them back.
 
+mod local;
 mod slot;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use crate::parallel::Locked;
 
 use super::pacer::Rates;
 
+pub(crate) use local::is_local;
 pub(crate) use slot::Slot;
 
 /// The live limit a run starts from (below the ceiling).
@@ -117,6 +119,8 @@ struct State {
     in_server_count: usize,
     /// How long a 429 takes to come back (the longest lately).
     refusal: Duration,
+    /// For a server on this machine or its network: the queue its replies show (`local`).
+    local: Option<local::Local>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -161,7 +165,13 @@ pub(crate) struct Live {
 
 impl Limiter {
     pub(crate) fn new(max: usize, adaptive: bool) -> Limiter {
-        Limiter::starting_at(max, adaptive, START, true)
+        Limiter::starting_at(max, adaptive, START, true, None)
+    }
+
+    /// A limiter for a server on this machine or its network (`local`): it starts from one
+    /// call, and finds whether the server computes one request at a time before more.
+    pub(crate) fn local(max: usize, adaptive: bool) -> Limiter {
+        Limiter::starting_at(max, adaptive, 1, true, Some(local::Local::default()))
     }
 
     /// A limiter that starts from the limit an earlier run `ended` on, less the room that
@@ -169,12 +179,25 @@ impl Limiter {
     /// show the server's unloaded latency, not a loaded one taken for it), and grows from there
     /// as after a start: slowly.
     pub(crate) fn resuming(max: usize, adaptive: bool, ended: usize) -> Limiter {
-        Limiter::starting_at(max, adaptive, (ended as f64 / SETTLE).floor() as usize, false)
+        Limiter::starting_at(
+            max,
+            adaptive,
+            (ended as f64 / SETTLE).floor() as usize,
+            false,
+            None,
+        )
     }
 
-    fn starting_at(max: usize, adaptive: bool, start: usize, startup: bool) -> Limiter {
+    fn starting_at(
+        max: usize,
+        adaptive: bool,
+        start: usize,
+        startup: bool,
+        local: Option<local::Local>,
+    ) -> Limiter {
         let max = max.max(1);
-        let start = if adaptive { max.min(start.max(START)) } else { max };
+        let floor = if local.is_some() { 1 } else { START };
+        let start = if adaptive { max.min(start.max(floor)) } else { max };
         Limiter {
             max,
             adaptive,
@@ -202,6 +225,7 @@ impl Limiter {
                 in_server: std::collections::BTreeMap::new(),
                 in_server_count: 0,
                 refusal: REFUSAL_UNKNOWN,
+                local,
             }),
         }
     }
@@ -508,7 +532,7 @@ mod tests {
         // A slow callback of its own class is not load: its unloaded latency is its own.
         for _ in 0..20 {
             tokio::time::advance(Duration::from_millis(1)).await;
-            let slot = limiter.acquire(0).await;
+            let mut slot = limiter.acquire(0).await;
             slot.succeeded("compressor", RTT * 50);
         }
         assert!(
@@ -562,7 +586,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_fixed_limit_never_moves() {
         let limiter = Limiter::new(3, false);
-        let held = futures_lite(&limiter, 3).await;
+        let mut held = futures_lite(&limiter, 3).await;
         held[0].rate_limited(0, Duration::ZERO);
         held[1].succeeded("reader", RTT * 10);
         assert_eq!(limit(&limiter), 3);

@@ -51,12 +51,20 @@ impl Slot<'_> {
     /// The call was answered after `latency`, by a callback of `class`: the limit grows while
     /// latency holds and calls wait for a place, and is cut once a round trip when latency says
     /// the server is past full.
-    pub(crate) fn succeeded(&self, class: &str, latency: Duration) {
+    pub(crate) fn succeeded(&mut self, class: &str, latency: Duration) {
         let limiter = self.limiter;
         let now = Instant::now();
         let mut state = limiter.state();
         let current = state.cut_at.is_none_or(|cut| self.sent > cut);
         let reading = state.observe(class, latency, self.company, now, current);
+        if state.local.is_some() {
+            // The call has left the server: a call the limit now lets in is sent without it.
+            self.leave_server(&mut state);
+            super::local::reply(limiter, &mut state, class, latency, self.company);
+            if state.local.is_some() || !current {
+                return;
+            }
+        }
         let load = reading.load;
         if !limiter.adaptive {
             return;
@@ -189,19 +197,28 @@ impl Slot<'_> {
     }
 }
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        let mut state = self.limiter.state();
-        state.in_flight -= 1;
-        if self.in_server
-            && let Some(count) = state.in_server.get_mut(&self.sent)
-        {
+impl Slot<'_> {
+    /// Counts the call out of the server (once).
+    fn leave_server(&mut self, state: &mut State) {
+        if !std::mem::take(&mut self.in_server) {
+            return;
+        }
+        if let Some(count) = state.in_server.get_mut(&self.sent) {
             *count -= 1;
             if *count == 0 {
                 state.in_server.remove(&self.sent);
             }
             state.in_server_count -= 1;
         }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let limiter = self.limiter;
+        let mut state = limiter.state();
+        state.in_flight -= 1;
+        self.leave_server(&mut state);
         if let Some(permit) = self.permit.take()
             && state.debt > 0
         {
