@@ -57,6 +57,17 @@ fn audit_judges_agree_as_the_results_recount_and_leave_the_scores_alone() {
     }
     assert!(a.get("judge_audit").is_none());
     let results = read_lines(&with.join("results.jsonl"));
+    // The audit's verdicts are counted apart from the judge's calls.
+    let calls = |folder: &std::path::Path, role: &str| {
+        let c = &read_json(&folder.join("run.json"))["calls"][role];
+        ["made", "cached", "shared"]
+            .iter()
+            .map(|k| c[k].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert_eq!(calls(&with, "judge"), calls(&without, "judge"));
+    assert_eq!(calls(&with, "audit"), 3 * results.len() as u64);
+    assert_eq!(calls(&without, "audit"), 0);
     let audit = &b["judge_audit"]["judges"];
     for judge in ["exact", "contains", "token-f1"] {
         let mut counts = [0u64; 4];

@@ -38,6 +38,14 @@ pub(crate) struct Callback {
 }
 
 impl Callback {
+    /// Whether it is an audit judge or a panel reader (`judges.NAME`, `readers.NAME`): its
+    /// calls are counted apart from the run's own.
+    pub(crate) fn audits(&self) -> bool {
+        self.name.starts_with("judges.") || self.name.starts_with("readers.")
+    }
+}
+
+impl Callback {
     /// A callback of `role` called `name`, made by `launcher`, with the manifest's settings
     /// left at their defaults (no retries, no params, one call at a time).
     pub(crate) fn new(name: impl Into<String>, role: Role, launcher: Arc<dyn Launcher>) -> Callback {

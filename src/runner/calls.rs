@@ -39,6 +39,8 @@ pub(super) struct CallBook {
     /// lock, added to `counts` when the run is over).
     pub(super) cached: [std::sync::atomic::AtomicUsize; 3],
     pub(super) paid: Mutex<BTreeMap<Role, Usage>>,
+    /// The audit's calls (audit judges and panel readers), apart from the roles'.
+    pub(super) audit: Mutex<CallCounts>,
 }
 
 impl CallBook {
@@ -47,14 +49,22 @@ impl CallBook {
         slots.entry((role, key.to_owned())).or_default().clone()
     }
 
-    pub(super) fn count(&self, role: Role, update: impl FnOnce(&mut CallCounts)) {
+    /// Counts a call of `role`, or of the audit where it `audits`.
+    pub(super) fn count(&self, role: Role, audits: bool, update: impl FnOnce(&mut CallCounts)) {
+        if audits {
+            update(&mut self.audit.locked());
+            return;
+        }
         let mut counts = self.counts.locked();
         update(counts.entry(role).or_default());
     }
 
     /// Counts a call the cache answered at once.
-    pub(super) fn found(&self, role: Role) {
-        self.cached[role as usize].fetch_add(1, Ordering::Relaxed);
+    pub(super) fn found(&self, role: Role, audits: bool) {
+        match audits {
+            true => self.audit.locked().cached += 1,
+            false => _ = self.cached[role as usize].fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     /// Every count, those made without a lock included.
@@ -98,7 +108,7 @@ pub(super) async fn obtain(
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
     if let Some(response) = from_cache(shared, callback, key, legacy, &description) {
-        shared.calls.found(role);
+        shared.calls.found(role, callback.audits());
         return Ok((response, Origin::Cache));
     }
     let offline = (shared.setup.offline.as_ref()).is_some_and(|allowed| !allowed.contains(&callback.name));
@@ -155,7 +165,7 @@ pub(super) async fn obtain(
         // Later identical calls find the cache; only calls in flight need the slot.
         shared.calls.slots.locked().remove(&(role, key.to_owned()));
     }
-    account(shared, role, result, origin)
+    account(shared, (role, callback.audits()), result, origin)
 }
 
 /// A call's response from the cache: under its key, or under the key an earlier gacc filed the
@@ -193,7 +203,7 @@ fn from_cache(
 /// with it) and what it paid; a failure may stop the run.
 fn account(
     shared: &RunState,
-    role: Role,
+    (role, audits): (Role, bool),
     result: &Result<(Value, bool), Failure>,
     mut origin: Origin,
 ) -> Result<(Value, Origin), Failure> {
@@ -201,16 +211,16 @@ fn account(
         (Ok((response, from_cache)), Origin::Called) => {
             if *from_cache {
                 origin = Origin::Cache;
-                shared.calls.count(role, |c| c.cached += 1);
+                shared.calls.count(role, audits, |c| c.cached += 1);
             } else {
-                shared.calls.count(role, |c| c.made += 1);
+                shared.calls.count(role, audits, |c| c.made += 1);
                 let mut paid = shared.calls.paid.locked();
                 paid.entry(role).or_default().add(response);
             }
             Ok(response.clone())
         }
         (Ok((response, _)), _) => {
-            shared.calls.count(role, |c| c.shared += 1);
+            shared.calls.count(role, audits, |c| c.shared += 1);
             Ok(response.clone())
         }
         (Err(failure), origin) => {
@@ -223,7 +233,7 @@ fn account(
                 });
             }
             if origin == Origin::Called {
-                shared.calls.count(role, |c| c.failed += 1);
+                shared.calls.count(role, audits, |c| c.failed += 1);
                 if let FailureKind::Rejected { .. } = &failure.kind {
                     shared.stop(Stop::Rejected(failure.kind.to_string()));
                 } else if shared.setup.fail_fast && failure.kind != FailureKind::Cancelled {

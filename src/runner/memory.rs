@@ -302,7 +302,7 @@ pub(super) async fn make_memory<'a>(
         .as_ref()
         .and_then(|entry| Measured::from_json(shared, entry))
     {
-        shared.calls.found(Role::Compressor);
+        shared.calls.found(Role::Compressor, false);
         let calls = memory_calls(shared, job, memory_key, &measured);
         return Ok((Arc::new(measured), Origin::Cache, usage, calls));
     }

@@ -83,8 +83,9 @@ pub(crate) struct Outcome {
     pub results: Vec<ResultRow>,
     pub failures: Vec<FailureRow>,
     pub exposure_violations: usize,
-    /// This run's calls per role.
+    /// This run's calls per role, and the audit's (audit judges and panel readers) apart.
     pub this_run: BTreeMap<Role, CallCounts>,
+    pub audit_calls: CallCounts,
     /// What this run paid, per role (calls it made).
     pub paid: BTreeMap<Role, Usage>,
     /// Every distinct successful call the results rest on, per role, with the usage it reported.
@@ -317,6 +318,7 @@ impl DistinctCalls {
 /// paid, why it stopped, and the distinct calls the results rest on.
 fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
     outcome.this_run = shared.calls.totals();
+    outcome.audit_calls = shared.calls.audit.locked().clone();
     outcome.stop = shared.stop.locked().clone();
     outcome.paid = shared.calls.paid.locked().clone();
     outcome.calls = distinct

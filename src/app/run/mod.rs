@@ -197,8 +197,9 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     folder.write(REPORT_JSON, report_text.as_bytes())?;
     let page_key = page_key(&report_text, &digests, &outcome.ledger, &dataset_digest);
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
-    let (this_run, paid, failures, cancelled, stop) = (
+    let (this_run, audit, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
+        outcome.audit_calls.clone(),
         outcome.paid.clone(),
         outcome.failures.len(),
         outcome.cancelled,
@@ -214,7 +215,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         manifest: options.manifest.display().to_string(),
         cache: cache_shown(&prepared),
         progress: None,
-        calls: serde_json::to_value(&this_run).unwrap_or_default(),
+        calls: calls_value(&this_run, &audit),
         paid: serde_json::to_value(&paid).unwrap_or_default(),
         failures,
         stopped: stop.as_ref().map(ToString::to_string),
@@ -248,17 +249,17 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     summary_json["failures"] = json!(failures);
     summary_json["cancelled"] = json!(cancelled);
     summary_json["seconds"] = json!(started.elapsed().as_secs_f64());
-    summary_json["calls"] = json!(this_run);
+    summary_json["calls"] = calls_value(&this_run, &audit);
     summary_json["cache_damaged"] = json!(damaged);
     // Labels that match no answer are the labels' error; the run's work is all written.
     if !unmatched.is_empty() {
         eprintln!(
             "{}",
-            summary(&report, &this_run, &paid, &hints, started.elapsed())
+            summary(&report, (&this_run, &audit), &paid, &hints, started.elapsed())
         );
         return Err(Invalid(unmatched).into());
     }
-    let mut said = summary(&report, &this_run, &paid, &hints, started.elapsed());
+    let mut said = summary(&report, (&this_run, &audit), &paid, &hints, started.elapsed());
     if damaged > 0 {
         said.push_str(&format!(
             "\n  cache: {damaged} entr{} failed {} checksum (a damaged disk or a bad copy): not used, and made again where this run needed {}",
@@ -462,4 +463,19 @@ fn execute(
         print_progress(progress, std::io::stderr().is_terminal(), true);
     }
     Ok(outcome)
+}
+
+/// This run's calls per role, and the audit's (audit judges and panel readers) under `audit`
+/// where it made or found any.
+fn calls_value(
+    this_run: &BTreeMap<crate::protocol::Role, runner::CallCounts>,
+    audit: &runner::CallCounts,
+) -> Value {
+    let mut calls = serde_json::to_value(this_run).unwrap_or_default();
+    if audit.made + audit.cached + audit.shared + audit.failed > 0
+        && let Some(calls) = calls.as_object_mut()
+    {
+        calls.insert("audit".into(), serde_json::to_value(audit).unwrap_or_default());
+    }
+    calls
 }

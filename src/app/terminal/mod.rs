@@ -24,7 +24,7 @@ const LISTED_FAILURES: usize = 10;
 /// sandbox denied (when it can tell).
 pub(super) fn summary(
     report: &report::Report,
-    this_run: &BTreeMap<Role, runner::CallCounts>,
+    (this_run, audit): (&BTreeMap<Role, runner::CallCounts>, &runner::CallCounts),
     paid: &BTreeMap<Role, runner::Usage>,
     hints: &[Option<String>],
     elapsed: Duration,
@@ -66,6 +66,11 @@ pub(super) fn summary(
             format!("{role} {} made, {} cached{shared}", c.made, c.cached)
         })
         .collect();
+    let mut calls = calls;
+    // The audit's calls (often free verdicts of a built-in judge) are not the judge's.
+    if audit.made + audit.cached + audit.shared > 0 {
+        calls.push(format!("audit {} made, {} cached", audit.made, audit.cached));
+    }
     out.push_str(&format!("  calls: {}\n", calls.join("; ")));
     if this_run.values().any(|c| c.shared > 0) {
         out.push_str("  (shared: answered by an identical call this run made once, not paid twice)\n");
