@@ -191,4 +191,19 @@ fn sigkill_mid_run_leaves_the_trace_of_what_happened_up_to_its_last_second() {
         compressed >= finished_before,
         "{compressed} compress jobs in the trace, {finished_before} calls made"
     );
+    // Its record still says it is running; the next run on this machine says it stopped.
+    let state = |folder: &std::path::Path| read_json(&folder.join("run.json"))["progress"]["state"].clone();
+    assert_eq!(state(&folder), "running");
+    for role in ["compressor", "reader", "judge"] {
+        let path = scratch.path(&format!("experiments/{role}.sh"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("sleep 0.5", "sleep 0.03");
+        std::fs::write(&path, text).unwrap();
+    }
+    let (status, resumed, stderr) = scratch.run(manifest, &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(state(&folder), "stopped");
+    assert!(stderr.contains("stopped without finishing"), "{stderr}");
+    assert!(read_json(&resumed.join("run.json"))["progress"].is_null());
 }

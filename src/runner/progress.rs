@@ -189,6 +189,7 @@ impl Progress {
             stages,
             state,
             updated: crate::clock::utc_timestamp(std::time::SystemTime::now(), true),
+            pid: std::process::id(),
         }
     }
 }

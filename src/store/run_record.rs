@@ -99,6 +99,9 @@ pub(crate) struct LiveProgress {
     pub state: RunStatus,
     /// When this record was written (UTC).
     pub updated: String,
+    /// The process that runs it, on `host`: where it is gone, a record still `running` was
+    /// left by a run killed or crashed.
+    pub pid: u32,
 }
 
 /// Whether a run in flight is still going.
@@ -109,6 +112,10 @@ pub(crate) enum RunStatus {
     Running,
     /// Stopped by Ctrl-C: `gacc run` of the same manifest goes on from the cache.
     Interrupted,
+    /// Its process is gone without a word (killed, or crashed, or its machine went down): the
+    /// next `gacc run` on this machine says so in the record; the same command goes on from
+    /// the cache.
+    Stopped,
 }
 
 /// One stage's jobs: planned, and of those finished, how each was served.
@@ -155,6 +162,17 @@ impl RunRecord {
         }
     }
 
+    /// Whether the record says its run is going, but its process on this machine is gone.
+    pub(crate) fn orphaned(&self) -> bool {
+        let Some(progress) = &self.progress else {
+            return false;
+        };
+        progress.state == RunStatus::Running
+            && progress.pid > 0
+            && self.host == hostname()
+            && !gacc_alive(progress.pid)
+    }
+
     /// The record in `text`, or None for text that is not one.
     pub(crate) fn parse(text: &str) -> Option<RunRecord> {
         serde_json::from_str(text).ok()
@@ -185,6 +203,36 @@ pub(crate) fn newest_first(runs: &std::path::Path) -> Vec<(std::path::PathBuf, R
             Some((folder, RunRecord::parse(&text)?))
         })
         .collect()
+}
+
+/// Marks `stopped` each record under `runs` (an experiment's runs) whose run is said to be
+/// going though its process on this machine is gone; returns the folders marked.
+pub(crate) fn settle_orphans(runs: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut settled = Vec::new();
+    for (folder, mut record) in newest_first(runs) {
+        if !record.orphaned() {
+            continue;
+        }
+        if let Some(progress) = record.progress.as_mut() {
+            progress.state = RunStatus::Stopped;
+        }
+        let path = folder.join(crate::store::run_folder::RUN);
+        if crate::files::write(&path, crate::files::pretty(&record).as_bytes()).is_ok() {
+            settled.push(folder);
+        }
+    }
+    settled
+}
+
+/// Whether process `pid` is alive and a gacc (a pid taken again by another program is not).
+fn gacc_alive(pid: u32) -> bool {
+    let proc = std::path::Path::new("/proc");
+    if !proc.is_dir() {
+        // No way to tell: taken to be alive.
+        return true;
+    }
+    std::fs::read(proc.join(pid.to_string()).join("cmdline"))
+        .is_ok_and(|line| String::from_utf8_lossy(&line).contains("gacc"))
 }
 
 /// This machine's name, or nothing where it has none to tell.

@@ -33,6 +33,13 @@ pub(super) fn start_folder(
     prepared: &Prepared,
     options: &RunOptions,
 ) -> Result<(RunFolder, String, PlanWriter), Error> {
+    // An earlier run killed on this machine still says it is running: say it stopped.
+    for stopped in crate::store::run_record::settle_orphans(runs) {
+        crate::trace::notice(&format!(
+            "{} stopped without finishing (its process is gone): its record now says so",
+            stopped.display()
+        ));
+    }
     let folder = RunFolder::create(runs, started_at, &prepared.resolved_sha256)?;
     let _ = crate::trace::open(&folder.file(TRACE));
     crate::trace::record(&TraceEvent::RunStarted {

@@ -16,7 +16,8 @@ use crate::store::run_record::{LiveProgress, RunRecord};
 pub(super) struct Live {
     /// The run has its report.
     pub finished: bool,
-    /// `running`, `interrupted`, `finished`, or `no record` (no readable `run.json`).
+    /// `running`, `interrupted`, `stopped` (its process is gone), `finished`, or `no record`
+    /// (no readable `run.json`).
     pub state: String,
     pub seconds: f64,
     pub updated: String,
@@ -40,9 +41,12 @@ pub(super) fn now(site: &Site, folder: &RunFolder) -> Live {
     let lines = |name: &str| site.lines(&folder.file(name));
     let (state, progress, seconds, updated, failures) = match record {
         Some(record) => {
+            let orphaned = record.orphaned();
             let progress = record.progress.unwrap_or_default();
             let state = if finished {
                 "finished".to_owned()
+            } else if orphaned {
+                "stopped".to_owned()
             } else {
                 serde_json::to_value(progress.state)
                     .ok()
