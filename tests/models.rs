@@ -223,6 +223,25 @@ fn a_judge_reply_without_a_verdict_is_a_failed_call_not_a_wrong_answer() {
     // No question was scored: not one counted as wrong.
     let results = common::read_lines(&folder.join("results.jsonl"));
     assert!(results.iter().all(|r| r["correct"].is_null()), "{:?}", results[0]);
+    // A sampling judge may give a verdict next time; a greedy one gets the same reply, and is
+    // not told to run again as though that would finish the rest.
+    assert!(!stderr.contains("fails the same way"), "{stderr}");
+    let text = std::fs::read_to_string(scratch.path(&manifest)).unwrap();
+    let greedy = text.replace(
+        "[judge]\nbuiltin = \"llm-judge\"\nparams = { model = \"mock\" }",
+        "[judge]\nbuiltin = \"llm-judge\"\nparams = { model = \"mock\", temperature = 0.0 }",
+    );
+    assert_ne!(greedy, text);
+    scratch.write(&manifest, &greedy);
+    let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 1, "{stderr}");
+    assert!(
+        stderr.contains("running again fails the same way") && stderr.contains("max_tokens"),
+        "{stderr}"
+    );
+    let report = read_json(&folder.join("report.json"));
+    let reason = report["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("temperature 0"), "{reason}");
 }
 
 #[test]

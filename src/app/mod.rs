@@ -99,8 +99,20 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
         None => {}
     }
     if finished.failures + finished.cancelled > 0 {
+        // A greedy judge's reply without a verdict comes back the same: no re-run fixes it.
+        let repeating = match finished.repeating {
+            0 => String::new(),
+            n if n == finished.failures => format!(
+                " (each a judge's reply without a verdict at temperature 0: {})",
+                crate::exec::model::verdict::SAME_AGAIN
+            ),
+            n => format!(
+                " ({n} of them a judge's reply without a verdict at temperature 0: {})",
+                crate::exec::model::verdict::SAME_AGAIN
+            ),
+        };
         eprintln!(
-            "{} job(s) failed; finished work is cached: fix the callback and run the same command again to finish the rest",
+            "{} job(s) failed{repeating}; finished work is cached: fix the callback and run the same command again to finish the rest",
             finished.failures
         );
         return Ok(Ended::Failed);

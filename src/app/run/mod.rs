@@ -70,6 +70,9 @@ pub struct RunOptions {
 pub(crate) struct Finished {
     pub(crate) folder: PathBuf,
     pub(crate) failures: usize,
+    /// Of those, failures that running again repeats (a greedy judge's reply without a
+    /// verdict).
+    pub(crate) repeating: usize,
     /// Jobs not run because `--fail-fast` stopped the run.
     pub(crate) cancelled: usize,
     pub(crate) summary: String,
@@ -197,6 +200,9 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     folder.write(REPORT_JSON, report_text.as_bytes())?;
     let page_key = page_key(&report_text, &digests, &outcome.ledger, &dataset_digest);
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
+    let repeating = (outcome.failures.iter())
+        .filter(|f| f.reason.contains(crate::exec::model::verdict::SAME_AGAIN))
+        .count();
     let (this_run, audit, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
         outcome.audit_calls.clone(),
@@ -272,6 +278,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         summary: said,
         summary_json,
         failures,
+        repeating,
         cancelled,
         stop,
         folder: folder.path().to_path_buf(),

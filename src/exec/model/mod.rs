@@ -303,7 +303,13 @@ impl ModelLauncher {
         };
         let cost = sent.as_ref().map_or(0.0, |reply| self.cost(reply).0);
         self.costs.settle(most_cost, cost);
-        self.respond(sent?)
+        // A greedy request (temperature 0, no seed) gets the same reply when sent again.
+        let greedy = seed.is_none()
+            && params
+                .get("temperature")
+                .and_then(Value::as_f64)
+                .is_some_and(|t| t <= 0.0);
+        self.respond(sent?, greedy)
     }
 
     /// A call through the batch API; one the batch could not answer (expired, cancelled, a
@@ -344,7 +350,7 @@ impl ModelLauncher {
         }
     }
 
-    fn respond(&self, reply: Reply) -> Result<Value, FailureKind> {
+    fn respond(&self, reply: Reply, greedy: bool) -> Result<Value, FailureKind> {
         let (cost, saved) = self.cost(&reply);
         let mut usage = json!({
             "input_tokens": reply.usage.input,
@@ -391,7 +397,10 @@ impl ModelLauncher {
                 meta["reply"] = json!(raw);
                 let (correct, rationale) =
                     verdict::verdict(&reply).map_err(|message| FailureKind::Reported {
-                        message,
+                        message: match greedy {
+                            true => format!("{message}; {}", verdict::SAME_AGAIN),
+                            false => message,
+                        },
                         retryable: false,
                     })?;
                 messages::to_value(&JudgeResponse {

@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use crate::providers::Reply;
 
+/// Said of a greedy judge's reply without a verdict: running again sends the same request.
+pub(crate) const SAME_AGAIN: &str = "at temperature 0 the same request gets the same reply, so running again fails the same way: change the judge's template or params (a larger `max_tokens`, or `response_format`)";
+
 /// `(correct, rationale)`, or why the reply holds no verdict.
 pub(crate) fn verdict(reply: &Reply) -> Result<(bool, Option<String>), String> {
     if let Some(input) = &reply.tool_input {
