@@ -467,7 +467,11 @@ fn gacc_plan_says_how_long_from_rpm_or_the_last_run() {
     };
     let first = plan(&[]);
     assert!(
-        first.contains("unknown, because no run of this experiment has used it yet"),
+        first.contains("about ")
+            && first.contains("from an assumption (no run of this experiment has used it yet")
+            && first.contains(
+                "1 call(s) in flight, each reading 1000 prompt tokens and writing 30 tokens a second"
+            ),
         "{first}"
     );
     let paced = plan(&["--set", "models.mock.rpm=600"]);

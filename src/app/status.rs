@@ -474,8 +474,26 @@ fn estimate_time(bound: &mut CallBounds, name: &str, spec: &crate::inputs::model
             return;
         }
     }
-    bound.time_from = "no run of this experiment has used it yet, and it sets no `rpm` or `tpm`: the first run measures its pace".into();
+    // No measure yet: the tokens at a stated pace, the first run measuring the real one.
+    let in_flight = match crate::exec::model::limiter::is_local(&spec.base_url) {
+        true => 1,
+        false => ASSUMED_IN_FLIGHT.min(spec.max_concurrency.max(1)),
+    };
+    let serial = bound.input_tokens as f64 / ASSUMED_READ + bound.output_tokens as f64 / ASSUMED_WRITE;
+    bound.seconds = Some(serial / in_flight as f64);
+    bound.time_from = format!(
+        "an assumption (no run of this experiment has used it yet, and it sets no `rpm` or `tpm`): \
+         {in_flight} call(s) in flight, each reading {ASSUMED_READ} prompt tokens and writing {ASSUMED_WRITE} \
+         tokens a second, over the upper bounds above; the first run measures its pace"
+    );
 }
+
+/// The first run's time, before any run has measured an endpoint's pace: calls in flight
+/// (one for a server on this machine or its network, which may compute one at a time), and
+/// each call's prompt tokens read and tokens written a second.
+const ASSUMED_IN_FLIGHT: usize = 8;
+const ASSUMED_READ: f64 = 1000.0;
+const ASSUMED_WRITE: f64 = 30.0;
 
 /// A call's cached response, under its key or the key an earlier gacc filed it under.
 fn cached(cache: &Cache, role: Role, key: &str, legacy: impl FnOnce() -> Option<String>) -> Option<Value> {

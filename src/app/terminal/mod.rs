@@ -17,6 +17,30 @@ pub(super) use listings::{
     print_batches, print_builtins, print_cache_stats, print_dataset_stats, print_plan,
 };
 
+/// The seconds a run's jobs left need, `seconds` into it: per stage, its jobs left at the pace
+/// of the calls it made (not of those the cache or an identical call answered, nor of those
+/// with nothing to call); the run ends with its slowest stage. None until each stage with jobs
+/// left has made a few calls.
+fn time_left(progress: &Progress, seconds: f64) -> Option<f64> {
+    let mut remaining = 0.0f64;
+    for stage in &progress.stages {
+        let load = |counter: &std::sync::atomic::AtomicUsize| counter.load(Ordering::Relaxed);
+        let finished = load(&stage.done) + load(&stage.failed);
+        let called =
+            finished.saturating_sub(load(&stage.cached) + load(&stage.shared) + load(&stage.skipped));
+        let left = load(&stage.total).saturating_sub(finished);
+        match (left, called) {
+            (0, _) => {}
+            (_, 0..ETA_AFTER) => return None,
+            _ => remaining = remaining.max(left as f64 * seconds / called as f64),
+        }
+    }
+    Some(remaining)
+}
+
+/// Calls a stage makes before the progress line's ETA counts on its pace.
+const ETA_AFTER: usize = 3;
+
 /// How many failures the terminal summary lists; report.md lists them all.
 const LISTED_FAILURES: usize = 10;
 
@@ -224,6 +248,7 @@ const BAR_WIDTH: usize = 24;
 /// (One function: the line is built left to right, a few lines per part.)
 pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
     let (mut finished, mut total, mut made) = (0, 0, 0);
+    let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);
     let stages: Vec<String> = [
         ("compress", Role::Compressor),
         ("read", Role::Reader),
@@ -242,6 +267,7 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
         finished += done + failed;
         total += stage_total;
         made += done.saturating_sub(cached + shared);
+
         // Shared: answered by an identical call of this run, which was made (not the cache's).
         let shared = if shared > 0 {
             format!(", {shared} shared with an identical call")
@@ -259,19 +285,18 @@ pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
         }
     })
     .collect();
-    let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);
     let rate = made as f64 / seconds;
-    let left = total.saturating_sub(finished);
-    let eta = if finished == 0 || left == 0 {
-        String::new()
-    } else {
-        let remaining = (left as f64 * seconds / finished as f64) as u64;
-        format!(
-            " · ETA {}:{:02}:{:02}",
-            remaining / 3600,
-            remaining / 60 % 60,
-            remaining % 60
-        )
+    let eta = match time_left(progress, seconds).filter(|_| finished < total) {
+        Some(remaining) => {
+            let remaining = remaining as u64;
+            format!(
+                " · ETA {}:{:02}:{:02}",
+                remaining / 3600,
+                remaining / 60 % 60,
+                remaining % 60
+            )
+        }
+        None => String::new(),
     };
     let endpoints: String = progress
         .endpoints
@@ -425,6 +450,30 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_eta_counts_on_calls_made_not_on_the_cache() {
+        let progress = Progress::default();
+        let set = |role: Role, total: usize, done: usize, cached: usize| {
+            let stage = progress.stage(role);
+            stage.total.store(total, Ordering::Relaxed);
+            stage.done.store(done, Ordering::Relaxed);
+            stage.cached.store(cached, Ordering::Relaxed);
+        };
+        // 100 reads in 10 s, 90 of them from the cache: 10 calls made, a call a second; 100
+        // left need 100 s, not the 10 s that all 100 finished would say.
+        set(Role::Compressor, 10, 10, 10);
+        set(Role::Reader, 200, 100, 90);
+        set(Role::Judge, 0, 0, 0);
+        assert_eq!(time_left(&progress, 10.0), Some(100.0));
+        // A stage with jobs left and fewer than three calls made has no pace yet.
+        set(Role::Judge, 200, 2, 0);
+        assert_eq!(time_left(&progress, 10.0), None);
+        // The slowest stage: 197 judgements left at 3 calls in 10 s.
+        set(Role::Judge, 200, 3, 0);
+        assert_eq!(time_left(&progress, 10.0), Some(197.0 * 10.0 / 3.0));
+    }
+
     use super::*;
 
     #[test]
