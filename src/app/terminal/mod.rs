@@ -78,27 +78,7 @@ pub(super) fn summary(
             if cell.complete { "" } else { "  (incomplete)" }
         ));
     }
-    let calls: Vec<String> = [Role::Compressor, Role::Reader, Role::Judge]
-        .iter()
-        .map(|role| {
-            let c = this_run.get(role).cloned().unwrap_or_default();
-            let shared = if c.shared > 0 {
-                format!(", {} shared", c.shared)
-            } else {
-                String::new()
-            };
-            format!("{role} {} made, {} cached{shared}", c.made, c.cached)
-        })
-        .collect();
-    let mut calls = calls;
-    // The audit's calls (often free verdicts of a built-in judge) are not the judge's.
-    if audit.made + audit.cached + audit.shared > 0 {
-        calls.push(format!("audit {} made, {} cached", audit.made, audit.cached));
-    }
-    out.push_str(&format!("  calls: {}\n", calls.join("; ")));
-    if this_run.values().any(|c| c.shared > 0) {
-        out.push_str("  (shared: answered by an identical call this run made once, not paid twice)\n");
-    }
+    calls_lines(&mut out, this_run, audit);
     cost_lines(&mut out, report, paid);
     let i = &report.integrity;
     out.push_str(&format!(
@@ -128,6 +108,31 @@ pub(super) fn summary(
     }
     out.push_str(&format!("  finished in {:.1}s", elapsed.as_secs_f64()));
     out
+}
+
+/// This run's calls per role, the audit's apart, and what "shared" means where any were.
+fn calls_lines(out: &mut String, this_run: &BTreeMap<Role, runner::CallCounts>, audit: &runner::CallCounts) {
+    let calls: Vec<String> = [Role::Compressor, Role::Reader, Role::Judge]
+        .iter()
+        .map(|role| {
+            let c = this_run.get(role).cloned().unwrap_or_default();
+            let shared = if c.shared > 0 {
+                format!(", {} shared", c.shared)
+            } else {
+                String::new()
+            };
+            format!("{role} {} made, {} cached{shared}", c.made, c.cached)
+        })
+        .collect();
+    let mut calls = calls;
+    // The audit's calls (often free verdicts of a built-in judge) are not the judge's.
+    if audit.made + audit.cached + audit.shared > 0 {
+        calls.push(format!("audit {} made, {} cached", audit.made, audit.cached));
+    }
+    out.push_str(&format!("  calls: {}\n", calls.join("; ")));
+    if this_run.values().any(|c| c.shared > 0) {
+        out.push_str("  (shared: answered by an identical call this run made once, not paid twice)\n");
+    }
 }
 
 /// What the results cost and what this run paid, and endpoints served by several models.
