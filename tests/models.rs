@@ -245,6 +245,35 @@ fn a_judge_reply_without_a_verdict_is_a_failed_call_not_a_wrong_answer() {
 }
 
 #[test]
+fn a_judge_reply_cut_at_max_tokens_says_so_and_names_the_param() {
+    let scratch = Scratch::new();
+    let api = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            judge_without_verdict: true,
+            cut_at_max_tokens: true,
+            ..Behaviour::default()
+        },
+    );
+    let manifest = llm_fixture(&scratch, &api, Format::OpenAi, "", "");
+    let (status, folder, stderr) = run(&scratch, &manifest, &[]);
+    assert_eq!(status, 1, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let reason = report["failures"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cut at `max_tokens` (finish reason `length`)")
+            && reason.contains("params.max_tokens"),
+        "{reason}"
+    );
+    // The reader's answers, cut too, say so in the trace.
+    let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
+    assert!(
+        trace.contains("\"cut_at_max_tokens\":true"),
+        "no cut in the trace"
+    );
+}
+
+#[test]
 fn bursts_of_5xx_malformed_replies_and_a_rate_limit_are_survived_with_no_failed_call() {
     let scratch = Scratch::new();
     let api = MockApi::start(

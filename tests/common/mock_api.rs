@@ -69,6 +69,8 @@ pub struct Behaviour {
     pub delay: Duration,
     /// The judge replies without a verdict.
     pub judge_without_verdict: bool,
+    /// Every reply says it was cut at `max_tokens` (OpenAI's `finish_reason: length`).
+    pub cut_at_max_tokens: bool,
     /// The model id a reply says served it.
     pub served_model: Option<String>,
     /// What the reader answers instead of looking the answer up.
@@ -664,7 +666,8 @@ fn completion(state: &State, request: &Value, number: u64) -> Value {
             "object": "chat.completion",
             "model": served,
             "system_fingerprint": "fp_mock",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": if state.behaviour.cut_at_max_tokens { "length" } else { "stop" }}],
             "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output,
                       "prompt_tokens_details": {"cached_tokens": cached}},
         }),

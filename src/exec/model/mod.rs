@@ -377,15 +377,14 @@ impl ModelLauncher {
                 meta[name] = json!(value);
             }
         }
+        // A reply the provider cut at `max_tokens` says so, whatever the role.
+        if reply.cut_at_max_tokens {
+            meta["cut_at_max_tokens"] = json!(true);
+        }
         let mut response = match self.call.role {
-            Role::Compressor => {
-                if reply.cut_at_max_tokens {
-                    meta["cut_at_max_tokens"] = json!(true);
-                }
-                messages::to_value(&CompressorResponse {
-                    memory: Cow::Borrowed(&reply.text),
-                })
-            }
+            Role::Compressor => messages::to_value(&CompressorResponse {
+                memory: Cow::Borrowed(&reply.text),
+            }),
             Role::Reader => messages::to_value(&ReaderResponse {
                 answer: Cow::Borrowed(reply.text.trim()),
             }),
@@ -397,9 +396,13 @@ impl ModelLauncher {
                 meta["reply"] = json!(raw);
                 let (correct, rationale) =
                     verdict::verdict(&reply).map_err(|message| FailureKind::Reported {
-                        message: match greedy {
-                            true => format!("{message}; {}", verdict::SAME_AGAIN),
-                            false => message,
+                        message: match (reply.cut_at_max_tokens, greedy) {
+                            (true, _) => format!(
+                                "{message}; the reply was cut at `max_tokens` (finish reason `{}`): raise `params.max_tokens`",
+                                reply.finish_reason.as_deref().unwrap_or("length")
+                            ),
+                            (false, true) => format!("{message}; {}", verdict::SAME_AGAIN),
+                            (false, false) => message,
                         },
                         retryable: false,
                     })?;
