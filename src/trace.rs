@@ -138,7 +138,13 @@ pub(crate) fn served(response: &serde_json::Value) -> Option<serde_json::Value> 
         ),
         (
             "meta",
-            &["endpoint", "model", "finish_reason", "cut_at_max_tokens"][..],
+            &[
+                "endpoint",
+                "model",
+                "finish_reason",
+                "cut_at_max_tokens",
+                "service_ms",
+            ][..],
         ),
     ] {
         for field in fields {

@@ -670,6 +670,9 @@ fn the_trace_tells_each_model_calls_tokens_cost_served_model_and_why_an_attempt_
         assert!(served["output_tokens"].as_u64().unwrap() > 0, "{event}");
         assert!(served["cost_usd"].as_f64().unwrap() > 0.0, "{event}");
         assert!(served["finish_reason"].is_string(), "{event}");
+        // The server's time, apart from the wait for a place and the pace.
+        let service = served["service_ms"].as_u64().expect("service_ms");
+        assert!(service <= event["duration_ms"].as_u64().unwrap(), "{event}");
     }
     let failed: Vec<&Value> = attempts.iter().filter(|e| e["ok"] == false).collect();
     assert!(!failed.is_empty(), "the first two requests answered 503");

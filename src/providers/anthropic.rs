@@ -107,6 +107,7 @@ impl Provider for AnthropicMessages {
                 cache_write: write,
                 output: field("output_tokens")?,
             },
+            service_ms: None,
         })
     }
 

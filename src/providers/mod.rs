@@ -377,6 +377,9 @@ pub(crate) struct Reply {
     pub model: Option<String>,
     pub system_fingerprint: Option<String>,
     pub usage: Tokens,
+    /// How long the server took, from the request sent to its reply (the endpoint's place
+    /// and pace waited for before are not in it).
+    pub service_ms: Option<u64>,
 }
 
 /// A call's tokens, as the provider counted them.

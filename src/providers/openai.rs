@@ -94,6 +94,7 @@ impl Provider for OpenaiChat {
                 cache_write: 0,
                 output,
             },
+            service_ms: None,
         })
     }
 

@@ -107,6 +107,7 @@ impl Provider for OpenaiResponses {
                 cache_write: 0,
                 output: field("/output_tokens")?,
             },
+            service_ms: None,
         })
     }
 

@@ -377,6 +377,10 @@ impl ModelLauncher {
                 meta[name] = json!(value);
             }
         }
+        // The server's own time, apart from the wait for a place and the pace.
+        if let Some(service) = reply.service_ms {
+            meta["service_ms"] = json!(service);
+        }
         // A reply the provider cut at `max_tokens` says so, whatever the role.
         if reply.cut_at_max_tokens {
             meta["cut_at_max_tokens"] = json!(true);

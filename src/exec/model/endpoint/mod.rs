@@ -304,11 +304,12 @@ impl Endpoint {
                 continue;
             }
             let (wait, why) = match outcome {
-                Exchange::Answered(reply, announced) => {
+                Exchange::Answered(mut reply, announced) => {
                     if probing.is_some() {
                         self.verdict_proven.store(true, Ordering::Relaxed);
                     }
                     let latency = started.elapsed();
+                    reply.service_ms = Some(latency.as_millis() as u64);
                     self.took(latency);
                     self.pacer.announced(ticket, announced);
                     self.pacer.admitted(ticket, reply.usage.input, estimate.0);
