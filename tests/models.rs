@@ -558,7 +558,7 @@ fn the_cost_preview_adds_up_for_each_api_and_needs_no_key() {
             "{text}"
         );
         assert!(
-            text.contains("because no run of this experiment has used it yet"),
+            text.contains("from an assumption (no run of this experiment has used it yet"),
             "{text}"
         );
     }
