@@ -5,7 +5,7 @@
 //! # Floors
 //!
 //! A module imports only from its own floor or a lower one; on one floor, a unit imports only
-//! the units listed before it. `tests/layers.rs` reads `src/` and fails on any import that
+//! the units listed before it. `tests/integration/layers.rs` reads `src/` and fails on any import that
 //! breaks this table or closes a circle, and on each `never` line.
 //!
 //! ```text

@@ -1,0 +1,41 @@
+//! gacc's integration tests, one binary (one link of the crate): each module is a topic,
+//! `common` the helpers they share (a scratch project, the mock model API, the gacc binary).
+//! `cargo test --test integration MODULE::` runs one topic.
+
+mod audit;
+mod bad_input;
+mod batches;
+mod budgets;
+mod callback_check;
+mod callbacks;
+mod common;
+mod conditions;
+mod crash;
+mod dataset;
+mod diff;
+mod docs;
+mod faults;
+mod first_day;
+mod fixture;
+mod hostile;
+mod html;
+mod layers;
+mod limits;
+mod live;
+mod models;
+mod past_runs;
+mod pipelined;
+mod plots;
+mod protocol_rules;
+mod python_helper;
+mod rate_limits;
+mod sandbox;
+mod schema;
+mod seeds;
+mod slurm;
+mod tables;
+mod tokenizers;
+mod trace;
+mod travel;
+mod view;
+mod why;
