@@ -40,6 +40,17 @@ pub(crate) enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also the smallest paired difference the manifest's goals detect, and the goals an
+        /// effect needs (α 0.05, power 0.8, goals resampled).
+        #[arg(long)]
+        power: bool,
+        /// With --power: size from this run's per-goal differences (a run folder, `latest` or
+        /// -N) rather than a worst case.
+        #[arg(long, requires = "power", allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
+        pilot: Option<PathBuf>,
+        /// With --power: the difference to detect (default 0.02).
+        #[arg(long, requires = "power")]
+        effect: Option<f64>,
     },
     /// Check a manifest and its dataset, reporting every problem.
     Validate {

@@ -48,7 +48,17 @@ fn main() -> ExitCode {
 fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<Ended, Error> {
     match command {
         Command::Run(args) => app::run(&args.options(quiet)),
-        Command::Plan { manifest, sets, json } => app::plan(&manifest, &sets, format(json)),
+        Command::Plan {
+            manifest,
+            sets,
+            json,
+            power,
+            pilot,
+            effect,
+        } => {
+            let asked = power.then_some(app::PowerAsked { effect, pilot });
+            app::plan(&manifest, &sets, format(json), (runs, asked.as_ref()))
+        }
         Command::Validate { manifest, sets } => app::validate(&manifest, &sets),
         Command::Report { run_dir, template } => app::report(runs, &run_dir, template.as_deref()),
         Command::Dataset { command } => match command {

@@ -8,6 +8,7 @@ mod confinement;
 #[cfg(test)]
 mod hostile;
 mod init;
+mod power;
 pub(crate) mod prepare;
 mod report;
 mod run;
@@ -23,6 +24,8 @@ use crate::error::{Error, io};
 pub use crate::exec::sandbox::SANDBOX_EXEC;
 use crate::review::trace::Filter;
 use crate::store::run_folder::resolve;
+
+pub use power::{PowerAsked, plan};
 pub use run::RunOptions;
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
@@ -117,13 +120,6 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
         );
         return Ok(Ended::Failed);
     }
-    Ok(Ended::Success)
-}
-
-/// `gacc plan`: jobs per stage and how many the cache answers.
-pub fn plan(manifest: &Path, sets: &[String], format: Format) -> Result<Ended, Error> {
-    let (status, bounds) = status::plan_status(manifest, sets)?;
-    terminal::print_plan(&status, &bounds, format);
     Ok(Ended::Success)
 }
 

@@ -7,6 +7,7 @@ mod endpoints;
 pub mod html;
 pub(crate) mod markdown;
 pub(crate) mod metrics;
+pub(crate) mod pairs;
 mod recount;
 pub(crate) mod stats;
 pub(crate) mod stored;
@@ -51,6 +52,9 @@ pub(crate) struct Report {
     pub(crate) cells: Vec<Cell>,
     /// Per compressor and ratio, the conditions side by side and the goal-conditioning gaps.
     pub(crate) by_condition: Vec<ConditionRow>,
+    /// Per condition and budget, every pair of compressors on the same goals and seeds: how
+    /// sure their difference is (SPEC §13).
+    pub(crate) pairs: Vec<pairs::Pair>,
     pub(crate) integrity: Integrity,
     /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
     pub(crate) holdout: BTreeMap<Role, crate::exec::sandbox::HoldoutEnforcement>,
@@ -147,6 +151,10 @@ pub(crate) struct Cell {
     pub(crate) micro_ci95: Option<stats::Interval>,
     /// 95% bootstrap interval of Macro over goals.
     pub(crate) macro_ci95: Option<stats::Interval>,
+    /// The best and worst rank its Micro can hold among its condition and budget's
+    /// compressors, given those it is separated from (SPEC §13); null without a Micro.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rank: Option<pairs::Rank>,
     pub(crate) ledger: LedgerSums,
     /// Answers by whether the memory kept their evidence (SPEC §11).
     pub(crate) attribution: why::Attribution,
@@ -277,6 +285,11 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         let micro = cell.micro.map(|m| m.mean);
         cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
     }
+    let pairs = pairs::pairs(&cells, &rows);
+    let ranks = pairs::ranks(&cells, &pairs);
+    for cell in &mut cells {
+        cell.rank = ranks.get(&cell.id).copied();
+    }
     let budget_at_target = why::at_target(&cells, &inputs.targets);
     let monotonicity = why::dips(&cells, &rows);
     let by_tag = why::by_tag(dataset, &cells, &rows);
@@ -311,6 +324,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         complete: outcome.failures.is_empty() && outcome.cancelled == 0,
         by_condition: by_condition(&cells),
         cells,
+        pairs,
         integrity: Integrity {
             exposure_violations: outcome.exposure_violations,
             budget_violations,
@@ -453,6 +467,7 @@ fn cell(id: &CellId, goals: &Goals, ledger: &LedgerSums) -> Cell {
         macro_: spread(&macro_),
         micro_ci95,
         macro_ci95,
+        rank: None,
         seeds,
         ledger: ledger.clone(),
         attribution: why::Attribution::default(),

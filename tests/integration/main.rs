@@ -23,6 +23,7 @@ mod layers;
 mod limits;
 mod live;
 mod models;
+mod pairs;
 mod past_runs;
 mod pipelined;
 mod plots;

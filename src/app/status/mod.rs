@@ -172,10 +172,12 @@ impl Bounder {
 }
 
 /// `gacc plan`: walks the plan through the cache without calling anything.
+/// `gacc plan`'s figures: jobs per stage, the uncached calls' bounds per endpoint, and the
+/// goals each cell scores.
 pub(super) fn plan_status(
     path: &Path,
     sets: &[String],
-) -> Result<(Stages, BTreeMap<String, CallBounds>), Error> {
+) -> Result<(Stages, BTreeMap<String, CallBounds>, usize), Error> {
     let prepared = super::prepare::prepare_without_keys(path, sets)?;
     for (reruns, change) in super::prepare::changed_scripts(&prepared.loaded) {
         eprintln!("{}: {change}", if reruns { "note" } else { "warning" });
@@ -206,7 +208,7 @@ pub(super) fn plan_status(
             time::estimate_time(bound, name, spec, &runs);
         }
     }
-    Ok((status, bounds))
+    Ok((status, bounds, prepared.dataset.goals().count()))
 }
 
 /// The plan walked through the cache: each stage's counts, and the bounds of the calls the

@@ -15,12 +15,17 @@ use super::emit;
 pub(in crate::app) fn print_plan(
     status: &BTreeMap<&'static str, StageStatus>,
     bounds: &BTreeMap<String, crate::app::status::CallBounds>,
+    // `--power`'s figures as JSON, and as text.
+    power: Option<(serde_json::Value, String)>,
     format: Format,
 ) {
     if format == Format::Json {
         let mut value = serde_json::to_value(status).unwrap_or_default();
         if !bounds.is_empty() {
             value["endpoints"] = serde_json::to_value(bounds).unwrap_or_default();
+        }
+        if let Some((power, _)) = power {
+            value["power"] = power;
         }
         emit(&crate::files::pretty(&value));
         return;
@@ -79,6 +84,9 @@ pub(in crate::app) fn print_plan(
             let from = if b.seconds.is_some() { "from" } else { "because" };
             text.push_str(&format!("{name:<16} {time}, {from} {}\n", b.time_from));
         }
+    }
+    if let Some((_, said)) = power {
+        text.push_str(&said);
     }
     emit(&text);
 }

@@ -1,0 +1,433 @@
+//! How sure a difference between two compressors is (SPEC §13; the formulas and their worked
+//! examples are in docs/statistics.md). Questions of a goal share one memory, so every interval
+//! and test here resamples goals, never questions: per goal, the difference `x_g = b_g − a_g`
+//! of its scores (averaged over the seeds both scored), weighted by its questions for Micro and
+//! equally for Macro; a paired bootstrap over goals for the interval, a paired sign-flip
+//! permutation over goals for the p-value (exact up to 16 goals that differ), Holm over the
+//! report's pairs, and the smallest difference the goals could detect (MDE).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::Cell;
+use super::stats::{Interval, interval, resample};
+use crate::protocol::{BudgetRule, CellId, Condition};
+use crate::rng::SplitMix64;
+use crate::store::ledger::ResultRow;
+
+/// Resamples of a pair's bootstrap and draws of its permutation test (past exact enumeration).
+pub(crate) const PAIR_DRAWS: usize = 10_000;
+/// The fixed seed of both: the same results give the same interval and p.
+pub(crate) const PAIR_SEED: u64 = 0x6761_6363_7061_6972;
+/// Goals that differ, up to which the sign-flip test enumerates every sign pattern.
+const EXACT_UP_TO: usize = 16;
+/// `z₀.₉₇₅ + z₀.₈`: α = 0.05 two-sided, power 0.8.
+pub(crate) const Z_SUM: f64 = 1.959_963_985 + 0.841_621_234;
+/// A pair is separated when its Holm-adjusted p is below this.
+pub(crate) const ALPHA: f64 = 0.05;
+
+/// One goal of a pair: its weight (questions for Micro, 1 for Macro) and `b_g − a_g`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct GoalDiff {
+    pub weight: f64,
+    pub x: f64,
+}
+
+/// What the goals say of a difference.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Compared {
+    /// `D = Σ w_g x_g / Σ w_g`: B − A in the metric.
+    pub diff: f64,
+    pub ci95: Interval,
+    pub p: f64,
+    /// The goal-clustered standard error of `D`, and the MDE it gives.
+    pub se: f64,
+    pub mde: f64,
+    pub goals: usize,
+}
+
+/// The difference over `goals`, its paired bootstrap interval, sign-flip p and MDE; None
+/// without a goal.
+pub(crate) fn compare(goals: &[GoalDiff]) -> Option<Compared> {
+    let total: f64 = goals.iter().map(|g| g.weight).sum();
+    if goals.is_empty() || total <= 0.0 {
+        return None;
+    }
+    let diff = goals.iter().map(|g| g.weight * g.x).sum::<f64>() / total;
+    let draws = resample(goals.len(), PAIR_DRAWS, PAIR_SEED, |drawn| {
+        let (mut sum, mut weight) = (0.0, 0.0);
+        for i in drawn {
+            sum += goals[i].weight * goals[i].x;
+            weight += goals[i].weight;
+        }
+        if weight > 0.0 { sum / weight } else { 0.0 }
+    });
+    let se = standard_error(goals, diff, total);
+    Some(Compared {
+        diff,
+        ci95: interval(draws),
+        p: sign_flip_p(goals),
+        se,
+        mde: Z_SUM * se,
+        goals: goals.len(),
+    })
+}
+
+/// `SE = sqrt(G/(G−1) · Σ_g w_g² (x_g − D)²)`, weights normalised to sum to one.
+fn standard_error(goals: &[GoalDiff], diff: f64, total: f64) -> f64 {
+    let g = goals.len() as f64;
+    if goals.len() < 2 {
+        return 0.0;
+    }
+    let sum: f64 = goals
+        .iter()
+        .map(|d| (d.weight / total).powi(2) * (d.x - diff).powi(2))
+        .sum();
+    (g / (g - 1.0) * sum).sqrt()
+}
+
+/// The two-sided paired sign-flip permutation p of `T = Σ w_g x_g`: the share of sign patterns
+/// whose `|T|` is at least the observed. Goals that do not differ change nothing and are left
+/// out; up to `EXACT_UP_TO` that differ every pattern is counted, else `PAIR_DRAWS` seeded
+/// draws give `(1 + #{|T*| ≥ |T|}) / (1 + draws)`.
+pub(crate) fn sign_flip_p(goals: &[GoalDiff]) -> f64 {
+    let values: Vec<f64> = (goals.iter())
+        .map(|g| g.weight * g.x)
+        .filter(|v| *v != 0.0)
+        .collect();
+    if values.is_empty() {
+        return 1.0;
+    }
+    let observed = values.iter().sum::<f64>().abs();
+    // Relative to the values' scale: sums that are equal but added in another order count.
+    let tolerance = 1e-12 * values.iter().map(|v| v.abs()).sum::<f64>();
+    let at_least = |t: f64| t.abs() >= observed - tolerance;
+    if values.len() <= EXACT_UP_TO {
+        let patterns = 1u32 << values.len();
+        let extreme = (0..patterns)
+            .filter(|mask| {
+                let t: f64 = (values.iter().enumerate())
+                    .map(|(i, v)| if mask >> i & 1 == 1 { -v } else { *v })
+                    .sum();
+                at_least(t)
+            })
+            .count();
+        return extreme as f64 / f64::from(patterns);
+    }
+    let mut rng = SplitMix64::new(PAIR_SEED);
+    let mut extreme = 0usize;
+    for _ in 0..PAIR_DRAWS {
+        let mut t = 0.0;
+        let mut bits = 0u64;
+        for (i, v) in values.iter().enumerate() {
+            if i % 64 == 0 {
+                bits = rng.next_u64();
+            }
+            t += if bits >> (i % 64) & 1 == 1 { -v } else { *v };
+        }
+        extreme += usize::from(at_least(t));
+    }
+    (1 + extreme) as f64 / (1 + PAIR_DRAWS) as f64
+}
+
+/// Holm's step-down adjustment, in the order given: sorted ascending, `p_(i)` becomes
+/// `max_{j ≤ i} min(1, (m − j + 1) p_(j))`.
+pub(crate) fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running: f64 = 0.0;
+    for (j, &i) in order.iter().enumerate() {
+        running = running.max(((m - j) as f64 * p[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
+/// The goals needed to detect a paired difference `effect` at α = 0.05 and power 0.8, given
+/// the sample standard deviation `sd` of per-goal differences: `((z₀.₉₇₅ + z₀.₈) · sd / d)²`.
+pub(crate) fn goals_needed(sd: f64, effect: f64) -> u64 {
+    if effect <= 0.0 {
+        return u64::MAX;
+    }
+    (Z_SUM * sd / effect).powi(2).ceil() as u64
+}
+
+/// Which metric a pair compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Metric {
+    Micro,
+    Macro,
+}
+
+/// Two compressors of one (condition, budget), on the same goals and seeds (SPEC §13).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct Pair {
+    pub(crate) condition: Condition,
+    #[serde(flatten)]
+    pub(crate) rule: BudgetRule,
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) metric: Metric,
+    /// B − A.
+    pub(crate) diff: f64,
+    /// Paired bootstrap over goals.
+    pub(crate) ci95: Interval,
+    /// Paired sign-flip permutation over goals, two-sided.
+    pub(crate) p: f64,
+    /// Holm-adjusted over every pair of the report.
+    pub(crate) p_holm: f64,
+    /// `p_holm` below 0.05; else the pair is within noise.
+    pub(crate) separated: bool,
+    /// Goals both scored.
+    pub(crate) goals: usize,
+    /// The smallest difference these goals detect at α = 0.05 with power 0.8.
+    pub(crate) mde: f64,
+}
+
+/// A cell's scored questions by goal and seed: (right, scored).
+type Scores<'r> = HashMap<&'r str, BTreeMap<u64, (usize, usize)>>;
+
+fn scores<'r>(rows: &[&'r ResultRow]) -> Scores<'r> {
+    let mut goals: Scores = HashMap::new();
+    for row in rows.iter().filter(|r| r.failure.is_none()) {
+        let Some(correct) = row.correct else { continue };
+        let seed = goals
+            .entry(row.goal_id.as_str())
+            .or_default()
+            .entry(row.seed)
+            .or_default();
+        seed.0 += usize::from(correct);
+        seed.1 += 1;
+    }
+    goals
+}
+
+/// Per goal both scored (on the seeds both scored), its weight and B − A in `metric`.
+pub(crate) fn goal_diffs(a: &Scores, b: &Scores, metric: Metric) -> Vec<GoalDiff> {
+    let mut goals: Vec<(&&str, GoalDiff)> = Vec::new();
+    for (goal, a_seeds) in a {
+        let Some(b_seeds) = b.get(goal) else { continue };
+        let both: Vec<((usize, usize), (usize, usize))> = (a_seeds.iter())
+            .filter_map(|(seed, &sa)| Some((sa, *b_seeds.get(seed)?)))
+            .filter(|((_, na), (_, nb))| *na > 0 && *nb > 0)
+            .collect();
+        if both.is_empty() {
+            continue;
+        }
+        let score = |(right, scored): (usize, usize)| match metric {
+            Metric::Micro => right as f64 / scored as f64,
+            Metric::Macro => f64::from(u8::from(right == scored)),
+        };
+        let seeds = both.len() as f64;
+        let x = both.iter().map(|&(sa, sb)| score(sb) - score(sa)).sum::<f64>() / seeds;
+        let weight = match metric {
+            Metric::Micro => both.iter().map(|((_, na), _)| *na as f64).sum::<f64>() / seeds,
+            Metric::Macro => 1.0,
+        };
+        goals.push((goal, GoalDiff { weight, x }));
+    }
+    // In goal order: the bootstrap draws by index, so the same goals give the same interval.
+    goals.sort_by(|a, b| a.0.cmp(b.0));
+    goals.into_iter().map(|(_, d)| d).collect()
+}
+
+/// Every pair of compressors per (condition, budget), in Micro and Macro, Holm-adjusted over
+/// all of them.
+pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> Vec<Pair> {
+    let mut groups: BTreeMap<(Condition, BudgetRule), Vec<&Cell>> = BTreeMap::new();
+    for cell in cells {
+        groups
+            .entry((cell.id.condition, cell.id.rule))
+            .or_default()
+            .push(cell);
+    }
+    let no_rows = Vec::new();
+    let mut found = Vec::new();
+    for ((condition, rule), mut group) in groups {
+        group.sort_by(|x, y| x.id.compressor.cmp(&y.id.compressor));
+        let scored: Vec<Scores> = (group.iter())
+            .map(|cell| scores(rows.get(&cell.id).unwrap_or(&no_rows)))
+            .collect();
+        for (i, a) in group.iter().enumerate() {
+            for (j, b) in group.iter().enumerate().skip(i + 1) {
+                for metric in [Metric::Micro, Metric::Macro] {
+                    let Some(compared) = compare(&goal_diffs(&scored[i], &scored[j], metric)) else {
+                        continue;
+                    };
+                    found.push(Pair {
+                        condition,
+                        rule,
+                        a: a.id.compressor.clone(),
+                        b: b.id.compressor.clone(),
+                        metric,
+                        diff: compared.diff,
+                        ci95: compared.ci95,
+                        p: compared.p,
+                        p_holm: compared.p,
+                        separated: false,
+                        goals: compared.goals,
+                        mde: compared.mde,
+                    });
+                }
+            }
+        }
+    }
+    let adjusted = holm(&found.iter().map(|p| p.p).collect::<Vec<_>>());
+    for (pair, p_holm) in found.iter_mut().zip(adjusted) {
+        pair.p_holm = p_holm;
+        pair.separated = p_holm < ALPHA;
+    }
+    found
+}
+
+/// The sample standard deviation of the per-goal differences of the most variable pair of a
+/// run, in Micro and in Macro: what `gacc plan --power --pilot RUN` sizes the next run by.
+/// None where the run has no pair (one compressor).
+pub(crate) fn largest_sd(results: &[ResultRow]) -> Option<(f64, f64)> {
+    let mut cells: BTreeMap<(Condition, BudgetRule), BTreeMap<&str, Vec<&ResultRow>>> = BTreeMap::new();
+    for row in results {
+        let id = row.cell();
+        (cells.entry((id.condition, id.rule)).or_default())
+            .entry(row.compressor.as_str())
+            .or_default()
+            .push(row);
+    }
+    let sd = |goals: &[GoalDiff]| {
+        let n = goals.len() as f64;
+        let mean = goals.iter().map(|g| g.x).sum::<f64>() / n;
+        (goals.iter().map(|g| (g.x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    };
+    let mut largest: Option<(f64, f64)> = None;
+    for group in cells.values() {
+        let scored: Vec<Scores> = group.values().map(|rows| scores(rows)).collect();
+        for (i, a) in scored.iter().enumerate() {
+            for b in &scored[i + 1..] {
+                let (micro, macro_) = (goal_diffs(a, b, Metric::Micro), goal_diffs(a, b, Metric::Macro));
+                if micro.len() < 2 || macro_.len() < 2 {
+                    continue;
+                }
+                let (m, k) = (sd(&micro), sd(&macro_));
+                largest = Some(largest.map_or((m, k), |(x, y)| (x.max(m), y.max(k))));
+            }
+        }
+    }
+    largest
+}
+
+/// The best and worst rank a compressor can hold in its (condition, budget), by Micro: one
+/// more than those above it it is separated from, and the compressors less those below it it
+/// is separated from (SPEC §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub(crate) struct Rank {
+    pub(crate) best: usize,
+    pub(crate) worst: usize,
+}
+
+/// Each cell's rank interval among the compressors of its (condition, budget), by Micro.
+pub(crate) fn ranks(cells: &[Cell], pairs: &[Pair]) -> HashMap<CellId, Rank> {
+    let separated = |x: &CellId, y: &CellId| {
+        pairs.iter().any(|p| {
+            p.metric == Metric::Micro
+                && p.separated
+                && p.condition == x.condition
+                && p.rule == x.rule
+                && ((p.a == x.compressor && p.b == y.compressor)
+                    || (p.b == x.compressor && p.a == y.compressor))
+        })
+    };
+    let mut ranks = HashMap::new();
+    for cell in cells {
+        let Some(micro) = cell.micro else { continue };
+        let peers: Vec<(&CellId, f64)> = (cells.iter())
+            .filter(|c| c.id.condition == cell.id.condition && c.id.rule == cell.id.rule)
+            .filter_map(|c| Some((&c.id, c.micro?.mean)))
+            .collect();
+        let above = (peers.iter())
+            .filter(|(id, m)| *m > micro.mean && separated(&cell.id, id))
+            .count();
+        let below = (peers.iter())
+            .filter(|(id, m)| *m < micro.mean && separated(&cell.id, id))
+            .count();
+        ranks.insert(
+            cell.id.clone(),
+            Rank {
+                best: 1 + above,
+                worst: peers.len() - below,
+            },
+        );
+    }
+    ranks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn equal(x: &[f64]) -> Vec<GoalDiff> {
+        x.iter().map(|&x| GoalDiff { weight: 8.0, x }).collect()
+    }
+
+    /// docs/statistics.md's worked example: 12 goals of 8 questions, B right on 3 goals A is
+    /// not, A on 1 goal B is not.
+    #[test]
+    fn the_worked_example_resamples_goals_not_questions() {
+        let goals = equal(&[1.0, 1.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        let compared = compare(&goals).unwrap();
+        assert!((compared.diff - 2.0 / 12.0).abs() < 1e-12);
+        // 16 sign patterns of the four goals that differ, 10 of them with |sum| ≥ 2.
+        assert_eq!(compared.p, 0.625);
+        assert!((compared.mde - 0.4669).abs() < 5e-5, "{}", compared.mde);
+        assert!(compared.ci95.low <= 0.0 && compared.ci95.high > compared.diff);
+        assert_eq!(compare(&goals).unwrap(), compared, "a fixed seed");
+        // The goals needed to detect 0.02, from the sample SD of the differences (0.5774).
+        let mean = 2.0 / 12.0;
+        let sd = ((goals.iter().map(|g| (g.x - mean).powi(2)).sum::<f64>()) / 11.0).sqrt();
+        assert!((sd - 0.5774).abs() < 5e-5);
+        assert_eq!(goals_needed(sd, 0.02), 6541);
+    }
+
+    #[test]
+    fn holm_steps_down_and_stays_monotone() {
+        let adjusted = holm(&[0.01, 0.04, 0.03]);
+        let expected = [0.03, 0.06, 0.06];
+        for (got, want) in adjusted.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-12, "{adjusted:?}");
+        }
+        assert_eq!(holm(&[0.5, 0.9]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_difference_on_every_goal_is_separated_and_none_is_not() {
+        // 30 goals, B right on every one A is not: past exact enumeration, p at its floor.
+        let all = equal(&[1.0; 30]);
+        let compared = compare(&all).unwrap();
+        assert_eq!(compared.p, 1.0 / (1.0 + PAIR_DRAWS as f64));
+        assert_eq!((compared.ci95.low, compared.ci95.high), (1.0, 1.0));
+        // No goal differs: p is 1 and the interval is zero.
+        let none = compare(&equal(&[0.0; 10])).unwrap();
+        assert_eq!(none.p, 1.0);
+        assert_eq!(none.mde, 0.0);
+        // Exact: 4 goals all one way give 2 of 16 patterns.
+        assert_eq!(sign_flip_p(&equal(&[1.0; 4])), 0.125);
+        assert!(compare(&[]).is_none());
+    }
+
+    #[test]
+    fn weights_count_questions_for_micro() {
+        // A goal of 30 questions that gains a third and one of 2 that loses all: D is the
+        // questions' difference, (10 − 2) / 32.
+        let goals = [
+            GoalDiff {
+                weight: 30.0,
+                x: 1.0 / 3.0,
+            },
+            GoalDiff { weight: 2.0, x: -1.0 },
+        ];
+        assert!((compare(&goals).unwrap().diff - 8.0 / 32.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,234 @@
+//! How sure a difference is (SPEC §13): every pair of compressors in a (condition, budget),
+//! recounted here from `results.jsonl` by goal: the difference, the exact sign-flip p where few
+//! goals differ, Holm over the report, and the rank intervals that follow.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+
+use common::{Scratch, read_json, read_lines};
+use serde_json::Value;
+
+/// Per (condition, budget, compressor), per goal, per seed: (right, scored).
+type Scores = BTreeMap<(String, String, String), BTreeMap<String, BTreeMap<u64, (u32, u32)>>>;
+
+fn scores(results: &[Value]) -> Scores {
+    let mut scores = Scores::new();
+    for row in results {
+        let Some(correct) = row["correct"].as_bool() else {
+            continue;
+        };
+        let cell = (
+            row["condition"].as_str().unwrap().to_owned(),
+            row["ratio"].to_string(),
+            row["compressor"].as_str().unwrap().to_owned(),
+        );
+        let seed = scores
+            .entry(cell)
+            .or_default()
+            .entry(row["goal_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .entry(row["seed"].as_u64().unwrap())
+            .or_default();
+        seed.0 += u32::from(correct);
+        seed.1 += 1;
+    }
+    scores
+}
+
+/// Per goal both scored: (weight, B − A), as docs/statistics.md defines them.
+fn differences(
+    a: &BTreeMap<String, BTreeMap<u64, (u32, u32)>>,
+    b: &BTreeMap<String, BTreeMap<u64, (u32, u32)>>,
+    metric: &str,
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for (goal, seeds_a) in a {
+        let Some(seeds_b) = b.get(goal) else { continue };
+        let mut x = 0.0;
+        let mut weight = 0.0;
+        let mut n = 0.0;
+        for (seed, &(ra, na)) in seeds_a {
+            let Some(&(rb, nb)) = seeds_b.get(seed) else {
+                continue;
+            };
+            let score = |r: u32, n: u32| match metric {
+                "micro" => f64::from(r) / f64::from(n),
+                _ => f64::from(u8::from(r == n)),
+            };
+            x += score(rb, nb) - score(ra, na);
+            weight += f64::from(na);
+            n += 1.0;
+        }
+        if n > 0.0 {
+            out.push((if metric == "micro" { weight / n } else { 1.0 }, x / n));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/baselines.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let results = read_lines(&folder.join("results.jsonl"));
+    let scores = scores(&results);
+    let pairs = report["pairs"].as_array().unwrap();
+    // 4 compressors: 6 pairs, in Micro and Macro, in each of 3 conditions × 4 ratios.
+    assert_eq!(pairs.len(), 6 * 2 * 3 * 4);
+    let mut exact = 0;
+    for pair in pairs {
+        let cell = |name: &str| {
+            (
+                pair["condition"].as_str().unwrap().to_owned(),
+                pair["ratio"].to_string(),
+                name.to_owned(),
+            )
+        };
+        let (a, b) = (
+            &scores[&cell(pair["a"].as_str().unwrap())],
+            &scores[&cell(pair["b"].as_str().unwrap())],
+        );
+        let metric = pair["metric"].as_str().unwrap();
+        let goals = differences(a, b, metric);
+        assert_eq!(pair["goals"], goals.len(), "{pair}");
+        let total: f64 = goals.iter().map(|(w, _)| w).sum();
+        let diff = goals.iter().map(|(w, x)| w * x).sum::<f64>() / total;
+        assert!(
+            (pair["diff"].as_f64().unwrap() - diff).abs() < 1e-9,
+            "{pair}: {diff}"
+        );
+        let (low, high) = (
+            pair["ci95"]["low"].as_f64().unwrap(),
+            pair["ci95"]["high"].as_f64().unwrap(),
+        );
+        assert!(low <= diff + 1e-9 && diff <= high + 1e-9, "{pair}");
+        // Where few goals differ, every sign pattern, counted here.
+        let values: Vec<f64> = goals.iter().map(|(w, x)| w * x).filter(|v| *v != 0.0).collect();
+        if values.len() <= 16 {
+            let observed = values.iter().sum::<f64>().abs();
+            let patterns = 1u32 << values.len();
+            let extreme = (0..patterns)
+                .filter(|mask| {
+                    let t: f64 = values
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| if mask >> i & 1 == 1 { -v } else { *v })
+                        .sum();
+                    t.abs() >= observed - 1e-9
+                })
+                .count();
+            let p = extreme as f64 / f64::from(patterns);
+            assert!((pair["p"].as_f64().unwrap() - p).abs() < 1e-12, "{pair}: {p}");
+            exact += 1;
+        }
+    }
+    assert!(exact > 0, "no pair with few goals that differ");
+    // Holm over every pair of the report, recounted.
+    let mut p: Vec<(f64, usize)> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x["p"].as_f64().unwrap(), i))
+        .collect();
+    p.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let m = p.len();
+    let mut running: f64 = 0.0;
+    for (j, (value, i)) in p.iter().enumerate() {
+        running = running.max(((m - j) as f64 * value).min(1.0));
+        let pair = &pairs[*i];
+        assert!(
+            (pair["p_holm"].as_f64().unwrap() - running).abs() < 1e-12,
+            "{pair}"
+        );
+        assert_eq!(pair["separated"], running < 0.05, "{pair}");
+    }
+    assert!(
+        pairs.iter().any(|p| p["separated"] == true),
+        "identity and prefix differ somewhere"
+    );
+    // Each cell's rank: one more than the separated above it, the cells less those below.
+    for cell in report["cells"].as_array().unwrap() {
+        let peers: Vec<&Value> = report["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["condition"] == cell["condition"] && c["ratio"] == cell["ratio"])
+            .collect();
+        let micro = |c: &Value| c["micro"]["mean"].as_f64().unwrap();
+        let separated = |other: &Value| {
+            pairs.iter().any(|p| {
+                p["metric"] == "micro"
+                    && p["separated"] == true
+                    && p["condition"] == cell["condition"]
+                    && p["ratio"] == cell["ratio"]
+                    && ((p["a"] == cell["compressor"] && p["b"] == other["compressor"])
+                        || (p["b"] == cell["compressor"] && p["a"] == other["compressor"]))
+            })
+        };
+        let above = peers
+            .iter()
+            .filter(|o| micro(o) > micro(cell) && separated(o))
+            .count();
+        let below = peers
+            .iter()
+            .filter(|o| micro(o) < micro(cell) && separated(o))
+            .count();
+        assert_eq!(cell["rank"]["best"], 1 + above, "{cell}");
+        assert_eq!(cell["rank"]["worst"], peers.len() - below, "{cell}");
+    }
+    // `gacc plan --power`: from a worst case, then from this run as a pilot, its most variable
+    // pair's per-goal differences recounted here.
+    let manifest = "experiments/baselines.toml";
+    let worst = &scratch.json(["plan", manifest, "--power", "--json"])["power"];
+    assert_eq!(worst["basis"], "worst-case");
+    assert_eq!(worst["goals"], 18);
+    assert_eq!(worst["effect"], 0.02);
+    // sd √(1/2), 18 goals: 2.8016 · 0.7071 / √18; (2.8016 · 0.7071 / 0.02)² goals for 0.02.
+    assert!(
+        (worst["micro_mde"].as_f64().unwrap() - 0.4669).abs() < 5e-4,
+        "{worst}"
+    );
+    assert_eq!(worst["goals_needed"]["micro"], 9812);
+    let pilot = &scratch.json([
+        "plan",
+        manifest,
+        "--power",
+        "--pilot",
+        folder.to_str().unwrap(),
+        "--effect",
+        "0.05",
+        "--json",
+    ])["power"];
+    assert_eq!(pilot["basis"], "pilot");
+    let mut largest = [0.0f64; 2];
+    for (cell, a) in &scores {
+        for (other, b) in &scores {
+            if other.0 != cell.0 || other.1 != cell.1 || other.2 <= cell.2 {
+                continue;
+            }
+            for (k, metric) in ["micro", "macro"].iter().enumerate() {
+                let x: Vec<f64> = differences(a, b, metric).iter().map(|(_, x)| *x).collect();
+                let mean = x.iter().sum::<f64>() / x.len() as f64;
+                let sd = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (x.len() - 1) as f64).sqrt();
+                largest[k] = largest[k].max(sd);
+            }
+        }
+    }
+    let z = 1.959_963_985 + 0.841_621_234;
+    for (k, metric) in ["micro", "macro"].iter().enumerate() {
+        let mde = pilot[format!("{metric}_mde")].as_f64().unwrap();
+        assert!(
+            (mde - z * largest[k] / 18f64.sqrt()).abs() < 1e-9,
+            "{metric}: {pilot}"
+        );
+        let needed = (z * largest[k] / 0.05).powi(2).ceil();
+        assert_eq!(pilot["goals_needed"][metric].as_f64().unwrap(), needed, "{pilot}");
+    }
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("## Pairs") && markdown.contains("within noise") && markdown.contains("separated"),
+        "report.md has no pairs"
+    );
+}
