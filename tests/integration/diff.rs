@@ -68,13 +68,15 @@ fn two_baseline_runs_that_differ_in_one_compressors_params() {
 }
 
 #[test]
-fn a_regression_fails_only_when_asked() {
+fn a_regression_fails_only_when_asked_and_is_tested_over_goals() {
     let scratch = Scratch::new();
-    let (_, a, _) = scratch.run("experiments/fixture.toml", &[]);
     scratch.script(
         "experiments/blank.sh",
         "#!/bin/sh\ncat >/dev/null\necho '{\"answer\": \"\"}'\n",
     );
+    // The fixture's 4 goals, every answer lost: McNemar over its 36 questions calls it
+    // certain, but 4 goals all one way happen 2 times in 16 by chance: within noise.
+    let (_, a, _) = scratch.run("experiments/fixture.toml", &[]);
     let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
         .unwrap()
         .replace(
@@ -85,7 +87,6 @@ fn a_regression_fails_only_when_asked() {
     let (status, b, _) = scratch.run("experiments/blank.toml", &[]);
     assert_eq!(status, 0);
     let diff = diff_json(&scratch, &a, &b);
-    assert_eq!(diff["regressions"], 1);
     let cell = &diff["cells"][0];
     assert_eq!(
         (
@@ -94,22 +95,64 @@ fn a_regression_fails_only_when_asked() {
         ),
         (Some(24), Some(0))
     );
-    // 2 · (1/2)^24
+    // 2 · (1/2)^24, shown, deciding nothing.
     assert!((cell["mcnemar"]["p_value"].as_f64().unwrap() - 2.0f64.powi(-23)).abs() < 1e-15);
+    assert_eq!(cell["micro_test"]["goals"], 4);
+    assert_eq!(cell["micro_test"]["p_value"], 0.125);
+    assert_eq!(cell["verdict"], "within noise");
+    assert_eq!(diff["regressions"], 0);
+    let fail_on_regression = |a: &std::path::Path, b: &std::path::Path| {
+        scratch
+            .gacc()
+            .arg("diff")
+            .arg(a)
+            .arg(b)
+            .arg("--fail-on-regression")
+            .output()
+            .unwrap()
+    };
+    assert_eq!(fail_on_regression(&a, &b).status.code(), Some(0));
+    let text = scratch.gacc().arg("diff").arg(&a).arg(&b).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout)
+            .contains("within noise (4 goals cannot show a difference at 0.05)")
+    );
+
+    // The baselines' 18 goals, every answer lost: each cell that scored is worse.
+    let sets = ["--set", "ratios=[1.0]", "--set", "conditions=[\"own-goal\"]"];
+    let (_, a, _) = scratch.run("experiments/baselines.toml", &sets);
+    let manifest = std::fs::read_to_string(scratch.path("experiments/baselines.toml"))
+        .unwrap()
+        .replace(
+            "[reader]\nbuiltin = \"extractive\"",
+            "[reader]\ncommand = [\"./blank.sh\"]",
+        )
+        .replace("name = \"baselines\"", "name = \"blank-baselines\"");
+    scratch.write("experiments/blank-baselines.toml", &manifest);
+    let (status, b, stderr) = scratch.run("experiments/blank-baselines.toml", &sets);
+    assert_eq!(status, 0, "{stderr}");
+    let diff = diff_json(&scratch, &a, &b);
+    let scored = diff["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["micro_a"].as_f64().unwrap() > 0.0)
+        .count();
+    assert!(scored > 0);
+    assert_eq!(diff["regressions"], scored, "{diff}");
+    for cell in diff["cells"].as_array().unwrap() {
+        if cell["micro_a"].as_f64().unwrap() > 0.0 {
+            assert_eq!(cell["verdict"], "worse", "{cell}");
+            assert!(cell["micro_test"]["p_value"].as_f64().unwrap() < 0.05, "{cell}");
+        }
+    }
     let output = scratch.gacc().arg("diff").arg(&a).arg(&b).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "a report, not a test");
-    let output = scratch
-        .gacc()
-        .arg("diff")
-        .arg(&a)
-        .arg(&b)
-        .arg("--fail-on-regression")
-        .output()
-        .unwrap();
+    let output = fail_on_regression(&a, &b);
     assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("1 cell(s) regressed"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains(&format!("{scored} cell(s) regressed")));
     // report.json files and `latest` links work as well as folders.
-    let latest = scratch.path("runs/fixture/latest");
+    let latest = scratch.path("runs/blank-baselines/latest");
     let output = scratch
         .gacc()
         .arg("diff")

@@ -288,17 +288,19 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
         body.push_str("</table>\n");
     }
     body.push_str(
-        "<h2>Cells</h2>\n<p>Micro: exact McNemar test over the questions scored in both runs. \
-         Macro: paired bootstrap over goals, 95% interval of B − A.</p>\n\
+        "<h2>Cells</h2>\n<p>Micro: paired sign-flip permutation over the goals both runs scored \
+         (a goal's questions share one memory); McNemar over questions, which counts them as \
+         independent, is shown and decides nothing. Macro: paired bootstrap over goals, 95% \
+         interval of B − A.</p>\n\
          <table id=\"compare\"><tr><th>compressor</th><th>condition</th><th>budget</th>\
          <th class=\"n\">Micro A</th><th class=\"n\">Micro B</th><th class=\"n\">Δ Micro</th>\
-         <th class=\"n\">right→wrong</th><th class=\"n\">wrong→right</th><th class=\"n\">McNemar p</th>\
+         <th class=\"n\">goal p</th><th class=\"n\">right→wrong</th><th class=\"n\">wrong→right</th><th class=\"n\">McNemar p (questions)</th>\
          <th class=\"n\">Macro A</th><th class=\"n\">Macro B</th><th class=\"n\">Δ Macro</th><th>95% interval</th><th></th></tr>\n",
     );
     for c in &diff.cells {
         let _ = writeln!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td>{}{}{}<td class=\"n\">{}</td><td class=\"n\">{}</td>{}{}{}{}\
+            "<tr><td>{}</td><td>{}</td><td>{}</td>{}{}{}{}<td class=\"n\">{}</td><td class=\"n\">{}</td>{}{}{}{}\
              <td>[{:+.3}, {:+.3}]</td><td>{}</td></tr>",
             esc(&c.cell.compressor),
             esc(&c.cell.condition),
@@ -306,6 +308,7 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
             figure("micro_a", c.micro_a),
             figure("micro_b", c.micro_b),
             figure("micro_delta", c.micro_delta),
+            figure("goal_p", Some(c.micro_test.p_value)),
             c.mcnemar.right_to_wrong,
             c.mcnemar.wrong_to_right,
             figure("mcnemar_p", Some(c.mcnemar.p_value)),
@@ -314,10 +317,9 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
             figure("macro_delta", c.macro_delta),
             c.macro_bootstrap.ci95_low,
             c.macro_bootstrap.ci95_high,
-            if c.regression {
-                "<span class=\"wrong\">regression</span>"
-            } else {
-                ""
+            match c.verdict {
+                "worse" => format!("<span class=\"wrong\">{}</span>", esc(&c.verdict_text())),
+                _ => esc(&c.verdict_text()),
             },
         );
     }

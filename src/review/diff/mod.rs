@@ -1,6 +1,7 @@
 //! `gacc diff RUN_A RUN_B`: what changed between two runs — settings, per-cell metrics with
 //! paired tests over the shared questions and goals, and the questions that flipped.
 
+mod goals;
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -16,6 +17,8 @@ use crate::report::stored::{StoredCell, StoredReport, text};
 use crate::store::ledger::ResultRow;
 use crate::store::run_folder::{DATASET, MANIFEST, REPORT_JSON, RESULTS, RunFolder};
 
+pub(crate) use goals::GoalTest;
+use goals::{goal_test, verdict};
 pub(crate) use render::render;
 
 mod why;
@@ -114,8 +117,14 @@ pub(crate) struct CellDiff {
     pub macro_a: Option<f64>,
     pub macro_b: Option<f64>,
     pub macro_delta: Option<f64>,
+    /// Micro B − A over the goals both scored, tested by goal (SPEC §13): the verdict's test.
+    pub micro_test: GoalTest,
+    /// McNemar over questions, which counts the questions of a goal as independent: shown
+    /// beside the goal test, never the verdict.
     pub mcnemar: McNemar,
     pub macro_bootstrap: Bootstrap,
+    /// `better`, `worse` or `within noise`.
+    pub verdict: &'static str,
     pub regression: bool,
 }
 
@@ -354,11 +363,17 @@ fn compare_cell(
     let (mut right_to_wrong, mut wrong_to_right) = (0, 0);
     // goal → (all right in A, all right in B)
     let mut goals: BTreeMap<(u64, &str), (bool, bool)> = BTreeMap::new();
+    // goal → seed → (right in A, right in B, questions)
+    let mut micro: BTreeMap<&str, BTreeMap<u64, (usize, usize, usize)>> = BTreeMap::new();
     for key in &shared {
         let ((ra, answer_a), (rb, answer_b)) = (&va[*key], &vb[*key]);
         let goal = goals.entry((key.0, key.1.as_str())).or_insert((true, true));
         goal.0 &= *ra;
         goal.1 &= *rb;
+        let seed = micro.entry(key.1.as_str()).or_default().entry(key.0).or_default();
+        seed.0 += usize::from(*ra);
+        seed.1 += usize::from(*rb);
+        seed.2 += 1;
         if ra != rb {
             if *ra {
                 right_to_wrong += 1;
@@ -391,8 +406,9 @@ fn compare_cell(
     let pairs: Vec<(bool, bool)> = goals.values().copied().collect();
     let macro_bootstrap = paired_bootstrap(&pairs, DIFF_RESAMPLES, DIFF_SEED);
     let [micro_a, micro_b, macro_a, macro_b] = means;
-    let regression = (right_to_wrong > wrong_to_right && mcnemar.p_value < SIGNIFICANCE)
-        || (macro_bootstrap.shared_goals > 0 && macro_bootstrap.ci95_high < 0.0);
+    let micro_test = goal_test(&micro);
+    let verdict = verdict(&micro_test, &macro_bootstrap);
+    let regression = verdict == "worse";
     let cell = CellDiff {
         cell: id,
         micro_a,
@@ -401,8 +417,10 @@ fn compare_cell(
         macro_a,
         macro_b,
         macro_delta: macro_b.zip(macro_a).map(|(b, a)| b - a),
+        micro_test,
         mcnemar,
         macro_bootstrap,
+        verdict,
         regression,
     };
     (cell, flipped)

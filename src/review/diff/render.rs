@@ -88,16 +88,18 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
         summary(diff)
     );
     out.push_str(&settings_table(&diff.settings));
-    out.push_str("## Cells\n\nMicro: exact McNemar test over the questions scored in both runs. Macro: paired bootstrap over goals (10,000 resamples), 95% interval of B − A.\n\n");
-    out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | right→wrong | wrong→right | McNemar p | Macro A | Macro B | Δ Macro | 95% interval | verdict |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+    out.push_str("## Cells\n\nMicro: paired sign-flip permutation over the goals both runs scored (a goal's questions share one memory, so goals, not questions, are the units); McNemar over questions, which counts them as independent, is shown beside it and decides nothing. Macro: paired bootstrap over goals (10,000 resamples), 95% interval of B − A. A cell is *better* or *worse* where either test says so at 0.05, else *within noise* (with the smallest Micro difference its goals detect).\n\n");
+    out.push_str("| compressor | condition | ratio | Micro A | Micro B | Δ Micro | goals | goal p | right→wrong | wrong→right | McNemar p (questions) | Macro A | Macro B | Δ Macro | 95% interval | verdict |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for c in &diff.cells {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | [{:+.3}, {:+.3}] | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {} | {} | {} | [{:+.3}, {:+.3}] | {} |\n",
             cell(&c.cell),
             number(c.micro_a),
             number(c.micro_b),
             delta(c.micro_delta),
+            c.micro_test.goals,
+            c.micro_test.p_value,
             c.mcnemar.right_to_wrong,
             c.mcnemar.wrong_to_right,
             if c.mcnemar.p_value < 1e-4 {
@@ -110,10 +112,10 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
             delta(c.macro_delta),
             c.macro_bootstrap.ci95_low,
             c.macro_bootstrap.ci95_high,
-            if c.regression {
-                paint(-1.0, "regression".into())
-            } else {
-                String::new()
+            match c.verdict {
+                "worse" => paint(-1.0, c.verdict_text()),
+                "better" => paint(1.0, c.verdict_text()),
+                _ => c.verdict_text(),
             },
         ));
     }
