@@ -226,6 +226,8 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         let needed = (z * largest[k] / 0.05).powi(2).ceil();
         assert_eq!(pilot["goals_needed"][metric].as_f64().unwrap(), needed, "{pilot}");
     }
+    let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
+    assert!(html.contains("<section id=\"pairs\">") && html.contains(">rank<"), "report.html has no pairs or ranks");
     let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
     assert!(
         markdown.contains("## Pairs") && markdown.contains("within noise") && markdown.contains("separated"),

@@ -135,6 +135,16 @@ fn columns(report: &Value, cells: &[Value]) -> Vec<Column> {
             |c| c["micro_ci95"]["low"].as_f64(),
         ),
         Column::num(
+            "rank",
+            |c| match (c["rank"]["best"].as_u64(), c["rank"]["worst"].as_u64()) {
+                (Some(best), Some(worst)) if best == worst => best.to_string(),
+                (Some(best), Some(worst)) => format!("{best}–{worst}"),
+                _ => "n/a".to_owned(),
+            },
+            |c| c["rank"]["best"].as_f64(),
+        )
+        .titled("the best and worst place its Micro can hold, given the compressors it is separated from (Pairs)"),
+        Column::num(
             "Macro",
             move |c| spread(&c["macro"], one_seed, doubt),
             |c| c["macro"]["mean"].as_f64(),
