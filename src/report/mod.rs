@@ -155,6 +155,10 @@ pub(crate) struct Cell {
     /// compressors, given those it is separated from (SPEC §13); null without a Micro.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) rank: Option<pairs::Rank>,
+    /// Between-goal spread of its scores and the seeds' share of it (SPEC §13); absent with
+    /// fewer than two goals scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) noise: Option<pairs::Noise>,
     pub(crate) ledger: LedgerSums,
     /// Answers by whether the memory kept their evidence (SPEC §11).
     pub(crate) attribution: why::Attribution,
@@ -282,6 +286,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     for cell in &mut cells {
         let rows = rows.get(&cell.id).map_or(&[][..], Vec::as_slice);
         cell.attribution = why::Attribution::of(rows.iter().copied());
+        cell.noise = pairs::noise(rows);
         let micro = cell.micro.map(|m| m.mean);
         cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
     }
@@ -468,6 +473,7 @@ fn cell(id: &CellId, goals: &Goals, ledger: &LedgerSums) -> Cell {
         micro_ci95,
         macro_ci95,
         rank: None,
+        noise: None,
         seeds,
         ledger: ledger.clone(),
         attribution: why::Attribution::default(),

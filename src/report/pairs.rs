@@ -284,6 +284,58 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
     found
 }
 
+/// How much a cell's scores move between goals, and how much of that is seeds (SPEC §13).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
+pub(crate) struct Noise {
+    /// Goals scored.
+    pub(crate) goals: usize,
+    /// The sample standard deviation over goals of a goal's Micro (seeds averaged), and of its
+    /// Macro (the share of seeds with every question right).
+    pub(crate) micro_goal_sd: f64,
+    pub(crate) macro_goal_sd: f64,
+    /// Of the variance of a (goal, seed)'s Micro, the share within goals (between seeds); null
+    /// with one seed or no variance at all.
+    pub(crate) seed_share: Option<f64>,
+}
+
+/// A cell's noise from its rows; None with fewer than two goals scored.
+pub(crate) fn noise(rows: &[&ResultRow]) -> Option<Noise> {
+    let goals = scores(rows);
+    if goals.len() < 2 {
+        return None;
+    }
+    let variance = |values: &[f64]| {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)
+    };
+    let (mut micro, mut macro_, mut within) = (Vec::new(), Vec::new(), Vec::new());
+    for seeds in goals.values() {
+        let shares: Vec<f64> = seeds
+            .values()
+            .map(|&(right, n)| right as f64 / n as f64)
+            .collect();
+        let whole: Vec<f64> = seeds
+            .values()
+            .map(|&(right, n)| f64::from(u8::from(right == n)))
+            .collect();
+        micro.push(shares.iter().sum::<f64>() / shares.len() as f64);
+        macro_.push(whole.iter().sum::<f64>() / whole.len() as f64);
+        if shares.len() > 1 {
+            within.push(variance(&shares));
+        }
+    }
+    let between = variance(&micro);
+    let seed_share = (!within.is_empty()).then(|| within.iter().sum::<f64>() / within.len() as f64);
+    let seed_share = seed_share.and_then(|w| (between + w > 0.0).then(|| w / (between + w)));
+    Some(Noise {
+        goals: goals.len(),
+        micro_goal_sd: between.sqrt(),
+        macro_goal_sd: variance(&macro_).sqrt(),
+        seed_share,
+    })
+}
+
 /// The sample standard deviation of the per-goal differences of the most variable pair of a
 /// run, in Micro and in Macro: what `gacc plan --power --pilot RUN` sizes the next run by.
 /// None where the run has no pair (one compressor).
@@ -415,6 +467,33 @@ mod tests {
         // Exact: 4 goals all one way give 2 of 16 patterns.
         assert_eq!(sign_flip_p(&equal(&[1.0; 4])), 0.125);
         assert!(compare(&[]).is_none());
+    }
+
+    #[test]
+    fn noise_splits_goals_from_seeds() {
+        let row = |seed: u64, goal: &str, correct: bool| -> ResultRow {
+            serde_json::from_value(serde_json::json!({
+                "seed": seed, "compressor": "c", "condition": "own-goal", "ratio": 0.5,
+                "source_id": "s", "goal_id": goal, "question_id": "q", "memory_key": "k",
+                "answer": "a", "correct": correct,
+            }))
+            .unwrap()
+        };
+        // Goal g1 right under both seeds, g2 under one: goal scores 1 and 0.5.
+        let rows = [
+            row(1, "g1", true),
+            row(2, "g1", true),
+            row(1, "g2", true),
+            row(2, "g2", false),
+        ];
+        let rows: Vec<&ResultRow> = rows.iter().collect();
+        let found = noise(&rows).unwrap();
+        assert_eq!(found.goals, 2);
+        // Between goals: sd of (1, 0.5) = 0.3536; within: var over seeds (0, 0.5) = 0 and 0.5,
+        // mean 0.25; between 0.125: seeds' share 0.25 / 0.375.
+        assert!((found.micro_goal_sd - 0.125f64.sqrt()).abs() < 1e-12);
+        assert!((found.seed_share.unwrap() - 0.25 / 0.375).abs() < 1e-12);
+        assert!(noise(&rows[..2]).is_none(), "one goal has no spread");
     }
 
     #[test]

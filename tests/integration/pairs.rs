@@ -178,6 +178,31 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         assert_eq!(cell["rank"]["best"], 1 + above, "{cell}");
         assert_eq!(cell["rank"]["worst"], peers.len() - below, "{cell}");
     }
+    // Each cell's noise: the standard deviation over goals of a goal's Micro, seeds averaged.
+    for cell in report["cells"].as_array().unwrap() {
+        let key = (
+            cell["condition"].as_str().unwrap().to_owned(),
+            cell["ratio"].to_string(),
+            cell["compressor"].as_str().unwrap().to_owned(),
+        );
+        let goals: Vec<f64> = scores[&key]
+            .values()
+            .map(|seeds| {
+                seeds
+                    .values()
+                    .map(|&(r, n)| f64::from(r) / f64::from(n))
+                    .sum::<f64>()
+                    / seeds.len() as f64
+            })
+            .collect();
+        let mean = goals.iter().sum::<f64>() / goals.len() as f64;
+        let sd = (goals.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (goals.len() - 1) as f64).sqrt();
+        assert!(
+            (cell["noise"]["micro_goal_sd"].as_f64().unwrap() - sd).abs() < 1e-9,
+            "{cell}"
+        );
+        assert_eq!(cell["noise"]["goals"], goals.len());
+    }
     // `gacc plan --power`: from a worst case, then from this run as a pilot, its most variable
     // pair's per-goal differences recounted here.
     let manifest = "experiments/baselines.toml";
@@ -227,7 +252,10 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         assert_eq!(pilot["goals_needed"][metric].as_f64().unwrap(), needed, "{pilot}");
     }
     let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
-    assert!(html.contains("<section id=\"pairs\">") && html.contains(">rank<"), "report.html has no pairs or ranks");
+    assert!(
+        html.contains("<section id=\"pairs\">") && html.contains(">rank<"),
+        "report.html has no pairs or ranks"
+    );
     let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
     assert!(
         markdown.contains("## Pairs") && markdown.contains("within noise") && markdown.contains("separated"),

@@ -143,7 +143,9 @@ fn columns(report: &Value, cells: &[Value]) -> Vec<Column> {
             },
             |c| c["rank"]["best"].as_f64(),
         )
-        .titled("the best and worst place its Micro can hold, given the compressors it is separated from (Pairs)"),
+        .titled(
+            "the best and worst place its Micro can hold, given the compressors it is separated from (Pairs)",
+        ),
         Column::num(
             "Macro",
             move |c| spread(&c["macro"], one_seed, doubt),
