@@ -214,9 +214,13 @@ pub(crate) enum Command {
         /// One row per memory (its ledger fields and text) instead of one per question.
         #[arg(long)]
         memories: bool,
+        /// One row per pair of compressors in a condition and budget (report.json's `pairs`):
+        /// B − A, its interval, p, Holm's p, separated, MDE.
+        #[arg(long, conflicts_with = "memories")]
+        pairs: bool,
         /// A fixed sample of N distinct answers as a CSV to label by hand (`correct` left empty),
         /// which `[audit] labels` reads back.
-        #[arg(long, value_name = "N", conflicts_with_all = ["memories", "format"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["memories", "format", "pairs"])]
         for_labelling: Option<usize>,
         /// Write to this file instead of stdout.
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]

@@ -108,13 +108,14 @@ fn dispatch(command: Command, quiet: bool, runs: &std::path::Path) -> Result<End
             run_dir,
             format,
             memories,
+            pairs,
             for_labelling: None,
             output,
         } => app::export(
             runs,
             &run_dir,
             matches!(format, ExportFormat::Csv),
-            memories,
+            (memories, pairs),
             output.as_deref(),
         ),
         Command::Pack {

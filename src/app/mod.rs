@@ -245,12 +245,20 @@ pub fn export(
     runs: &Path,
     run: &Path,
     csv: bool,
-    memories: bool,
+    (memories, pairs): (bool, bool),
     out: Option<&Path>,
 ) -> Result<Ended, Error> {
-    use crate::review::export::{Table, read, write};
-    let rows = read(&resolve(run, runs)?, memories)?;
+    use crate::review::export::{Table, read, write, write_pairs};
     let table = if csv { Table::Csv } else { Table::JsonLines };
+    if pairs {
+        let text = write_pairs(&resolve(run, runs)?, table)?;
+        match out {
+            Some(path) => crate::files::write(path, text.as_bytes())?,
+            None => terminal::emit(&text),
+        }
+        return Ok(Ended::Success);
+    }
+    let rows = read(&resolve(run, runs)?, memories)?;
     match out {
         Some(path) => crate::files::write_with(path, |file| write(&rows, table, memories, file))?,
         None => {

@@ -108,6 +108,46 @@ pub(crate) fn read(folder: &RunFolder, memories: bool) -> Result<Rows, Error> {
     })
 }
 
+/// The columns of `gacc export --pairs`: report.json's `pairs[]` (SPEC §13), the interval
+/// in two columns.
+const PAIR_COLUMNS: &[&str] = &[
+    "condition",
+    "ratio",
+    "budget_tokens",
+    "a",
+    "b",
+    "metric",
+    "diff",
+    "ci95_low",
+    "ci95_high",
+    "p",
+    "p_holm",
+    "separated",
+    "goals",
+    "mde",
+];
+
+/// The run's pairs of compressors (its `report.json` `pairs[]`) as a table.
+pub(crate) fn write_pairs(folder: &RunFolder, table: Table) -> Result<String, Error> {
+    let report = folder.read_json(crate::store::run_folder::REPORT_JSON)?;
+    let pairs = report["pairs"].as_array().cloned().unwrap_or_default();
+    let rows = pairs.into_iter().map(|pair| {
+        let mut fields = match pair {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        };
+        if let Some(ci) = fields.remove("ci95") {
+            fields.insert("ci95_low".into(), ci["low"].clone());
+            fields.insert("ci95_high".into(), ci["high"].clone());
+        }
+        fields
+    });
+    let mut out = Vec::new();
+    write_table(&mut out, table, PAIR_COLUMNS, rows)
+        .map_err(crate::error::io(std::path::Path::new("stdout")))?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
 /// Writes the question rows (or memory rows) to `out`.
 pub(crate) fn write(rows: &Rows, table: Table, memories: bool, out: &mut impl Write) -> std::io::Result<()> {
     if memories {

@@ -251,6 +251,18 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         let needed = (z * largest[k] / 0.05).powi(2).ceil();
         assert_eq!(pilot["goals_needed"][metric].as_f64().unwrap(), needed, "{pilot}");
     }
+    // `gacc export --pairs`: a row per pair, its interval in two columns.
+    let csv = scratch
+        .gacc()
+        .args(["export", folder.to_str().unwrap(), "--pairs"])
+        .output()
+        .unwrap();
+    let csv = String::from_utf8(csv.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(
+        lines[0].starts_with("condition,ratio,budget_tokens,a,b,metric,diff,ci95_low,ci95_high,p,p_holm")
+    );
+    assert_eq!(lines.len(), pairs.len() + 1);
     let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
     assert!(
         html.contains("<section id=\"pairs\">") && html.contains(">rank<"),
