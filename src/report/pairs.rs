@@ -188,11 +188,13 @@ pub(crate) struct Pair {
     pub(crate) mde: f64,
 }
 
-/// A cell's scored questions by goal and seed: (right, scored).
-type Scores<'r> = HashMap<&'r str, BTreeMap<u64, (usize, usize)>>;
+/// A cell's scored questions by goal and seed: (right, scored). In goal order, so that every
+/// sum over goals is made in the same order (the same report, to the last bit, whatever the
+/// hash seed).
+type Scores<'r> = BTreeMap<&'r str, BTreeMap<u64, (usize, usize)>>;
 
 fn scores<'r>(rows: &[&'r ResultRow]) -> Scores<'r> {
-    let mut goals: Scores = HashMap::new();
+    let mut goals: Scores = BTreeMap::new();
     for row in rows.iter().filter(|r| r.failure.is_none()) {
         let Some(correct) = row.correct else { continue };
         let seed = goals

@@ -151,7 +151,7 @@ fn a_cell_that_scored_no_question_is_no_measurement_anywhere() {
     assert!(stderr.contains("Micro n/a  Macro n/a"), "{stderr}");
     let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
     assert!(
-        markdown.contains("| goal-line | own-goal | 0.15 | n/a | n/a | n/a | n/a | 0 / 0 |"),
+        markdown.contains("| goal-line | own-goal | 0.15 | n/a | n/a | n/a | n/a | n/a | 0 / 0 |"),
         "{markdown}"
     );
     // The charts have no point for it: no polyline, where a measured cell draws one.
