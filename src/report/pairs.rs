@@ -300,17 +300,19 @@ pub(crate) struct Noise {
     pub(crate) seed_share: Option<f64>,
 }
 
+/// The sample variance (n − 1; 0 for one value).
+fn variance(values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)
+}
+
 /// A cell's noise from its rows; None with fewer than two goals scored.
 pub(crate) fn noise(rows: &[&ResultRow]) -> Option<Noise> {
     let goals = scores(rows);
     if goals.len() < 2 {
         return None;
     }
-    let variance = |values: &[f64]| {
-        let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)
-    };
     let (mut micro, mut macro_, mut within) = (Vec::new(), Vec::new(), Vec::new());
     for seeds in goals.values() {
         let shares: Vec<f64> = seeds
@@ -350,11 +352,7 @@ pub(crate) fn largest_sd(results: &[ResultRow]) -> Option<(f64, f64)> {
             .or_default()
             .push(row);
     }
-    let sd = |goals: &[GoalDiff]| {
-        let n = goals.len() as f64;
-        let mean = goals.iter().map(|g| g.x).sum::<f64>() / n;
-        (goals.iter().map(|g| (g.x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-    };
+    let sd = |goals: &[GoalDiff]| variance(&goals.iter().map(|g| g.x).collect::<Vec<_>>()).sqrt();
     let mut largest: Option<(f64, f64)> = None;
     for group in cells.values() {
         let scored: Vec<Scores> = group.values().map(|rows| scores(rows)).collect();
