@@ -19,6 +19,7 @@ mod first_day;
 mod fixture;
 mod hostile;
 mod html;
+mod interface;
 mod layers;
 mod limits;
 mod live;
