@@ -102,3 +102,104 @@ fn every_manifest_key_and_report_field_is_in_the_reference() {
         "the README links the reference"
     );
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown page: its headings outside code blocks.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            found.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
+/// The link targets of a Markdown page, outside code blocks: `[text](target)`.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let tail = &rest[at + 2..];
+            let Some(end) = tail.find(')') else { break };
+            found.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    found
+}
+
+fn pages(folder: &std::path::Path, into: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(folder).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            pages(&path, into);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            into.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_the_guide_resolves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = vec![root.join("README.md")];
+    pages(&root.join("docs"), &mut all);
+    let guide = all
+        .iter()
+        .filter(|p| p.starts_with(root.join("docs/guide")))
+        .count();
+    assert!(guide >= 6, "the guide has {guide} pages");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.lines().count() <= 400, "README.md is over 400 lines");
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &all {
+        let text = std::fs::read_to_string(page).unwrap();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            let name = format!("{}: {link}", page.strip_prefix(root).unwrap().display());
+            if !target.exists() {
+                broken.push(format!("{name} (no such file)"));
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&std::fs::read_to_string(&target).unwrap()).contains(anchor)
+            {
+                broken.push(format!("{name} (no such heading)"));
+            }
+        }
+    }
+    assert!(checked >= 40, "only {checked} links checked");
+    assert_eq!(broken, Vec::<String>::new(), "broken links");
+}
