@@ -17,8 +17,8 @@ use crate::protocol::Role;
 use crate::protocol::messages;
 use crate::trace::TraceEvent;
 
-const BACKOFF_BASE: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const CALLBACK_BACKOFF_BASE: Duration = Duration::from_millis(250);
+const CALLBACK_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// A callback ready to be called: its name, role, settings and cache identity, and the
 /// launcher that makes its attempts (which holds its program, when it has one).
@@ -254,6 +254,9 @@ impl Callback {
                         callback: Cow::Borrowed(&self.name),
                         attempt,
                         reason: Cow::Owned(kind.to_string()),
+                        endpoint: None,
+                        status: None,
+                        wait_ms: None,
                     });
                     tokio::time::sleep(backoff(attempt)).await;
                 }
@@ -317,7 +320,7 @@ impl FailureKind {
 
 /// Exponential backoff with jitter: about BASE * 2^(attempt-1), capped.
 fn backoff(attempt: u32) -> Duration {
-    jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
+    jittered_backoff(CALLBACK_BACKOFF_BASE, CALLBACK_BACKOFF_MAX, attempt)
 }
 
 /// About `base * 2^(attempt-1)`, capped at `max`, with jitter (callbacks and model endpoints).
@@ -603,8 +606,8 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        assert!(backoff(1) <= BACKOFF_BASE);
-        assert!(backoff(3) >= BACKOFF_BASE * 2);
-        assert!(backoff(40) <= BACKOFF_MAX);
+        assert!(backoff(1) <= CALLBACK_BACKOFF_BASE);
+        assert!(backoff(3) >= CALLBACK_BACKOFF_BASE * 2);
+        assert!(backoff(40) <= CALLBACK_BACKOFF_MAX);
     }
 }

@@ -49,12 +49,20 @@ pub(crate) enum TraceEvent<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Cow<'a, str>>,
     },
-    /// An attempt failed in a way worth another.
+    /// An attempt failed in a way worth another: a callback's, or a model endpoint's request
+    /// (which names its endpoint, the HTTP status where one came back, and the wait before the
+    /// next attempt). One event for both, so that the trace's retries are run.json's.
     #[serde(rename = "retrying")]
     Retrying {
         callback: Cow<'a, str>,
         attempt: u32,
         reason: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     },
     /// A job that made (or waited on) a call finished; a job served from the cache has no
     /// line of its own (its stage's summary counts it).
@@ -205,6 +213,9 @@ mod tests {
                 callback: text("compressors.llm"),
                 attempt: 1,
                 reason: text("timed out after 30 s"),
+                endpoint: None,
+                status: None,
+                wait_ms: None,
             },
             TraceEvent::JobFinished {
                 job: text("j1"),
@@ -286,6 +297,9 @@ mod tests {
             callback: Cow::Borrowed("reader"),
             attempt: 1,
             reason: Cow::Borrowed("timed out"),
+            endpoint: None,
+            status: None,
+            wait_ms: None,
         };
         assert_eq!(
             event.to_string(),

@@ -142,6 +142,7 @@ struct Ran {
     failed: usize,
     made: u64,
     endpoint: Value,
+    folder: std::path::PathBuf,
 }
 
 fn run(scratch: &Scratch, server: Server, calls: usize) -> (Ran, MockApi) {
@@ -172,6 +173,7 @@ fn run_as(scratch: &Scratch, server: Server, calls: usize, format: Format) -> (R
         failed: report["failures"].as_array().map_or(0, Vec::len),
         made: report["calls"]["reader"]["made"].as_u64().unwrap_or(0),
         endpoint: run["endpoints"]["mock"].clone(),
+        folder,
     };
     (ran, api)
 }
@@ -197,6 +199,24 @@ fn an_untold_request_limit_is_learned_with_no_failed_call_and_no_call_twice() {
         .expect("a learned pace in run.json");
     assert!(pace > 0.0 && pace < RATE * 60.0 * 1.5, "{}", ran.endpoint);
     assert!(ran.endpoint["sustained_rpm"].as_f64().unwrap() > 0.0);
+    // Each retry is one `retrying` event in the trace, naming the endpoint, the status and
+    // the wait; the trace's count is run.json's.
+    let review = scratch.json(["trace", &ran.folder.display().to_string(), "--format", "json"]);
+    let retries = ran.endpoint["retries"].as_u64().unwrap();
+    assert!(retries > 0, "{}", ran.endpoint);
+    assert_eq!(review["retries"].as_u64(), Some(retries), "{review}");
+    let events: Vec<Value> = common::read_lines(&ran.folder.join("trace.jsonl"))
+        .into_iter()
+        .filter(|line| line["message"] == "retrying")
+        .collect();
+    assert_eq!(events.len() as u64, retries);
+    assert!(
+        events
+            .iter()
+            .all(|e| e["endpoint"] == "mock" && e["status"] == 429 && e["wait_ms"].is_u64()),
+        "{:?}",
+        events.first()
+    );
 }
 
 #[test]

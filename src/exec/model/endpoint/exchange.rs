@@ -36,7 +36,11 @@ impl Endpoint {
                 } else {
                     format!("the connection failed: {}", without_url(&error))
                 };
-                return Exchange::Transient { wait: None, why };
+                return Exchange::Transient {
+                    wait: None,
+                    status: None,
+                    why,
+                };
             }
         };
         self.answered.store(true, Ordering::Relaxed);
@@ -47,7 +51,13 @@ impl Endpoint {
         let headers = response.headers().clone();
         let text = match read_limited(response).await {
             Ok(text) => text,
-            Err(why) => return Exchange::Transient { wait, why },
+            Err(why) => {
+                return Exchange::Transient {
+                    wait,
+                    status: Some(status),
+                    why,
+                };
+            }
         };
         let message = || providers::error_message(&text);
         if (300..=399).contains(&status) {
@@ -63,11 +73,13 @@ impl Endpoint {
                     Ok(reply) => Exchange::Answered(reply, announced),
                     Err(why) => Exchange::Transient {
                         wait: None,
+                        status: Some(status),
                         why: format!("an unreadable reply: {why}"),
                     },
                 },
                 Err(error) => Exchange::Transient {
                     wait: None,
+                    status: Some(status),
                     why: format!("a reply that is not JSON ({error})"),
                 },
             },
@@ -78,6 +90,7 @@ impl Endpoint {
             },
             Class::Transient => Exchange::Transient {
                 wait,
+                status: Some(status),
                 why: format!("{status}: {}", message()),
             },
             Class::Rejected => Exchange::Rejected {
@@ -99,8 +112,10 @@ pub(super) enum Exchange {
         message: String,
         announced: Announced,
     },
+    /// A failure worth another attempt; `status` is the HTTP status where one came back.
     Transient {
         wait: Option<Duration>,
+        status: Option<u16>,
         why: String,
     },
     /// No connection: refused, a name that does not resolve, a failed TLS handshake.

@@ -6,6 +6,7 @@
 mod exchange;
 mod verdict_format;
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::exec::callback::FailureKind;
 use crate::inputs::models::ModelSpec;
 use crate::parallel::Locked;
 use crate::providers::{Announced, Http, Reply};
+use crate::trace::TraceEvent;
 
 use super::batch;
 use super::limiter::{Limiter, Live};
@@ -30,7 +32,7 @@ use verdict_format::{Format, names_format};
 
 /// The most of a reply body gacc reads.
 const MAX_REPLY_BYTES: usize = 16 << 20;
-const BACKOFF_BASE: Duration = Duration::from_millis(500);
+const MODEL_BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// How long one call keeps waiting on a provider's rate limits before it fails.
 const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(15 * 60);
 const MAX_RATE_LIMITED: u32 = 1000;
@@ -40,7 +42,7 @@ const MAX_RATE_LIMITED: u32 = 1000;
 const UNREACHABLE_PATIENCE: Duration = Duration::from_secs(4);
 /// The longest wait between connection attempts while the endpoint has never answered.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
+const MODEL_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// The longest backoff of a 429 the provider gave no longer `Retry-After` for.
 const LIMITED_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
@@ -303,7 +305,7 @@ impl Endpoint {
                 self.format_refused(asked, message, label);
                 continue;
             }
-            let (wait, why) = match outcome {
+            let (wait, why, status) = match outcome {
                 Exchange::Answered(mut reply, announced) => {
                     if probing.is_some() {
                         self.verdict_proven.store(true, Ordering::Relaxed);
@@ -334,6 +336,7 @@ impl Endpoint {
                     (
                         wait.map_or(backoff, |told| told.max(backoff)),
                         format!("429 rate limited: {message}"),
+                        Some(429),
                     )
                 }
                 // Nothing answers at the address: a wrong address or a server that is down
@@ -350,12 +353,12 @@ impl Endpoint {
                     if since.elapsed() >= UNREACHABLE_PATIENCE || (!answered && failed > self.spec.retries) {
                         return Err(self.unreachable(&why, answered));
                     }
-                    (backoff(failed).min(UNREACHABLE_BACKOFF), why)
+                    (backoff(failed).min(UNREACHABLE_BACKOFF), why, None)
                 }
-                Exchange::Transient { wait, why } => {
+                Exchange::Transient { wait, status, why } => {
                     failed += 1;
                     slot.failed();
-                    (wait.unwrap_or_default().max(backoff(failed)), why)
+                    (wait.unwrap_or_default().max(backoff(failed)), why, status)
                 }
                 Exchange::Rejected { status, message } => return Err(self.reject(status, &message)),
                 Exchange::Refused { status, message } => {
@@ -375,14 +378,14 @@ impl Endpoint {
                 });
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                endpoint = %self.name,
-                call = label,
+            crate::trace::record(&TraceEvent::Retrying {
+                callback: Cow::Borrowed(label),
                 attempt,
-                wait_ms = wait.as_millis() as u64,
-                reason = %why,
-                "retrying a model call"
-            );
+                reason: Cow::Borrowed(&why),
+                endpoint: Some(Cow::Borrowed(&self.name)),
+                status,
+                wait_ms: Some(wait.as_millis() as u64),
+            });
             tokio::time::sleep(wait).await;
         }
     }
@@ -466,10 +469,10 @@ pub(crate) fn describe_pace(live: &Live) -> String {
 
 /// Exponential backoff with jitter, capped.
 fn backoff(attempt: u32) -> Duration {
-    crate::exec::callback::jittered_backoff(BACKOFF_BASE, BACKOFF_MAX, attempt)
+    crate::exec::callback::jittered_backoff(MODEL_BACKOFF_BASE, MODEL_BACKOFF_MAX, attempt)
 }
 
 /// The backoff of a call's `attempt`th 429, beside the provider's `Retry-After`.
 pub(super) fn limited_backoff(attempt: u32) -> Duration {
-    crate::exec::callback::jittered_backoff(BACKOFF_BASE, LIMITED_BACKOFF_MAX, attempt)
+    crate::exec::callback::jittered_backoff(MODEL_BACKOFF_BASE, LIMITED_BACKOFF_MAX, attempt)
 }
