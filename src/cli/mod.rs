@@ -1,9 +1,17 @@
-//! The command line: clap's types, and how each turns into what `gacc::app` takes. `main`
-//! dispatches on them.
+//! The command line: clap's types (the arguments of each subcommand in `args`), and how each
+//! turns into a call of `gacc::app` (`dispatch`).
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+mod args;
+mod dispatch;
+
+use args::{
+    ArrayTaskArgs, DiffArgs, ExportArgs, PackArgs, PlanArgs, ReportArgs, TraceArgs, UnpackArgs, ValidateArgs,
+    VerifyArgs, ViewArgs,
+};
 use gacc::app::{self, Format, RunOptions};
 
 #[derive(Parser)]
@@ -32,85 +40,20 @@ pub(crate) enum Command {
     /// Plan, run (resuming from the cache) and report; prints the run folder.
     Run(RunArgs),
     /// The job graph's size per stage and how much is cached, without calling anything.
-    Plan {
-        #[arg(value_hint = clap::ValueHint::FilePath)]
-        manifest: PathBuf,
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Also the smallest paired difference the manifest's goals detect, and the goals an
-        /// effect needs (α 0.05, power 0.8, goals resampled).
-        #[arg(long)]
-        power: bool,
-        /// With --power: size from this run's per-goal differences (a run folder, `latest` or
-        /// -N) rather than a worst case.
-        #[arg(long, requires = "power", allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        pilot: Option<PathBuf>,
-        /// With --power: the difference to detect (default 0.02).
-        #[arg(long, requires = "power")]
-        effect: Option<f64>,
-    },
+    Plan(PlanArgs),
     /// Check a manifest and its dataset, reporting every problem.
-    Validate {
-        #[arg(value_hint = clap::ValueHint::FilePath)]
-        manifest: PathBuf,
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-    },
+    Validate(ValidateArgs),
     /// Re-render the report of a finished run.
-    Report {
-        /// A run folder, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_dir: PathBuf,
-        /// Render this template to stdout instead of rewriting report.md.
-        #[arg(long, value_name = "FILE")]
-        template: Option<PathBuf>,
-    },
+    Report(ReportArgs),
     /// What changed between two runs: settings, per-cell metrics with paired tests, flipped
     /// questions. Exit 0 either way, unless --fail-on-regression.
-    Diff {
-        /// A run folder, a `latest` link, a report.json, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_a: PathBuf,
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_b: PathBuf,
-        /// markdown (the default) or json.
-        #[arg(long, default_value = "markdown")]
-        format: DiffFormat,
-        /// Exit 1 when a cell of B is significantly worse than A.
-        #[arg(long)]
-        fail_on_regression: bool,
-    },
+    Diff(DiffArgs),
     /// Review a run's trace: slowest calls, failures, latency per callback, cache hits per stage.
-    Trace {
-        /// A run folder, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_dir: PathBuf,
-        /// Only this stage (compress, read, judge).
-        #[arg(long)]
-        stage: Option<String>,
-        /// Only this callback (e.g. reader, judge, compressors.NAME).
-        #[arg(long)]
-        callback: Option<String>,
-        /// One job's whole story: every event of this job or cache key (a prefix will do).
-        #[arg(long, value_name = "KEY")]
-        job: Option<String>,
-        /// markdown-ish text (the default) or json.
-        #[arg(long, default_value = "text")]
-        format: TraceFormat,
-    },
+    Trace(TraceArgs),
     /// Make the calls of one array task on a cluster node (run by the tasks gacc submits; `worker` is its
     /// name in arrays an earlier gacc submitted).
     #[command(name = "array-task", alias = "worker", hide = true)]
-    ArrayTask {
-        /// The array's folder in the engine's work folder (`arrays/<array>`).
-        array: PathBuf,
-        /// The array task (default: the index the cluster gives the task in its environment).
-        #[arg(long)]
-        task: Option<usize>,
-    },
+    ArrayTask(ArrayTaskArgs),
     /// The provider batches of a cache (SPEC §9): list them, or cancel the open ones.
     Batches {
         #[command(subcommand)]
@@ -126,106 +69,21 @@ pub(crate) enum Command {
     Bench(BenchArgs),
     /// One file to share a run: its folder, the cache entries its rows rest on, and the
     /// SHA-256 of every member (a .tar.gz).
-    Pack {
-        /// A run folder, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_dir: PathBuf,
-        /// Where the pack goes (default: <run>.gacc.tar.gz here).
-        #[arg(short, long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// The cache the run used (default: the one its run.json names, in its project folder).
-        #[arg(long, value_name = "DIR")]
-        cache: Option<PathBuf>,
-        /// Leave the dataset out; the pack keeps its SHA-256.
-        #[arg(long)]
-        no_dataset: bool,
-    },
+    Pack(PackArgs),
     /// Check a pack member by member against its SHA-256 list and extract it.
-    Unpack {
-        #[arg(value_hint = clap::ValueHint::FilePath)]
-        pack: PathBuf,
-        /// Where it goes (created; default: the pack's name without .gacc.tar.gz).
-        #[arg(value_hint = clap::ValueHint::DirPath)]
-        dir: Option<PathBuf>,
-    },
+    Unpack(UnpackArgs),
     /// Recompute every figure a run or a pack states from its cache entries and its dataset
     /// (no call is made); exit 0 "verified", or 1 listing each that does not follow.
-    Verify {
-        /// A pack, a run folder, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::AnyPath)]
-        target: PathBuf,
-        /// Verify against this dataset instead of the run's copy.
-        #[arg(long, value_name = "PATH")]
-        dataset: Option<PathBuf>,
-        /// For a run folder: the cache it was run with (default: the one its run.json names,
-        /// in its project folder).
-        #[arg(long, value_name = "DIR")]
-        cache: Option<PathBuf>,
-        /// Re-judge a seeded share of the answers with this judge (a built-in rule judge, a
-        /// `[judges.NAME]` of the run's manifest or of --callbacks) and report agreement and kappa.
-        #[arg(long, value_name = "NAME")]
-        rejudge: Option<String>,
-        /// Re-read a seeded share of the questions with this reader (a built-in, or a
-        /// `[readers.NAME]` of --callbacks; the run's judge judges its answers) and report
-        /// agreement and kappa with the run's verdicts.
-        #[arg(long, value_name = "NAME")]
-        reread: Option<String>,
-        /// The share of answers (--rejudge) or questions (--reread) checked.
-        #[arg(long, value_name = "F", default_value_t = 1.0)]
-        fraction: f64,
-        /// Your own callbacks for the spot checks: a TOML file of `[judges.NAME]`,
-        /// `[readers.NAME]` and the `[models.NAME]` endpoints they call.
-        #[arg(long, value_name = "FILE")]
-        callbacks: Option<PathBuf>,
-    },
+    Verify(VerifyArgs),
     /// Browse runs and packs in a web browser: a local, read-only server over DIR.
-    View {
-        /// The folder of runs and packs (default: --runs, runs/).
-        #[arg(value_hint = clap::ValueHint::DirPath)]
-        dir: Option<PathBuf>,
-        /// The port (0: any free one).
-        #[arg(long, default_value_t = 8040)]
-        port: u16,
-        /// The address to listen on; anything but 127.0.0.1 shows your runs to your network,
-        /// to requests that carry the token (made and printed, unless --token gives one).
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        /// The token every request must carry (`?token=`, then a cookie); on a loopback
-        /// address none is needed unless given.
-        #[arg(long, value_name = "TOKEN")]
-        token: Option<String>,
-        /// The cache a pack is unpacked into, once, when it is opened.
-        #[arg(long, value_name = "DIR", default_value = ".gacc/cache")]
-        cache: PathBuf,
-    },
+    View(ViewArgs),
     /// Past runs under --runs (default runs/): list them, or show one.
     Runs {
         #[command(subcommand)]
         command: Option<RunsCommand>,
     },
     /// A run's rows as one table: a row per question (or per memory), CSV or JSON Lines.
-    Export {
-        /// A run folder, `latest`, or -N (the N-th newest run).
-        #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
-        run_dir: PathBuf,
-        /// csv or jsonl.
-        #[arg(long, default_value = "csv")]
-        format: ExportFormat,
-        /// One row per memory (its ledger fields and text) instead of one per question.
-        #[arg(long)]
-        memories: bool,
-        /// One row per pair of compressors in a condition and budget (report.json's `pairs`):
-        /// B − A, its interval, p, Holm's p, separated, MDE.
-        #[arg(long, conflicts_with = "memories")]
-        pairs: bool,
-        /// A fixed sample of N distinct answers as a CSV to label by hand (`correct` left empty),
-        /// which `[audit] labels` reads back.
-        #[arg(long, value_name = "N", conflicts_with_all = ["memories", "format", "pairs"])]
-        for_labelling: Option<usize>,
-        /// Write to this file instead of stdout.
-        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
-        output: Option<PathBuf>,
-    },
+    Export(ExportArgs),
     /// Print the JSON Schema of a manifest (for editors: `#:schema` in Even Better TOML / taplo)
     /// or of report.json.
     Schema { which: SchemaKind },
