@@ -38,7 +38,7 @@ pub(crate) fn rows(path: &Path, file: &str, columns: &Columns, problems: &mut Ve
     }
 }
 
-/// One function: one pass over the row groups, each column read beside the others.
+/// One pass over the row groups, each column read beside the others.
 fn read_rows(path: &Path, file: &str, columns: &Columns, problems: &mut Vec<Problem>) -> Vec<Row> {
     let whole = |message: String| Problem {
         place: file.to_owned(),

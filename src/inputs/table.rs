@@ -207,29 +207,28 @@ struct Grouped {
 }
 
 impl Grouped {
-    /// One row's values by role; on a conflict, the role of the cell at fault and why.
-    /// (One function: each role's check, in the order of the columns.)
-    fn add(
+    /// The index of the row's source: a new one, or the one its id named before (with the
+    /// same text, else an error naming the row where it first appeared).
+    fn source_of(
         &mut self,
         line: usize,
         values: &BTreeMap<&str, String>,
         file: &str,
-    ) -> Result<(), (&'static str, String)> {
-        let (source_id, goal_id, question_id) =
-            (&values["source_id"], &values["goal_id"], &values["question_id"]);
-        let source = match self.source_at.get(source_id) {
+    ) -> Result<usize, (&'static str, String)> {
+        let source_id = &values["source_id"];
+        match self.source_at.get(source_id) {
             Some(&(index, first))
                 if self.sources[index].0.text.as_deref() != Some(values["text"].as_str()) =>
             {
-                return Err((
+                Err((
                     "text",
                     format!(
                         "source `{source_id}` has another text on {} {first}",
                         self.numbering.word()
                     ),
-                ));
+                ))
             }
-            Some(&(index, _)) => index,
+            Some(&(index, _)) => Ok(index),
             None => {
                 self.source_at
                     .insert(source_id.clone(), (self.sources.len(), line));
@@ -244,9 +243,21 @@ impl Grouped {
                     record,
                     format!("{} (source `{source_id}`)", self.numbering.place(file, line)),
                 ));
-                self.sources.len() - 1
+                Ok(self.sources.len() - 1)
             }
-        };
+        }
+    }
+
+    /// One row's values by role; on a conflict, the role of the cell at fault and why.
+    fn add(
+        &mut self,
+        line: usize,
+        values: &BTreeMap<&str, String>,
+        file: &str,
+    ) -> Result<(), (&'static str, String)> {
+        let (source_id, goal_id, question_id) =
+            (&values["source_id"], &values["goal_id"], &values["question_id"]);
+        let source = self.source_of(line, values, file)?;
         let goals = &mut self.sources[source].0.goals;
         let goal = match self.goal_at.get(goal_id) {
             Some((owner, first, _)) if owner != source_id => {

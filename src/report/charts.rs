@@ -82,7 +82,7 @@ struct Axis {
 /// One panel's lines: compressor -> [(ratio, mean)].
 type Lines = BTreeMap<String, Vec<(f64, f64)>>;
 
-/// One function: the chart drawn top to bottom (axes, series, legend), as plotters builds it.
+/// The chart drawn top to bottom (axes, series, legend), as plotters builds it.
 fn metric_chart(
     path: &Path,
     cells: &[&StoredCell],

@@ -246,14 +246,8 @@ pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
     sha256(serde_json::to_string(dataset).unwrap_or_default())
 }
 
-/// Builds the report; deterministic in its inputs.
-/// (One function: the report's parts in the order report.json writes them.)
-pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
-    let dataset = inputs.dataset;
-    let count_errors = recount.errors(dataset, &outcome.ledger);
-    let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
-    let padding_tokens = outcome.ledger.iter().map(|r| r.padding_tokens).sum();
-
+/// Per role, its jobs and the calls made, cached and shared, and the usage they reported.
+fn calls_and_usage(outcome: &Outcome) -> (BTreeMap<Role, Calls>, BTreeMap<Role, Usage>) {
     let mut calls = BTreeMap::new();
     let mut usage = BTreeMap::new();
     for role in [Role::Compressor, Role::Reader, Role::Judge] {
@@ -280,6 +274,17 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         }
         usage.insert(role, sum);
     }
+    (calls, usage)
+}
+
+/// Builds the report; deterministic in its inputs.
+pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Report {
+    let dataset = inputs.dataset;
+    let count_errors = recount.errors(dataset, &outcome.ledger);
+    let budget_violations = outcome.ledger.iter().filter(|r| r.budget_violation).count();
+    let padding_tokens = outcome.ledger.iter().map(|r| r.padding_tokens).sum();
+
+    let (calls, usage) = calls_and_usage(outcome);
 
     let mut cells = cells(&outcome.ledger, &outcome.results);
     let rows = rows_by_cell(&outcome.results);

@@ -201,7 +201,6 @@ pub(super) struct MemoryOutcome {
 }
 
 /// Runs every job of the plan; never fails as a whole: failed jobs are in the outcome.
-/// (One function: the scheduler's loop and the fold it feeds, which share the run's state.)
 pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();

@@ -50,6 +50,17 @@ impl Step<'_> {
 }
 
 impl QuestionOutcome {
+    /// A question's outcome before its read: the row, no call yet.
+    fn new(row: ResultRow) -> QuestionOutcome {
+        QuestionOutcome {
+            row,
+            keys: CallKeys::new(),
+            failure: None,
+            calls: Vec::new(),
+            jobs: 1,
+        }
+    }
+
     /// Makes a step's call; records its progress, trace line and call, or its failure (in the
     /// result row's reason and a failure row). The response, when there is one.
     async fn step(
@@ -107,7 +118,7 @@ impl QuestionOutcome {
     }
 }
 
-/// One function: the read, the judgement and the audits in order, each with its cache lookup.
+/// The read, the judgement and the audits in order, each with its cache lookup.
 pub(super) async fn run_question(
     shared: &Arc<RunState>,
     index: usize,
@@ -122,15 +133,8 @@ pub(super) async fn run_question(
     let source = &setup.dataset.sources[job.source];
     let question = &source.goals[question_job.goal].questions[question_job.question];
     let (reader, judge) = (&setup.callbacks.reader, &setup.callbacks.judge);
-    let mut outcome = QuestionOutcome {
-        row: result_row(job, source, question_job, None, None, None),
-        keys: CallKeys::new(),
-        failure: None,
-        calls: Vec::new(),
-        jobs: 1,
-    };
-    outcome.row.evidence_kept = Some(kept);
-    outcome.row.evidence_basis = Some(basis);
+    let mut outcome = QuestionOutcome::new(result_row(job, source, question_job, None, None, None));
+    (outcome.row.evidence_kept, outcome.row.evidence_basis) = (Some(kept), Some(basis));
 
     let read = Step {
         stage: Stage::Read,

@@ -584,8 +584,7 @@ fn before_tests(text: &str) -> Vec<&str> {
     lines[..end].to_vec()
 }
 
-/// Each function longer than `most` lines whose doc comment gives no reason for its length
-/// (a sentence opening "One function" or "One loop"): (name, lines).
+/// Each function longer than `most` lines: (name, lines).
 fn long_functions(lines: &[&str], most: usize) -> Vec<(String, usize)> {
     let mut found = Vec::new();
     let mut i = 0;
@@ -605,17 +604,8 @@ fn long_functions(lines: &[&str], most: usize) -> Vec<(String, usize)> {
         let Some(end) = (i..lines.len()).find(|&j| lines[j] == close) else {
             break;
         };
-        let mut doc = Vec::new();
-        let mut k = i;
-        while k > 0
-            && (lines[k - 1].trim_start().starts_with("///") || lines[k - 1].trim_start().starts_with("#["))
-        {
-            k -= 1;
-            doc.push(lines[k]);
-        }
-        let doc = doc.join(" ");
         let length = end - i + 1;
-        if length > most && !doc.contains("One function") && !doc.contains("One loop") {
+        if length > most {
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
@@ -627,36 +617,109 @@ fn long_functions(lines: &[&str], most: usize) -> Vec<(String, usize)> {
     found
 }
 
-/// No file's code (its tests aside) passes 500 lines, and no function 80 without saying why.
+/// The functions allowed over 80 lines, each with the reason its length is the clearest
+/// shape: (file under src/, function, reason). An entry that no longer applies fails too.
+#[rustfmt::skip]
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
+    ("app/run/mod.rs", "run", "a run's steps in order, each a named call; the locals pass from one to the next"),
+    ("exec/model/endpoint/mod.rs", "send", "the retry loop: each outcome's arm says how long this call waits, the budget is checked once below"),
+    ("report/mod.rs", "build", "report.json's sections in the order they are written"),
+    ("inputs/models/mod.rs", "resolve", "one endpoint's settings resolved key by key, each error naming its key"),
+    ("runner/question.rs", "run_question", "read then judge one question, each step's cache, sharing and failure in order"),
+    ("app/terminal/mod.rs", "print_progress", "the progress line's parts in the order they are shown"),
+    ("exec/process/mod.rs", "oneshot", "one process from spawn to reaped: input, output, stderr, timeout and kill in one place"),
+    ("inputs/parquet.rs", "read_rows", "the Parquet record reader's column types, one arm each"),
+    ("exec/model/endpoint/exchange.rs", "exchange", "one HTTP exchange classified: every status and failure to one outcome"),
+    ("review/trace/render.rs", "render", "the trace review's sections in the order they are printed"),
+    ("review/diff/render.rs", "render", "the diff's sections in the order they are printed"),
+    ("review/trace/mod.rs", "review", "one pass over the trace's events, one arm per kind"),
+    ("exec/model/pacer/learn.rs", "measure", "one measurement of the pace, each case of a reply in order"),
+    ("exec/model/batch/mod.rs", "follow", "one provider batch from submitted to collected, each state an arm"),
+    ("report/charts.rs", "metric_chart", "one chart's parts drawn in order"),
+    ("runner/mod.rs", "execute", "the three stages' streams joined in one place"),
+];
+
+/// No file's code (its tests aside) passes 500 lines; no function passes 80 unless listed in
+/// `LONG_FUNCTIONS` with its reason, and at most two pass 100. Test-only modules (`mod tests`,
+/// and files declared under `#[cfg(test)]`) are not counted.
 #[test]
-fn files_and_functions_stay_short_or_say_why() {
+fn files_and_functions_stay_short_or_are_listed_with_a_reason() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let (mut long_files, mut long_functions_found) = (Vec::new(), Vec::new());
+    let test_only = test_only_files(&src);
+    let (mut long_files, mut unlisted, mut found, mut over_100) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for path in rust_files(&src) {
+        let shown = path.strip_prefix(&src).unwrap().display().to_string();
+        if test_only.iter().any(|folder| path.starts_with(folder)) {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         let lines = before_tests(&text);
-        let shown = path.strip_prefix(&src).unwrap().display().to_string();
         if lines.len() > 500 {
             long_files.push(format!("{shown}: {} lines", lines.len()));
         }
         for (name, length) in long_functions(&lines, 80) {
-            long_functions_found.push(format!("{shown}: fn {name}, {length} lines"));
+            if length > 100 {
+                over_100.push(format!("{shown}: fn {name}, {length} lines"));
+            }
+            match LONG_FUNCTIONS
+                .iter()
+                .any(|(file, function, _)| *file == shown && *function == name)
+            {
+                true => found.push((shown.clone(), name)),
+                false => unlisted.push(format!("{shown}: fn {name}, {length} lines")),
+            }
         }
     }
     assert!(long_files.is_empty(), "{long_files:#?}");
-    assert!(long_functions_found.is_empty(), "{long_functions_found:#?}");
-    // The check sees a long function, and takes a reason.
-    let body = |doc: &str| {
-        let mut text = format!("{doc}\nfn long() {{\n");
-        text.push_str(&"    x();\n".repeat(90));
-        text.push_str("}\n");
-        text
-    };
-    let unexplained = body("/// Does things.");
+    assert!(
+        unlisted.is_empty(),
+        "long functions not in LONG_FUNCTIONS: {unlisted:#?}"
+    );
+    let stale: Vec<_> = LONG_FUNCTIONS
+        .iter()
+        .filter(|(file, function, _)| !found.iter().any(|(f, n)| f == file && n == function))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "no longer over 80 lines, take them off: {stale:#?}"
+    );
+    assert!(over_100.len() <= 2, "over 100 lines: {over_100:#?}");
+    // The check sees a long function, whatever its doc says.
+    let mut long = String::from("/// Does things. (One function: the steps in order.)\nfn long() {\n");
+    long.push_str(&"    x();\n".repeat(90));
+    long.push_str("}\n");
     assert_eq!(
-        long_functions(&unexplained.lines().collect::<Vec<_>>(), 80),
+        long_functions(&long.lines().collect::<Vec<_>>(), 80),
         [("long".to_owned(), 92)]
     );
-    let explained = body("/// Does things. (One function: the steps in order.)");
-    assert!(long_functions(&explained.lines().collect::<Vec<_>>(), 80).is_empty());
+}
+
+/// The files and folders of modules declared under `#[cfg(test)]` (other than `mod tests`).
+fn test_only_files(src: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for path in rust_files(src) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let folder = match path
+            .file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs")
+        {
+            true => path.parent().unwrap().to_path_buf(),
+            false => path.with_extension(""),
+        };
+        for pair in lines.windows(2) {
+            let declared = pair[1]
+                .trim_start()
+                .strip_prefix("mod ")
+                .and_then(|m| m.strip_suffix(';'));
+            if pair[0].trim() == "#[cfg(test)]"
+                && let Some(name) = declared
+            {
+                found.push(folder.join(format!("{name}.rs")));
+                found.push(folder.join(name));
+            }
+        }
+    }
+    found
 }

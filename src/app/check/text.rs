@@ -35,7 +35,7 @@ pub(super) fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1e4).round() / 10.0
 }
 
-/// One function: the report reads top to bottom as it is printed.
+/// The report, top to bottom as it is printed.
 pub(super) fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String {
     let mut out = String::new();
     let identity = tokenizer.identity();
@@ -70,39 +70,7 @@ pub(super) fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String
             if callback.works { "works" } else { "FAILS" },
             callback.requests.len(),
         );
-        let mut said = None;
-        for request in &callback.requests {
-            if !request.sent {
-                let _ = writeln!(
-                    out,
-                    "  --   {:<28} not sent: an earlier request timed out",
-                    request.request
-                );
-                continue;
-            }
-            let mark = if request.ok { "ok  " } else { "FAIL" };
-            let _ = writeln!(
-                out,
-                "  {mark} {:<28} {:>8.1} ms",
-                request.request, request.latency_ms
-            );
-            if let Some(error) = &request.error {
-                // A failure every request shares is said once.
-                if said == Some((error, &request.stderr)) {
-                    let _ = writeln!(out, "       (the same)");
-                    continue;
-                }
-                said = Some((error, &request.stderr));
-                let _ = writeln!(out, "       {error}");
-            }
-            for (number, line) in request.stderr.iter().enumerate() {
-                let label = if number == 0 { "stderr:" } else { "       " };
-                let _ = writeln!(out, "       {label} {line}");
-            }
-            for note in &request.notes {
-                let _ = writeln!(out, "       note: {note}");
-            }
-        }
+        describe_requests(&mut out, callback);
         // A judge that says the same of a right and a wrong answer decides nothing.
         let verdict_on = |what: &str| {
             (callback.requests.iter())
@@ -136,4 +104,42 @@ pub(super) fn describe(checked: &[Checked], tokenizer: &dyn Tokenizer) -> String
         }
     );
     out
+}
+
+/// A line per request of one callback: ok or FAIL and its latency, then its error (said once
+/// when every request shares it), its stderr and its notes.
+fn describe_requests(out: &mut String, callback: &Checked) {
+    let mut said = None;
+    for request in &callback.requests {
+        if !request.sent {
+            let _ = writeln!(
+                out,
+                "  --   {:<28} not sent: an earlier request timed out",
+                request.request
+            );
+            continue;
+        }
+        let mark = if request.ok { "ok  " } else { "FAIL" };
+        let _ = writeln!(
+            out,
+            "  {mark} {:<28} {:>8.1} ms",
+            request.request, request.latency_ms
+        );
+        if let Some(error) = &request.error {
+            // A failure every request shares is said once.
+            if said == Some((error, &request.stderr)) {
+                let _ = writeln!(out, "       (the same)");
+                continue;
+            }
+            said = Some((error, &request.stderr));
+            let _ = writeln!(out, "       {error}");
+        }
+        for (number, line) in request.stderr.iter().enumerate() {
+            let label = if number == 0 { "stderr:" } else { "       " };
+            let _ = writeln!(out, "       {label} {line}");
+        }
+        for note in &request.notes {
+            let _ = writeln!(out, "       note: {note}");
+        }
+    }
 }

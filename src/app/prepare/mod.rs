@@ -65,7 +65,7 @@ pub(crate) fn prepare_without_keys(path: &Path, sets: &[String]) -> Result<Prepa
     prepare_with(path, sets, Calling::WithoutKeys)
 }
 
-/// One function: the steps in order, each one's problems gathered before the next.
+/// The steps in order, each one's problems gathered before the next.
 pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Result<Prepared, Error> {
     let (recorded, allowed) = match calling {
         Calling::Replay { recorded, allowed } => (Some(recorded), Some(allowed)),
@@ -84,16 +84,8 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
                 message,
             }),
     );
-    // Every model endpoint a callback uses needs its key (named, never its value).
-    for (name, model) in loaded.manifest.models.iter().filter(|_| keys) {
-        if let Some(variable) = &model.api_key_env
-            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
-        {
-            problems.push(Problem {
-                place: format!("{}: key `models.{name}`", loaded.path.display()),
-                message: format!("`api_key_env` names `{variable}`, which is not set in the environment"),
-            });
-        }
+    if keys {
+        problems.extend(key_problems(&loaded));
     }
     let read = match run_folders_copy(&loaded) {
         Some(copy) => dataset::load_path(&copy),
@@ -110,25 +102,7 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
         problems.extend(found);
         None
     });
-    let tokenizer_env = [("tokenizer".to_owned(), &loaded.manifest.tokenizer.env)];
-    let callback_env = loaded
-        .manifest
-        .callbacks()
-        .into_iter()
-        .map(|(key, _, spec)| (key, &spec.env));
-    for (key, env) in tokenizer_env
-        .into_iter()
-        .chain(callback_env.filter(|(key, _)| called(key)))
-    {
-        for name in env {
-            if std::env::var_os(name).is_none() {
-                problems.push(Problem {
-                    place: format!("{}: key `{key}.env`", loaded.path.display()),
-                    message: format!("variable `{name}` is listed but not set in the environment"),
-                });
-            }
-        }
-    }
+    problems.extend(environment_problems(&loaded, &called));
     // The run folders' place is known only to `run`, which checks them too.
     let protected = Protected::of(&loaded, &cache_root(&loaded), None);
     problems.extend(sandbox_problems(&loaded, &protected, &called));
@@ -149,8 +123,63 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
         )
     })?;
     let resolved_sha256 = sha256(&resolved);
-    // What was run, not how: the same experiment run here or on a cluster, with any
-    // concurrency or cache place, has one identity and one report.json.
+    let experiment_sha256 = experiment_sha256(&loaded);
+    Ok(Prepared {
+        loaded,
+        dataset: Arc::new(dataset),
+        tokenizer,
+        plan: Arc::new(plan),
+        resolved,
+        resolved_sha256,
+        experiment_sha256,
+        labels,
+    })
+}
+
+/// Every model endpoint a callback uses needs its key (named, never its value).
+fn key_problems(loaded: &Loaded) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (name, model) in loaded.manifest.models.iter() {
+        if let Some(variable) = &model.api_key_env
+            && std::env::var_os(variable).is_none_or(|v| v.is_empty())
+        {
+            problems.push(Problem {
+                place: format!("{}: key `models.{name}`", loaded.path.display()),
+                message: format!("`api_key_env` names `{variable}`, which is not set in the environment"),
+            });
+        }
+    }
+    problems
+}
+
+/// Each variable the tokenizer or a callback that will be called lists must be set.
+fn environment_problems(loaded: &Loaded, called: &dyn Fn(&str) -> bool) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let tokenizer_env = [("tokenizer".to_owned(), &loaded.manifest.tokenizer.env)];
+    let callback_env = loaded
+        .manifest
+        .callbacks()
+        .into_iter()
+        .map(|(key, _, spec)| (key, &spec.env));
+    for (key, env) in tokenizer_env
+        .into_iter()
+        .chain(callback_env.filter(|(key, _)| called(key)))
+    {
+        for name in env {
+            if std::env::var_os(name).is_none() {
+                problems.push(Problem {
+                    place: format!("{}: key `{key}.env`", loaded.path.display()),
+                    message: format!("variable `{name}` is listed but not set in the environment"),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// What was run, not how: the same experiment run here or on a cluster, with any
+/// concurrency or cache place, has one identity and one report.json.
+fn experiment_sha256(loaded: &Loaded) -> String {
     let how = |spec: &CallbackSpec| CallbackSpec {
         mode: crate::protocol::Mode::default(),
         timeout: manifest::default_timeout(),
@@ -172,17 +201,7 @@ pub(crate) fn prepare_with(path: &Path, sets: &[String], calling: Calling) -> Re
         judge: how(&loaded.manifest.judge),
         ..loaded.manifest.clone()
     };
-    let experiment_sha256 = sha256(toml::to_string(&experiment).unwrap_or_default());
-    Ok(Prepared {
-        loaded,
-        dataset: Arc::new(dataset),
-        tokenizer,
-        plan: Arc::new(plan),
-        resolved,
-        resolved_sha256,
-        experiment_sha256,
-        labels,
-    })
+    sha256(toml::to_string(&experiment).unwrap_or_default())
 }
 
 /// `[audit] labels`, read and checked. A labels file that is missing is the manifest check's

@@ -91,7 +91,7 @@ pub(crate) const BATCHES: &str = "batches";
 // Its phases read in the order a run goes through them, each ended by `phases.end`; each
 // phase's work is a function of its own, and what is left is the hand-over between them, kept
 // in one place so a run's order reads top to bottom (hence its length).
-/// One function: the run's phases in order, as run.json's `phases` name them.
+/// The run's phases in order, as run.json's `phases` name them.
 pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();

@@ -250,7 +250,6 @@ const BAR_WIDTH: usize = 24;
 
 /// One progress line: per stage done/total, cache hits and failures; calls per second and the
 /// time left. On a terminal it redraws itself with a bar; elsewhere it is a plain line.
-/// (One function: the line is built left to right, a few lines per part.)
 pub(super) fn print_progress(progress: &Progress, terminal: bool, last: bool) {
     let (mut finished, mut total, mut made) = (0, 0, 0);
     let seconds = progress.started.elapsed().as_secs_f64().max(1e-3);

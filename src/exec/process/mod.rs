@@ -229,7 +229,7 @@ fn spawn_failure(program: &Program, error: std::io::Error) -> FailureKind {
     }
 }
 
-/// One function: spawn, feed, read within limits and classify, each step's failure its own.
+/// Spawn, feed, read within limits and classify: each step's failure its own.
 async fn oneshot(program: &Program, role: Role, request: &[u8]) -> Attempt {
     let failed = |kind| Attempt {
         result: Err(kind),

@@ -245,9 +245,33 @@ impl ModelCall {
     }
 }
 
+/// What is wrong with the params gacc itself reads (the rest go into the request body as
+/// they are): `max_tokens` and a judge's `structured`.
+fn params_problems(params: &Value, builtin: &str, role: Role) -> Vec<String> {
+    let mut problems = Vec::new();
+    match params.get("max_tokens") {
+        Some(value) if value.as_u64().is_none_or(|n| n < 1) => {
+            problems.push(format!(
+                "`params.max_tokens` must be a whole number ≥ 1, got {value}"
+            ));
+        }
+        _ => {}
+    }
+    match params.get("structured") {
+        Some(value) if role != Role::Judge => {
+            problems.push(format!(
+                "`params.structured` is for a judge's verdict; `{builtin}` is a {role} (got {value})"
+            ));
+        }
+        Some(value) if !value.is_boolean() => {
+            problems.push(format!("`params.structured` must be true or false, got {value}"));
+        }
+        _ => {}
+    }
+    problems
+}
+
 /// Resolves a model built-in's endpoint and templates, or says what is wrong.
-/// (One function: each check adds its problem in turn, so a manifest with several mistakes gets
-/// them all at once.)
 pub(crate) fn resolve(
     builtin: &str,
     params: &Value,
@@ -285,26 +309,7 @@ pub(crate) fn resolve(
             None
         }
     });
-    // The params gacc itself reads (the rest go into the request body as they are).
-    match params.get("max_tokens") {
-        Some(value) if value.as_u64().is_none_or(|n| n < 1) => {
-            problems.push(format!(
-                "`params.max_tokens` must be a whole number ≥ 1, got {value}"
-            ));
-        }
-        _ => {}
-    }
-    match params.get("structured") {
-        Some(value) if role != Role::Judge => {
-            problems.push(format!(
-                "`params.structured` is for a judge's verdict; `{builtin}` is a {role} (got {value})"
-            ));
-        }
-        Some(value) if !value.is_boolean() => {
-            problems.push(format!("`params.structured` must be true or false, got {value}"));
-        }
-        _ => {}
-    }
+    problems.extend(params_problems(params, builtin, role));
     let (default_user, default_system) = default_templates(role);
     // A replay takes the texts its run recorded (the files need not be where it runs).
     let recorded = |path: &Path| recorded?.get(&path.to_string_lossy().into_owned()).cloned();

@@ -70,7 +70,6 @@ pub(super) fn audit_table(audits: &[AuditDiff]) -> String {
 }
 
 /// The diff as Markdown; with `colour`, gains green and losses red (ANSI).
-/// (One function: the sections in the order they are printed.)
 pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     let paint = |value: f64, text: String| match (colour, value) {
         (true, v) if v > 0.0 => format!("\x1b[32m{text}\x1b[0m"),

@@ -147,7 +147,6 @@ fn matches(event: &TraceEvent, filter: &Filter) -> bool {
 }
 
 /// Reviews `trace.jsonl` in a run folder.
-/// (One function: one pass over the trace, every tally updated per event.)
 pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let text_of = RunFolder::open(folder).read_text(TRACE)?;
     let events: Vec<Recorded> = text_of

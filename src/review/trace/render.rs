@@ -10,7 +10,6 @@ use crate::trace::TraceEvent;
 use super::{Filter, Review, text};
 
 /// The review as text for a terminal.
-/// (One function: the sections in the order they are printed.)
 pub(crate) fn render(review: &Review, filter: &Filter) -> String {
     let mut out = format!("{} events\n", review.events);
     if filter.job.is_some() {

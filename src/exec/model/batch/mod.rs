@@ -349,7 +349,6 @@ fn close(batcher: &Batcher, record: &Record) {
 }
 
 /// Polls a batch until it ends, then answers its calls and records how it ended.
-/// (One function: a batch's states in the order it passes through them.)
 async fn follow(endpoint: &Arc<Endpoint>, mut record: Record) {
     let Some(batcher) = endpoint.batcher.get() else {
         return;

@@ -253,8 +253,6 @@ impl Endpoint {
     /// Sends one request, retrying 429, 408, 5xx, timeouts, broken connections and unreadable
     /// replies with backoff that honours the provider's `Retry-After`. `estimate` is the
     /// call's (input, output) tokens, for the pace.
-    /// (One loop: each outcome's arm says how long this call waits and why, and the retry budget is
-    /// checked once, below them.)
     pub(super) async fn send(
         &self,
         body: &Value,

@@ -74,8 +74,7 @@ impl Pacer {
     /// rate: then low) and the last `RECENT` of it (high by what the bucket held when it
     /// began, over its length). The higher, paced just below, wastes neither: a high one is corrected by the
     /// 429 it soon draws. With no anchor yet (the run's first 429), or too few replies since,
-    /// nothing is learned: the call backs off and the anchor stays. (One function: the spans
-    /// and the estimate are one argument, read top to bottom.)
+    /// nothing is learned: the call backs off and the anchor stays.
     pub(super) fn measure(&self, state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
         if state.anchors.is_empty() {
             provisional(state, ticket, exhausted);

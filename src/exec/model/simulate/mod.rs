@@ -238,8 +238,6 @@ const STORM_LATENCY: Duration = Duration::from_millis(5);
 const REFUSAL: Duration = Duration::from_millis(2);
 
 /// Runs a cell in virtual time (the caller's runtime must start paused).
-/// (One function: the simulator's virtual-time loop, arrivals, replies and the server in one
-/// place.)
 pub(super) async fn simulate(cell: Cell) -> Outcome {
     let limiter = Arc::new(match cell.local {
         true => Limiter::local(cell.ceiling, true),
