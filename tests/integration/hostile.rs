@@ -38,7 +38,7 @@ fn a_key_the_server_echoes_is_nowhere_in_the_run_the_cache_the_trace_or_the_term
         assert_eq!(status, 0, "{format:?}: {stderr}");
         let trace = std::fs::read_to_string(folder.join("trace.jsonl")).unwrap();
         assert!(
-            trace.contains("retrying a model call") && trace.contains("[redacted:MOCK_API_KEY]"),
+            trace.contains("\"message\":\"retrying\"") && trace.contains("[redacted:MOCK_API_KEY]"),
             "{format:?}: the echoing 500 and 429 were retried, redacted"
         );
         let report = read_json(&folder.join("report.json"));
