@@ -226,43 +226,6 @@ impl Plan {
         reader_key_with(&panel.identity_json, memory_sha256, &hashes.question, seed)
     }
 
-    /// The keys the same calls had before seeds reached the model (every key with its run
-    /// seed), where the request is the same: an entry under one answers the call.
-    pub(crate) fn legacy_read_key(
-        &self,
-        job: &MemoryJob,
-        question: &QuestionJob,
-        memory_sha256: &str,
-    ) -> Option<String> {
-        let legacy = self.callbacks.reader.seed.legacy();
-        legacy.then(|| self.read_key_seeded(job, question, memory_sha256, SeedRule::EachSeed))
-    }
-
-    pub(crate) fn legacy_judge_key(
-        &self,
-        job: &MemoryJob,
-        question: &QuestionJob,
-        answer: &str,
-    ) -> Option<String> {
-        let legacy = self.callbacks.judge.seed.legacy();
-        legacy.then(|| self.judge_key_seeded(job, question, answer, SeedRule::EachSeed))
-    }
-
-    /// A compressor call's key before seeds reached the model; `goal` is the goal shown.
-    pub(crate) fn legacy_compressor_key(&self, job: &MemoryJob, goal: Option<&str>) -> Option<String> {
-        let planned = self.callbacks.compressors.get(&job.id.cell.compressor)?;
-        planned.seed.legacy().then(|| {
-            compressor_key(
-                &planned.identity_json,
-                &self.tokenizer_identity.to_string(),
-                &self.source_sha256[job.source],
-                goal.map(sha256).as_deref(),
-                job.budget,
-                SeedRule::EachSeed.key_term(job.id.seed),
-            )
-        })
-    }
-
     fn read_key_seeded(
         &self,
         job: &MemoryJob,
@@ -380,7 +343,6 @@ mod tests {
         let rule = SeedRule::Model {
             sent: crate::inputs::models::SentSeed::Run,
             per_seed: false,
-            legacy: false,
         };
         let described = key(&json!({
             "role": "reader",

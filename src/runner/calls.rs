@@ -97,17 +97,15 @@ pub(super) fn note_done(progress: &StageProgress, origin: Origin) {
 }
 
 /// Answers a call from the cache, from an identical call of this run, or by calling.
-/// `legacy` is the key an earlier gacc filed the same request under, where there is one.
 pub(super) async fn obtain(
     shared: &RunState,
     callback: &Callback,
     key: &str,
-    legacy: impl FnOnce() -> Option<String>,
     description: impl Fn() -> Value,
     request: impl Fn() -> Vec<u8>,
 ) -> Result<(Value, Origin), Failure> {
     let role = callback.role;
-    if let Some(response) = from_cache(shared, callback, key, legacy, &description) {
+    if let Some(response) = shared.setup.cache.get(role.into(), key) {
         shared.calls.found(role, callback.audits());
         return Ok((response, Origin::Cache));
     }
@@ -166,37 +164,6 @@ pub(super) async fn obtain(
         shared.calls.slots.locked().remove(&(role, key.to_owned()));
     }
     account(shared, (role, callback.audits()), result, origin)
-}
-
-/// A call's response from the cache: under its key, or under the key an earlier gacc filed the
-/// same request under (then filed again under today's, and not paid twice).
-fn from_cache(
-    shared: &RunState,
-    callback: &Callback,
-    key: &str,
-    legacy: impl FnOnce() -> Option<String>,
-    description: &impl Fn() -> Value,
-) -> Option<Value> {
-    let role = callback.role;
-    // The common case at scale: answered by the cache, with no bookkeeping.
-    if let Some(response) = shared.setup.cache.get(role.into(), key) {
-        return Some(response);
-    }
-    let response = legacy().and_then(|old| shared.setup.cache.get(role.into(), &old))?;
-    if let Err(error) = shared
-        .setup
-        .cache
-        .put(role.into(), key, &description(), &response)
-    {
-        shared.lost_write(
-            &format!(
-                "could not write the cache entry of a {} call ({error})",
-                callback.name
-            ),
-            0,
-        );
-    }
-    Some(response)
 }
 
 /// Counts a call that went through its slot (made, found by the call that made it, or shared

@@ -308,8 +308,7 @@ pub(super) async fn make_memory<'a>(
     }
     let request = || messages::to_bytes(&request);
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
-    let legacy = || setup.plan.legacy_compressor_key(job, goal_text(shared, job));
-    let (response, origin) = obtain(shared, callback, &job.cache_key, legacy, description, request)
+    let (response, origin) = obtain(shared, callback, &job.cache_key, description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
     let mut usage = Usage::default();

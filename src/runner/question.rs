@@ -68,20 +68,11 @@ impl QuestionOutcome {
         shared: &RunState,
         job: &MemoryJob,
         step: Step<'_>,
-        legacy: impl FnOnce() -> Option<String>,
         request: impl Fn() -> Vec<u8>,
     ) -> Option<Value> {
         let started = Instant::now();
         let description = || json!({"job": step.stage.as_str(), "cache_key": step.cache_key});
-        let made = obtain(
-            shared,
-            step.callback,
-            &step.cache_key,
-            legacy,
-            description,
-            request,
-        )
-        .await;
+        let made = obtain(shared, step.callback, &step.cache_key, description, request).await;
         let progress = shared.setup.progress.stage(step.stage.role());
         let ended = made.as_ref().map(|(_, origin)| *origin);
         finished(
@@ -150,9 +141,7 @@ pub(super) async fn run_question(
             &reader.params,
         ))
     };
-    // The key an earlier gacc filed the same request under, looked up only on a miss.
-    let legacy = || setup.plan.legacy_read_key(job, question_job, memory_sha256);
-    let Some(response) = outcome.step(shared, job, read, legacy, request).await else {
+    let Some(response) = outcome.step(shared, job, read, request).await else {
         return outcome;
     };
     let answer =
@@ -178,8 +167,7 @@ pub(super) async fn run_question(
             &judge.params,
         ))
     };
-    let legacy = || setup.plan.legacy_judge_key(job, question_job, &answer);
-    if let Some(response) = outcome.step(shared, job, judgement, legacy, request).await
+    if let Some(response) = outcome.step(shared, job, judgement, request).await
         && let Some(verdict) = messages::read::<JudgeResponse>(&response)
     {
         outcome.row.correct = Some(verdict.correct);
@@ -266,9 +254,8 @@ async fn anchored(
     };
     let key = setup.plan.read_key(job, question_job, &memory_sha256);
     let request = || asked.read_request(memory, &reader.params);
-    let legacy = || setup.plan.legacy_read_key(job, question_job, &memory_sha256);
     let description = || json!({"job": read_name, "cache_key": key});
-    let response = match obtain(shared, reader, &key, legacy, description, request).await {
+    let response = match obtain(shared, reader, &key, description, request).await {
         Ok((response, _)) => response,
         Err(failure) => {
             warn(&reader.name, &failure);
@@ -297,9 +284,8 @@ async fn judged_again(
     let name = name.into();
     let key = setup.plan.judge_key(job, question_job, answer);
     let request = || asked.judge_request(answer, &judge.params);
-    let legacy = || setup.plan.legacy_judge_key(job, question_job, answer);
     let description = || json!({"job": name.as_ref(), "cache_key": key});
-    match obtain(shared, judge, &key, legacy, description, request).await {
+    match obtain(shared, judge, &key, description, request).await {
         Ok((response, _)) => {
             calls.insert(name, key);
             messages::read::<JudgeResponse>(&response).map(|v| v.correct)
@@ -348,7 +334,7 @@ async fn panel(
             .panel_read_key(planned, job, question_job, read.memory_sha256);
         let request = || asked.read_request(read.memory, &reader.params);
         let description = || json!({"job": "panel", "reader": name, "cache_key": key});
-        let answer = match obtain(shared, reader, &key, || None, description, request).await {
+        let answer = match obtain(shared, reader, &key, description, request).await {
             Ok((response, _)) => {
                 calls.insert(format!("readers.{name}"), key);
                 messages::read::<ReaderResponse>(&response)
@@ -390,7 +376,7 @@ async fn audit(
         let key = setup.plan.audit_key(planned, job, asked.question_job, answer);
         let request = || asked.judge_request(answer, &callback.params);
         let description = || json!({"job": "audit", "judge": name, "cache_key": key});
-        let verdict = match obtain(shared, callback, &key, || None, description, request).await {
+        let verdict = match obtain(shared, callback, &key, description, request).await {
             Ok((response, origin)) => {
                 calls.insert(callback.name.clone(), key);
                 let progress = &setup.progress;

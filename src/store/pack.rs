@@ -3,8 +3,8 @@
 //!
 //! Members, in order: `run/<file>` for each file of the run folder (with `--no-dataset`,
 //! `run/dataset.jsonl` is left out and `run/dataset.sha256` holds its SHA-256);
-//! `cache/segments/pack.log`, the entries in a cache segment's own line format (so an unpacked
-//! pack's `cache/` is a cache); and last `SHA256SUMS`, one `<hex>  <member>` line per member
+//! `cache/segments/pack.log`, the entries in a cache segment's own line format, and
+//! `cache/format`, their key scheme (so an unpacked pack's `cache/` is a cache); and last `SHA256SUMS`, one `<hex>  <member>` line per member
 //! (what `sha256sum -c` reads). Nothing gacc writes holds a secret, so neither does a pack.
 //!
 //! Reading one is hostile input: a member that is not a regular file, a name that leaves the
@@ -26,6 +26,8 @@ use crate::error::{Error, io};
 pub(crate) const SUMS: &str = "SHA256SUMS";
 /// The cache entries the rows rest on, as one cache segment.
 pub(crate) const ENTRIES: &str = "cache/segments/pack.log";
+/// The format of the entries' keys (`gacc.cache/2`), as a cache states it.
+const CACHE_FORMAT: &str = "cache/format";
 /// Where the run folder's files go.
 pub(crate) const RUN: &str = "run";
 /// The run folder's copy of its dataset, which `--no-dataset` leaves out.
@@ -175,7 +177,13 @@ pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) ->
         members += 1;
     }
     add(ENTRIES, &segment).map_err(io(&partial))?;
-    members += 1;
+    // The entries' key scheme: an unpacked pack's `cache/` is a cache of that format.
+    add(
+        CACHE_FORMAT,
+        format!("{}\n", crate::store::cache::FORMAT).as_bytes(),
+    )
+    .map_err(io(&partial))?;
+    members += 2;
     let mut header = tar::Header::new_gnu();
     header.set_size(sums.len() as u64);
     header.set_mode(0o644);

@@ -17,6 +17,7 @@ mod docs;
 mod faults;
 mod first_day;
 mod fixture;
+mod formats;
 mod hostile;
 mod html;
 mod interface;

@@ -26,15 +26,13 @@ impl Walk<'_> {
             for question in &job.questions {
                 let asked = &source.goals[question.goal].questions[question.question];
                 let read_key = plan.read_key(job, question, &memory_sha256);
-                let legacy = || plan.legacy_read_key(job, question, &memory_sha256);
-                let read = cached(self.cache, Role::Reader, &read_key, legacy);
+                let read = cached(self.cache, Role::Reader, &read_key);
                 let answer =
                     read.and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.into_owned()));
                 let (identity, answer, unknown) = match &answer {
                     Some(answer) => {
                         let key = plan.judge_key(job, question, answer);
-                        let legacy = || plan.legacy_judge_key(job, question, answer);
-                        if cached(self.cache, Role::Judge, &key, legacy).is_some() {
+                        if cached(self.cache, Role::Judge, &key).is_some() {
                             continue;
                         }
                         (key, answer.as_str(), 0)

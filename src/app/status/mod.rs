@@ -240,8 +240,7 @@ impl Walk<'_> {
             self.count(Stage::Compress, |s| s.skipped += 1);
             Some(String::new())
         } else {
-            let legacy = || plan.legacy_compressor_key(job, goal);
-            let answer = cached(self.cache, Role::Compressor, &job.cache_key, legacy);
+            let answer = cached(self.cache, Role::Compressor, &job.cache_key);
             let memory =
                 answer.and_then(|r| messages::read::<CompressorResponse>(&r).map(|r| r.memory.into_owned()));
             if memory.is_some() {
@@ -304,8 +303,7 @@ impl Walk<'_> {
         for question in &job.questions {
             self.bound_panel(source, job, question, Some(memory_sha256));
             let read_key = plan.read_key(job, question, memory_sha256);
-            let legacy = || plan.legacy_read_key(job, question, memory_sha256);
-            let read = cached(self.cache, Role::Reader, &read_key, legacy);
+            let read = cached(self.cache, Role::Reader, &read_key);
             let Some(answer) =
                 read.and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.into_owned()))
             else {
@@ -314,8 +312,7 @@ impl Walk<'_> {
             };
             self.count(Stage::Read, |s| s.cached += 1);
             let judge_key = plan.judge_key(job, question, &answer);
-            let legacy = || plan.legacy_judge_key(job, question, &answer);
-            if cached(self.cache, Role::Judge, &judge_key, legacy).is_some() {
+            if cached(self.cache, Role::Judge, &judge_key).is_some() {
                 self.count(Stage::Judge, |s| s.cached += 1);
             } else {
                 let pending = Pending::Answered(&judge_key);
@@ -410,7 +407,7 @@ impl Walk<'_> {
             let (identity, unknown, text) = match answer {
                 Answer::Known(text) => {
                     let key = plan.audit_key(audit, job, question, text);
-                    let judged = cached(self.cache, Role::Judge, &key, || None).is_some();
+                    let judged = cached(self.cache, Role::Judge, &key).is_some();
                     if judged || !audited(seed, &asked.id, text, *share) {
                         continue;
                     }
@@ -446,11 +443,9 @@ enum Answer<'a> {
     Unknown(&'a str),
 }
 
-/// A call's cached response, under its key or the key an earlier gacc filed it under.
-fn cached(cache: &Cache, role: Role, key: &str, legacy: impl FnOnce() -> Option<String>) -> Option<Value> {
-    cache
-        .get(role.into(), key)
-        .or_else(|| cache.get(role.into(), &legacy()?))
+/// A call's cached response.
+fn cached(cache: &Cache, role: Role, key: &str) -> Option<Value> {
+    cache.get(role.into(), key)
 }
 
 /// What is known of a question's calls that the cache does not answer.

@@ -31,7 +31,7 @@ impl Walk<'_> {
                 Some(sha256) if !in_panel(seed, &asked.id, sha256, *share) => continue,
                 Some(sha256) => {
                     let key = plan.panel_read_key(planned, job, question, sha256);
-                    let read = cached(self.cache, Role::Reader, &key, || None);
+                    let read = cached(self.cache, Role::Reader, &key);
                     let answer = read
                         .and_then(|r| messages::read::<ReaderResponse>(&r).map(|r| r.answer.into_owned()));
                     (key, answer)
@@ -57,7 +57,7 @@ impl Walk<'_> {
             let (identity, text, unknown) = match &answer {
                 Some(answer) => {
                     let key = plan.judge_key(job, question, answer);
-                    if cached(self.cache, Role::Judge, &key, || None).is_some() {
+                    if cached(self.cache, Role::Judge, &key).is_some() {
                         continue;
                     }
                     (key, answer.as_str(), 0)

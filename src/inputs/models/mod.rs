@@ -443,13 +443,13 @@ mod tests {
         .unwrap()
     }
 
-    /// (sent for run seed 7, per seed, legacy) of a reader with `params`.
-    fn rule(api: Api, template: Option<&str>, params: Value) -> (Option<u64>, bool, bool) {
+    /// (sent for run seed 7, per seed) of a reader with `params`.
+    fn rule(api: Api, template: Option<&str>, params: Value) -> (Option<u64>, bool) {
         let rule = SeedRule::of(Some(&call(api, template)), &params);
-        let SeedRule::Model { per_seed, legacy, .. } = rule else {
+        let SeedRule::Model { per_seed, .. } = rule else {
             panic!("a model call has a model rule");
         };
-        (rule.sent(7), per_seed, legacy)
+        (rule.sent(7), per_seed)
     }
 
     #[test]
@@ -458,29 +458,29 @@ mod tests {
         let greedy = json!({"model": "m", "temperature": 0});
         let sampled = json!({"model": "m", "temperature": 0.7});
         let default = json!({"model": "m"});
-        // Greedy: no seed, seeds share, and the old keys answer (the body is unchanged).
-        assert_eq!(rule(open_ai, None, greedy.clone()), (None, false, true));
-        assert_eq!(rule(anthropic, None, greedy.clone()), (None, false, true));
+        // Greedy: no seed, and seeds share.
+        assert_eq!(rule(open_ai, None, greedy.clone()), (None, false));
+        assert_eq!(rule(anthropic, None, greedy.clone()), (None, false));
         // Sampling (temperature above 0 or absent) on OpenAI's format sends the run's seed.
-        assert_eq!(rule(open_ai, None, sampled.clone()), (Some(7), false, false));
-        assert_eq!(rule(open_ai, None, default), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, sampled.clone()), (Some(7), false));
+        assert_eq!(rule(open_ai, None, default), (Some(7), false));
         // Anthropic takes no seed: each seed its own call.
-        assert_eq!(rule(anthropic, None, sampled.clone()), (None, true, true));
+        assert_eq!(rule(anthropic, None, sampled.clone()), (None, true));
         // params.seed overrides.
         let with = |seed: Value| {
             let mut params = sampled.clone();
             params["seed"] = seed;
             params
         };
-        assert_eq!(rule(open_ai, None, with(json!(false))), (None, true, false));
-        assert_eq!(rule(open_ai, None, with(json!(true))), (Some(7), false, false));
-        assert_eq!(rule(open_ai, None, with(json!(5))), (Some(5), false, true));
+        assert_eq!(rule(open_ai, None, with(json!(false))), (None, true));
+        assert_eq!(rule(open_ai, None, with(json!(true))), (Some(7), false));
+        assert_eq!(rule(open_ai, None, with(json!(5))), (Some(5), false));
         let mut forced = greedy.clone();
         forced["seed"] = json!(true);
-        assert_eq!(rule(open_ai, None, forced), (Some(7), false, false));
+        assert_eq!(rule(open_ai, None, forced), (Some(7), false));
         // A template that reads the seed puts it in the prompt.
         let reads = "{{ memory }} {{ question }} {{ seed }}";
-        assert_eq!(rule(open_ai, Some(reads), greedy), (None, true, true));
+        assert_eq!(rule(open_ai, Some(reads), greedy), (None, true));
         // A program's keys are what they always were.
         assert_eq!(SeedRule::of(None, &sampled).key_term(7).to_string(), "7");
         let rule = SeedRule::of(Some(&call(open_ai, None)), &sampled);

@@ -13,13 +13,7 @@ pub(crate) enum SeedRule {
     EachSeed,
     /// A model call: the seed its body carries, and whether each run seed is still a call of
     /// its own (sampling with no seed sent, or a template that reads `seed`).
-    Model {
-        sent: SentSeed,
-        per_seed: bool,
-        /// The body is what gacc sent before seeds reached the model: an entry under the
-        /// key of that time answers it.
-        legacy: bool,
-    },
+    Model { sent: SentSeed, per_seed: bool },
 }
 
 /// The `seed` a model request's body carries.
@@ -55,7 +49,6 @@ impl SeedRule {
         SeedRule::Model {
             sent,
             per_seed: call.reads_seed || (sampling && sent == SentSeed::None),
-            legacy: sent != SentSeed::Run && asked.is_none_or(Value::is_u64),
         }
     }
 
@@ -71,12 +64,6 @@ impl SeedRule {
             } => Some(*fixed),
             _ => None,
         }
-    }
-
-    /// The key of the same call as gacc made it before seeds reached the model (the run's
-    /// seed in every key) answers this one too: the body is the same.
-    pub(crate) fn legacy(&self) -> bool {
-        matches!(self, SeedRule::Model { legacy: true, .. })
     }
 
     /// The seed term of a cache key, as canonical JSON: the run seed for a program (the

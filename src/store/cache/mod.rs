@@ -19,11 +19,13 @@ use std::time::Duration;
 use crate::parallel::Locked;
 use serde_json::{Value, json};
 
+mod format;
 mod index;
 mod kind;
 mod lease;
 mod scan;
 mod stats;
+pub(crate) use format::FORMAT;
 use index::{load_index, write_index};
 pub(crate) use kind::Kind;
 use scan::{Sinks, scan, segment_files};
@@ -118,6 +120,10 @@ impl Cache {
     /// Opens the cache at `root` with read-only `layers` beneath it (SPEC §12: an unpacked
     /// pack's `cache/`): their entries are found as the root's are; new entries go to `root`.
     pub(crate) fn layered(root: &Path, layers: &[PathBuf]) -> std::io::Result<Cache> {
+        format::check(root, true)?;
+        for layer in layers {
+            format::check(layer, false)?;
+        }
         let folder = root.join(SEGMENTS);
         std::fs::create_dir_all(&folder)?;
         let mut names = Vec::new();
