@@ -50,9 +50,8 @@ pub(crate) enum Command {
     Diff(DiffArgs),
     /// Review a run's trace: slowest calls, failures, latency per callback, cache hits per stage.
     Trace(TraceArgs),
-    /// Make the calls of one array task on a cluster node (run by the tasks gacc submits; `worker` is its
-    /// name in arrays an earlier gacc submitted).
-    #[command(name = "array-task", alias = "worker", hide = true)]
+    /// Make the calls of one array task on a cluster node (run by the tasks gacc submits).
+    #[command(name = "array-task", hide = true)]
     ArrayTask(ArrayTaskArgs),
     /// The provider batches of a cache (SPEC §9): list them, or cancel the open ones.
     Batches {

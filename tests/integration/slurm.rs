@@ -116,10 +116,15 @@ fn rule_built_ins_on_a_slurm_run_are_answered_by_gacc_and_submit_nothing() {
         String::from_utf8(report(&local_run)).unwrap(),
         String::from_utf8(report(&remote_run)).unwrap()
     );
+    // The work folder holds its format, and no call or array.
     assert_eq!(
         count_files(&remote.path(".gacc/slurm")),
-        0,
+        1,
         "nothing was submitted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(remote.path(".gacc/slurm/format")).unwrap(),
+        "gacc.slurm/2\n"
     );
 }
 

@@ -13,10 +13,11 @@
 //! arrays/<array>/tasks/<index>   the call keys of one array task, one per line
 //! arrays/<array>/job             the Slurm job id, once sbatch has accepted the array
 //! arrays/<array>/logs/<index>.{out,err}
+//! format                          the folder's format, `gacc.slurm/2`
 //! ```
 //!
-//! (An earlier gacc put its arrays in `batches/<array>/`, described by `batch.json`; those are
-//! read there, so a run resumed by a newer gacc still adopts the tasks they run.)
+//! A work folder of another format (or of the unnamed one before it, whose arrays were in
+//! `batches/`) is refused, naming the gacc that reads it: its tasks may still run and answer.
 //!
 //! A call's key is the SHA-256 of its callback's identity and its request, so a gacc that
 //! restarts finds what an earlier one submitted: a response is taken as it is, and a task that
@@ -108,19 +109,40 @@ impl Task {
     }
 }
 
-/// The work folder's folder of arrays, and its name before (`batches`, a word the cache uses
-/// for provider batches).
+/// The work folder's folder of arrays.
 const ARRAYS: &str = "arrays";
-const EARLIER_ARRAYS: &str = "batches";
+/// The work folder's layout (above), named in its `format` file.
+const FORMAT: &str = "gacc.slurm/2";
+/// The gacc that reads a work folder written before its format was named.
+const READS_UNNAMED: &str = "gacc 0.1.0 at commit 8c6c977 or earlier";
 
-/// An array's folder in the work folder `work` (see `Slurm::array_folder`).
-fn array_folder(work: &std::path::Path, array: &str) -> PathBuf {
-    let folder = work.join(ARRAYS).join(array);
-    let earlier = work.join(EARLIER_ARRAYS).join(array);
-    if !folder.exists() && earlier.exists() {
-        earlier
-    } else {
-        folder
+/// Checks the work folder `work` is of this gacc's format; a new or empty one is marked so.
+fn check_format(work: &std::path::Path) -> Result<(), String> {
+    let path = work.join("format");
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim() == FORMAT => Ok(()),
+        Ok(text) => Err(format!(
+            "{} names the format `{}`, written by another gacc; this gacc reads {FORMAT} \
+             (let its arrays finish with the gacc that wrote it, or use another `work_dir`)",
+            path.display(),
+            text.trim().chars().take(40).collect::<String>()
+        )),
+        Err(_) => {
+            let used = ["calls", ARRAYS, "batches"].iter().any(|folder| {
+                std::fs::read_dir(work.join(folder)).is_ok_and(|mut entries| entries.next().is_some())
+            });
+            if used {
+                return Err(format!(
+                    "the Slurm work folder {} was written by a gacc before its format was named: \
+                     {READS_UNNAMED} reads it, this gacc reads {FORMAT} (let its arrays finish \
+                     with that gacc, or cancel them and move the folder aside)",
+                    work.display()
+                ));
+            }
+            std::fs::create_dir_all(work)
+                .and_then(|()| std::fs::write(&path, format!("{FORMAT}\n")))
+                .map_err(|error| format!("cannot create the work folder {}: {error}", work.display()))
+        }
     }
 }
 
@@ -248,6 +270,7 @@ impl Slurm {
             None => std::env::current_exe()
                 .map_err(|error| format!("cannot find the gacc executable: {error}"))?,
         };
+        check_format(&work)?;
         for folder in ["calls", ARRAYS] {
             std::fs::create_dir_all(work.join(folder))
                 .map_err(|error| format!("cannot create the work folder {}: {error}", work.display()))?;
@@ -268,10 +291,9 @@ impl Slurm {
         self.work.join("calls")
     }
 
-    /// An array's folder: `arrays/<array>`, or `batches/<array>` where a gacc before the
-    /// folders were so named submitted it (its tasks may still run, and answer).
+    /// An array's folder: `arrays/<array>`.
     fn array_folder(&self, array: &str) -> PathBuf {
-        array_folder(&self.work, array)
+        self.work.join(ARRAYS).join(array)
     }
 
     fn resources(&self, role: Role) -> SlurmResources {
@@ -534,22 +556,26 @@ mod tests {
     }
 
     #[test]
-    fn an_array_is_in_arrays_and_one_an_earlier_gacc_submitted_is_read_where_it_put_it() {
-        let work = std::env::temp_dir().join(format!("gacc-arrays-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        assert_eq!(array_folder(&work, "a1"), work.join("arrays/a1"), "a new array");
-        std::fs::create_dir_all(work.join("batches/a0")).unwrap();
-        std::fs::write(work.join("batches/a0/batch.json"), "{}").unwrap();
-        assert_eq!(array_folder(&work, "a0"), work.join("batches/a0"));
+    fn a_work_folder_of_another_format_is_refused_naming_the_gacc_that_reads_it() {
+        let work = tempfile::tempdir().unwrap();
+        let work = work.path();
+        check_format(work).unwrap();
         assert_eq!(
-            task::description(&work.join("batches/a0")),
-            work.join("batches/a0/batch.json")
+            std::fs::read_to_string(work.join("format")).unwrap(),
+            "gacc.slurm/2\n"
         );
-        assert_eq!(
-            task::description(&work.join("arrays/a1")),
-            work.join("arrays/a1/array.json")
+        check_format(work).unwrap();
+        // Arrays where a gacc before the format put them.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(old.path().join("batches/a0")).unwrap();
+        let refused = check_format(old.path()).unwrap_err();
+        assert!(
+            refused.contains("commit 8c6c977 or earlier reads it"),
+            "{refused}"
         );
-        std::fs::remove_dir_all(&work).unwrap();
+        assert!(!old.path().join("format").exists());
+        std::fs::write(work.join("format"), "gacc.slurm/3").unwrap();
+        assert!(check_format(work).unwrap_err().contains("`gacc.slurm/3`"));
     }
 
     #[test]

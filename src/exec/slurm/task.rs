@@ -14,22 +14,8 @@ use crate::exec::process::ProcessLauncher;
 use crate::exec::remote::{Described, call_files, response_file};
 use crate::files::write_durably;
 
-/// An array's description, in its folder; and its name before (arrays an earlier gacc
-/// submitted may still run).
+/// An array's description, in its folder.
 pub(super) const DESCRIPTION: &str = "array.json";
-const EARLIER_DESCRIPTION: &str = "batch.json";
-
-/// Where an array's description is: `array.json`, or `batch.json` in an array an earlier gacc
-/// submitted.
-pub(super) fn description(array: &Path) -> PathBuf {
-    let path = array.join(DESCRIPTION);
-    let earlier = array.join(EARLIER_DESCRIPTION);
-    if !path.exists() && earlier.exists() {
-        earlier
-    } else {
-        path
-    }
-}
 
 /// Where Slurm tells an array task its index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
@@ -44,7 +30,7 @@ pub(crate) fn work(array: &Path, task: Option<usize>) -> Result<usize, String> {
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("no --task and no {TASK_VARIABLE} in the environment"))?,
     };
-    let path = description(array);
+    let path = array.join(DESCRIPTION);
     let description: Value = std::fs::read(&path)
         .map_err(|error| format!("cannot read {}: {error}", path.display()))
         .and_then(|bytes| {
