@@ -1,6 +1,6 @@
 //! `report.json` read back (SPEC §5): what `gacc diff`, `gacc runs`, the charts and
-//! `gacc run --json` use of a finished run's report, typed. Every field defaults, so a run
-//! folder of an older gacc loads with what it has; the names a cell and a run are compared or
+//! `gacc run --json` use of a finished run's report, typed. Every field defaults, so a report
+//! that lacks one loads with what it has; the names a cell and a run are compared or
 //! shown by are kept as written (`Value`), so two versions of gacc compare by what they wrote.
 //! (`report.md`'s template and `report.html` get the whole document: a template may read any
 //! field.)

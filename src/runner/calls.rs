@@ -139,7 +139,7 @@ pub(super) async fn obtain(
                         return Ok((response, true));
                     }
                 }
-                // Each attempt's trace event carries the call's cache key through this span.
+                // What is logged while the call is made (-vvv) names its cache key.
                 let span = tracing::info_span!("call", key = %key);
                 let answer = callback
                     .call(key, request, &shared.run_limit)

@@ -134,8 +134,8 @@ pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) ->
     if keys.is_empty() {
         return Err(Error::Io {
             path: run.file("results.jsonl"),
-            message: "its rows name no cache entries (`calls`): a run made by an older gacc, or \
-                      one with no rows, cannot be packed to replay; run its manifest again"
+            message: "its rows name no cache entries (`calls`): a run made before rows named them, \
+                      or one with no rows, cannot be packed to replay; run its manifest again"
                 .into(),
         });
     }

@@ -15,7 +15,7 @@ pub(crate) const DATASET: &str = "dataset.jsonl";
 /// The job graph, gzipped (`gacc.plan/2`: every memory job and the questions read from it).
 pub(crate) const PLAN: &str = "plan.json.gz";
 pub(crate) const MEMORIES: &str = "memories.jsonl";
-/// Each distinct memory's text once, gzipped (an older gacc wrote it plain, without `.gz`).
+/// Each distinct memory's text once, gzipped.
 pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl.gz";
 pub(crate) const RESULTS: &str = "results.jsonl";
 pub(crate) const REPORT_JSON: &str = "report.json";
@@ -170,10 +170,15 @@ impl RunFolder {
     /// One of its files for reading line by line, decompressed if it is gzipped.
     pub(crate) fn open_lines(&self, name: &str) -> Result<Box<dyn BufRead>, Error> {
         let path = self.file(name);
+        // The run folders of gacc before memory texts were gzipped held them plain.
         let plain = name.strip_suffix(".gz").map(|plain| self.file(plain));
         if let Some(plain) = plain.filter(|plain| !path.exists() && plain.exists()) {
-            let file = std::fs::File::open(&plain).map_err(|error| unreadable(&plain, error))?;
-            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)));
+            return Err(Error::Io {
+                path: plain,
+                message: "written by a gacc before memory texts were gzipped: gacc 0.1.0 at commit \
+                          8c6c977 or earlier reads it"
+                    .into(),
+            });
         }
         let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
         if name.ends_with(".gz") {
@@ -300,7 +305,7 @@ fn recorded(folder: &Path, field: &str) -> Option<String> {
 /// The cache a run folder's run.json names: as written where absolute, else in the run's
 /// project folder (the one holding `runs/<name>/<run>`); `.gacc/cache` here without a run.json.
 pub(crate) fn cache_of(folder: &Path) -> Result<PathBuf, Error> {
-    // A folder without a record (copied by hand, an older gacc's) uses the default cache here.
+    // A folder without a record (copied by hand) uses the default cache here.
     if !folder.join(RUN).is_file() {
         return Ok(PathBuf::from(".gacc/cache"));
     }

@@ -1,11 +1,15 @@
 //! `run.json` (SPEC §5): one run's own record, typed for the run that writes it and every
-//! command that reads it. A field an older gacc did not write reads as its default, so older
-//! run folders still load; fields are declared in the order they are written.
+//! command that reads it. Its format is named in `schema` (`gacc.run/1`); a record of another
+//! is not read. A field the record lacks reads as its default; fields are declared in the
+//! order they are written.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The format of `run.json` this gacc writes and reads.
+pub(crate) const RUN_SCHEMA: &str = "gacc.run/1";
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,6 +42,10 @@ pub(crate) struct RunRecord {
     /// left in place by a run that was interrupted or crashed. A finished run has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<LiveProgress>,
+    /// The record's format, `gacc.run/1` (absent in records written before it was named,
+    /// which are of that format too).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub schema: String,
     /// Per callback (its manifest key): the files its command runs and their SHA-256, as
     /// hashed into its identity; the next run says which changed.
     pub scripts: BTreeMap<String, BTreeMap<String, String>>,
@@ -158,6 +166,7 @@ impl RunRecord {
         RunRecord {
             gacc_version: env!("CARGO_PKG_VERSION").to_owned(),
             host: hostname(),
+            schema: RUN_SCHEMA.to_owned(),
             ..RunRecord::default()
         }
     }
@@ -173,9 +182,10 @@ impl RunRecord {
             && !gacc_alive(progress.pid)
     }
 
-    /// The record in `text`, or None for text that is not one.
+    /// The record in `text`, or None for text that is not one of this gacc's format.
     pub(crate) fn parse(text: &str) -> Option<RunRecord> {
-        serde_json::from_str(text).ok()
+        let record: RunRecord = serde_json::from_str(text).ok()?;
+        (record.schema.is_empty() || record.schema == RUN_SCHEMA).then_some(record)
     }
 }
 
@@ -256,7 +266,7 @@ mod tests {
         let record = RunRecord {
             endpoints: BTreeMap::from([("m".to_owned(), EndpointRecord::default())]),
             phases: vec![("prepare".into(), 0.5)],
-            ..RunRecord::default()
+            ..RunRecord::here()
         };
         let text = serde_json::to_string(&record).unwrap();
         let value: Value = serde_json::from_str(&text).unwrap();
@@ -272,5 +282,8 @@ mod tests {
         assert_eq!((older.seconds, older.failures, older.landlock_abi), (2.5, 1, 0));
         assert!(older.endpoints.is_empty());
         assert!(RunRecord::parse("not json").is_none());
+        // Another gacc's format is not read as this one's.
+        assert!(RunRecord::parse(r#"{"schema": "gacc.run/2", "seconds": 1}"#).is_none());
+        assert_eq!(RunRecord::parse(&text).unwrap().schema, "gacc.run/1");
     }
 }

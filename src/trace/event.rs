@@ -45,7 +45,7 @@ pub(crate) enum TraceEvent<'a> {
         /// Why a failed attempt failed (a model call's names the HTTP status).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<Cow<'a, str>>,
-        /// The call's cache key (a trace of an older gacc has it in `span.key`).
+        /// The call's cache key.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Cow<'a, str>>,
     },

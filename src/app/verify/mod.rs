@@ -172,7 +172,10 @@ pub(super) fn recorded(stated: &Path) -> Result<std::sync::Arc<Recorded>, Error>
     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
     let record = RunRecord::parse(&text).ok_or_else(|| Error::Io {
         path: path.clone(),
-        message: "is not a run record (run.json)".into(),
+        message: format!(
+            "is not a run record of this gacc's format ({})",
+            crate::store::run_record::RUN_SCHEMA
+        ),
     })?;
     Ok(std::sync::Arc::new(Recorded {
         scripts: record.scripts,

@@ -519,11 +519,11 @@ mod tests {
         let root = tempfile_folder().join("pth");
         let site = root.join("venv/lib/python3.11/site-packages");
         std::fs::create_dir_all(&site).unwrap();
-        std::fs::create_dir_all(root.join("legacy")).unwrap();
+        std::fs::create_dir_all(root.join("classic")).unwrap();
         std::fs::create_dir_all(root.join("modern/pkg")).unwrap();
         std::fs::write(
-            site.join("legacy.pth"),
-            format!("# a comment\nimport sys\n{}\n", root.join("legacy").display()),
+            site.join("classic.pth"),
+            format!("# a comment\nimport sys\n{}\n", root.join("classic").display()),
         )
         .unwrap();
         std::fs::write(
@@ -536,7 +536,7 @@ mod tests {
         .unwrap();
         let mut found = path_file_entries(&root.join("venv"));
         found.sort();
-        assert_eq!(found, [root.join("legacy"), root.join("modern/pkg")]);
+        assert_eq!(found, [root.join("classic"), root.join("modern/pkg")]);
         let _ = std::fs::remove_dir_all(root.parent().unwrap_or(&root));
     }
 

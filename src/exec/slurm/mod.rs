@@ -87,7 +87,7 @@ struct Outstanding {
     task: Task,
     reply: oneshot::Sender<Attempt>,
     /// Found running when this gacc started: if it ends without an answer, the call is
-    /// submitted again rather than failed (the earlier gacc may have lost it).
+    /// submitted again rather than failed (the earlier run may have lost it).
     adopted: bool,
     misses: u32,
     /// Description of the callback, to submit the call again.
@@ -326,7 +326,7 @@ impl Slurm {
         }
         let key = call_key(callback, request);
         let files = call_files(&self.calls(), &key);
-        // An answer already there: a task submitted by an earlier gacc made this call.
+        // An answer already there: a task submitted by an earlier run made this call.
         if let Some(attempt) = self.take_response(&key, &files) {
             return attempt;
         }
@@ -414,7 +414,7 @@ impl Slurm {
         Some(attempt)
     }
 
-    /// The task an earlier gacc submitted this call to. Whether Slurm still runs it is for
+    /// The task an earlier run submitted this call to. Whether Slurm still runs it is for
     /// the next poll to tell: one that ended without answering is submitted again.
     async fn adopt(&self, files: &CallFiles) -> Option<Task> {
         let recorded = std::fs::read_to_string(&files.task).ok()?;

@@ -97,15 +97,18 @@ impl Recorded {
         }
     }
 
-    /// The call key an event belongs to: a call attempt's own, or (a trace of an older gacc,
-    /// or free text) the span it ran in.
+    /// The call key of a call attempt.
     fn call_key(&self) -> Option<String> {
-        if let TraceEvent::CallbackAttempt { key: Some(key), .. } = &self.event {
-            return Some(key.to_string());
+        match &self.event {
+            TraceEvent::CallbackAttempt { key: Some(key), .. } => Some(key.to_string()),
+            _ => None,
         }
-        (self.line.pointer("/span/key"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+    }
+
+    /// A call attempt whose key is only in the span it ran in.
+    fn keyed_in_a_span(&self) -> bool {
+        matches!(self.event, TraceEvent::CallbackAttempt { key: None, .. })
+            && self.line.pointer("/span/key").is_some()
     }
 
     /// Whether the event is of job (or key) `prefix`.
@@ -146,6 +149,9 @@ fn matches(event: &TraceEvent, filter: &Filter) -> bool {
     stage_ok && callback_ok
 }
 
+/// The gacc that reviews a trace written before events were typed.
+const READS_UNTYPED: &str = "gacc 0.1.0 at commit 8c6c977 or earlier";
+
 /// Reviews `trace.jsonl` in a run folder.
 pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let text_of = RunFolder::open(folder).read_text(TRACE)?;
@@ -159,7 +165,14 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
     let mut retries = 0;
     let mut cache: BTreeMap<String, CacheHits> = BTreeMap::new();
     let mut story = Vec::new();
-    let summarised = (events.iter()).any(|e| matches!(e.event, TraceEvent::StageFinished { .. }));
+    // Call attempts that name their key only in a span: a trace of the format before events
+    // were typed, whose review this gacc does not give.
+    if events.iter().any(Recorded::keyed_in_a_span) {
+        return Err(Error::Io {
+            path: folder.join(TRACE),
+            message: format!("written by a gacc before trace events were typed: {READS_UNTYPED} reviews it"),
+        });
+    }
     for recorded in &events {
         if let Some(job) = &filter.job
             && recorded.is_of(job)
@@ -188,12 +201,6 @@ pub(crate) fn review(folder: &Path, filter: &Filter) -> Result<Review, Error> {
             }),
             TraceEvent::JobFailed { .. } => failures.push(recorded.line.clone()),
             TraceEvent::Retrying { .. } => retries += 1,
-            // A trace of an older gacc has a line per job and no stage summaries.
-            TraceEvent::JobFinished { stage, cache_hit, .. } if !summarised => {
-                let hits = cache.entry(stage.as_str().to_owned()).or_default();
-                hits.jobs += 1;
-                hits.hits += usize::from(*cache_hit);
-            }
             TraceEvent::StageFinished {
                 stage,
                 finished,

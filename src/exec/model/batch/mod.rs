@@ -80,7 +80,7 @@ pub(crate) struct Batcher {
     folder: PathBuf,
     cache: Cache,
     state: Mutex<State>,
-    /// Whether this run has taken up the batches an earlier gacc left open.
+    /// Whether this run has taken up the batches an earlier run left open.
     reattached: std::sync::Once,
 }
 
@@ -130,7 +130,7 @@ impl Batcher {
         self.spec.online_retry
     }
 
-    /// Re-attaches to the batches an earlier gacc left open on this endpoint (once a run).
+    /// Re-attaches to the batches an earlier run left open on this endpoint (once a run).
     fn reattach(endpoint: &Arc<Endpoint>) {
         let Some(batcher) = endpoint.batcher.get() else {
             return;

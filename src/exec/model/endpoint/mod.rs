@@ -198,7 +198,7 @@ impl Endpoint {
     }
 
     /// Sends this endpoint's calls through the provider's batch API, recording its batches
-    /// in `folder` (its first call re-attaches to those an earlier gacc left open there).
+    /// in `folder` (its first call re-attaches to those an earlier run left open there).
     pub(crate) fn use_batches(&self, folder: std::path::PathBuf, cache: crate::store::cache::Cache) {
         if let Some(spec) = self.spec.batch.spec() {
             let _ = self.batcher.set(batch::Batcher::new(spec, folder, cache));
