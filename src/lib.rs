@@ -9,6 +9,7 @@
 //! breaks this table or closes a circle, and on each `never` line.
 //!
 //! ```text
+//! floor 9  testkit
 //! floor 8  app
 //! floor 7  review
 //! floor 6  report
@@ -17,7 +18,7 @@
 //! floor 3  plan
 //! floor 2  builtin inputs
 //! floor 1  protocol trace providers
-//! floor 0  error clock rng hash parallel files secrets mangle
+//! floor 0  error clock rng hash parallel files secrets
 //! never    runner -> exec::slurm
 //! never    exec::callback -> exec::slurm
 //! ```
@@ -36,8 +37,6 @@ mod clock;
 mod exec;
 mod files;
 mod hash;
-#[cfg(test)]
-mod mangle;
 mod parallel;
 mod plan;
 mod providers;
@@ -46,4 +45,6 @@ mod rng;
 mod runner;
 mod secrets;
 mod store;
+#[cfg(test)]
+mod testkit;
 mod trace;

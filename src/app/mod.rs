@@ -5,8 +5,6 @@
 pub mod bench;
 mod check;
 mod confinement;
-#[cfg(test)]
-mod hostile;
 mod init;
 mod power;
 pub(crate) mod prepare;

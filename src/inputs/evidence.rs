@@ -70,15 +70,6 @@ impl Spans {
             .map(|s| s.goals.iter().map(goal).collect())
             .collect()
     }
-
-    /// The share of the spans `memory` holds, and what the spans are.
-    #[cfg(test)]
-    fn kept(&self, memory: &Normalised) -> (f64, EvidenceBasis) {
-        let held = (self.finders.iter())
-            .filter(|words| words.find(memory.0.as_bytes()).is_some())
-            .count();
-        (held as f64 / self.finders.len().max(1) as f64, self.basis)
-    }
 }
 
 /// Each of `spans`' share kept by the memory whose normalised text (`normalize_into`'s bytes)
@@ -94,12 +85,6 @@ pub(crate) fn kept_each<'s>(
         (kept as f64 / spans.finders.len().max(1) as f64, spans.basis)
     }))
     .collect()
-}
-
-/// The share of `question`'s spans `memory` holds, and what the spans are.
-#[cfg(test)]
-fn kept(question: &Question, memory: &Normalised) -> (f64, EvidenceBasis) {
-    Spans::of(question).kept(memory)
 }
 
 /// A question's evidence (SPEC §11): at least one span, each found verbatim in its source.
@@ -163,6 +148,11 @@ fn quoted(span: &str) -> String {
 mod tests {
     use super::*;
     use crate::inputs::records::Evidence;
+
+    /// The share of `question`'s spans `memory` holds, and what the spans are.
+    fn kept(question: &Question, memory: &Normalised) -> (f64, EvidenceBasis) {
+        kept_each(memory.0.as_bytes(), std::iter::once(&Spans::of(question)))[0]
+    }
 
     fn question(evidence: Option<Evidence>) -> Question {
         Question {

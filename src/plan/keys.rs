@@ -341,7 +341,7 @@ mod tests {
         }
         // A model call's seed term is canonical JSON too.
         let rule = SeedRule::Model {
-            sent: crate::inputs::models::SentSeed::Run,
+            sent: crate::inputs::models::seed::SentSeed::Run,
             per_seed: false,
         };
         let described = key(&json!({

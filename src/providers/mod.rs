@@ -12,13 +12,11 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 mod anthropic;
-#[cfg(test)]
-mod hostile;
 mod openai;
 mod openai_responses;
 
 /// Every provider, by the `api` name a manifest gives it.
-const PROVIDERS: &[&dyn Provider] = &[
+pub(crate) const PROVIDERS: &[&dyn Provider] = &[
     &openai::OpenaiChat,
     &anthropic::AnthropicMessages,
     &openai_responses::OpenaiResponses,
@@ -234,11 +232,6 @@ impl Http {
 pub(crate) struct Api(&'static dyn Provider);
 
 impl Api {
-    #[cfg(test)]
-    pub(crate) const OPENAI_CHAT: Api = Api(&openai::OpenaiChat);
-    #[cfg(test)]
-    pub(crate) const ANTHROPIC_MESSAGES: Api = Api(&anthropic::AnthropicMessages);
-
     /// The provider named `name`, or the names there are.
     pub(crate) fn named(name: &str) -> Result<Api, String> {
         PROVIDERS
@@ -456,8 +449,12 @@ fn count(value: Option<&Value>, name: &str) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The two formats most tests speak.
+    pub(crate) const OPENAI_CHAT: Api = Api(&openai::OpenaiChat);
+    pub(crate) const ANTHROPIC_MESSAGES: Api = Api(&anthropic::AnthropicMessages);
 
     fn reply(api: Api, body: &Value) -> Result<Reply, String> {
         api.provider().reply(body)
@@ -468,7 +465,7 @@ mod tests {
         let openai = json!({"model": "gpt-x-2025", "system_fingerprint": "fp_1",
             "choices": [{"message": {"content": "Paris"}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 64}}});
-        let reply = super::tests::reply(Api::OPENAI_CHAT, &openai).unwrap();
+        let reply = super::tests::reply(tests::OPENAI_CHAT, &openai).unwrap();
         assert_eq!(
             (reply.text.as_str(), reply.model.as_deref()),
             ("Paris", Some("gpt-x-2025"))
@@ -484,13 +481,13 @@ mod tests {
         );
         let deepseek = json!({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "prompt_cache_hit_tokens": 8, "prompt_cache_miss_tokens": 2}});
-        let reply = super::tests::reply(Api::OPENAI_CHAT, &deepseek).unwrap();
+        let reply = super::tests::reply(tests::OPENAI_CHAT, &deepseek).unwrap();
         assert!(reply.cut_at_max_tokens);
         assert_eq!(reply.usage.cached_input, 8);
         let anthropic = json!({"model": "claude-x", "stop_reason": "end_turn",
             "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
             "usage": {"input_tokens": 20, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 0, "output_tokens": 7}});
-        let reply = super::tests::reply(Api::ANTHROPIC_MESSAGES, &anthropic).unwrap();
+        let reply = super::tests::reply(tests::ANTHROPIC_MESSAGES, &anthropic).unwrap();
         assert_eq!(reply.text, "ab");
         assert_eq!(
             reply.usage,
@@ -501,8 +498,8 @@ mod tests {
                 output: 7
             }
         );
-        assert!(super::tests::reply(Api::OPENAI_CHAT, &json!({"choices": []})).is_err());
-        assert!(super::tests::reply(Api::ANTHROPIC_MESSAGES, &json!({"content": "x"})).is_err());
+        assert!(super::tests::reply(tests::OPENAI_CHAT, &json!({"choices": []})).is_err());
+        assert!(super::tests::reply(tests::ANTHROPIC_MESSAGES, &json!({"content": "x"})).is_err());
     }
 
     #[test]
@@ -517,7 +514,7 @@ mod tests {
         };
         let params = json!({"model": "deepseek", "temperature": 0.0, "response_format": {"type": "json_object"}, "max_tokens": 5});
         let body = body(
-            Api::OPENAI_CHAT,
+            tests::OPENAI_CHAT,
             "deepseek-chat",
             &prompt,
             params.as_object().unwrap(),
@@ -534,7 +531,7 @@ mod tests {
             max_tokens: 10,
             verdict: true,
         };
-        let body = super::body(Api::ANTHROPIC_MESSAGES, "claude", &prompt, &Map::new(), None);
+        let body = super::body(tests::ANTHROPIC_MESSAGES, "claude", &prompt, &Map::new(), None);
         assert_eq!(body["messages"][0]["content"][0]["text"], "memory|");
         assert_eq!(
             body["messages"][0]["content"][0]["cache_control"]["type"],
@@ -592,10 +589,10 @@ mod tests {
             assert_eq!(provider.class(401, ""), Class::Rejected);
             assert_eq!(provider.class(400, ""), Class::Refused);
         }
-        assert_eq!(Api::OPENAI_CHAT.provider().class(429, quota), Class::Rejected);
+        assert_eq!(tests::OPENAI_CHAT.provider().class(429, quota), Class::Rejected);
         // Anthropic has no such 429: its word for it is a 400 or a 403.
         assert_eq!(
-            Api::ANTHROPIC_MESSAGES.provider().class(429, quota),
+            tests::ANTHROPIC_MESSAGES.provider().class(429, quota),
             Class::RateLimited
         );
     }
@@ -603,12 +600,14 @@ mod tests {
     #[test]
     fn a_request_is_signed_by_its_provider() {
         let body = json!({"model": "m"});
-        let mut openai = Api::OPENAI_CHAT.provider().request("http://h/v1", "m", &body);
-        Api::OPENAI_CHAT.provider().sign(&mut openai, Some("k"));
+        let mut openai = tests::OPENAI_CHAT.provider().request("http://h/v1", "m", &body);
+        tests::OPENAI_CHAT.provider().sign(&mut openai, Some("k"));
         assert_eq!(openai.url, "http://h/v1/chat/completions");
         assert_eq!(openai.headers, [("authorization", "Bearer k".to_owned())]);
-        let mut anthropic = Api::ANTHROPIC_MESSAGES.provider().request("http://h", "m", &body);
-        Api::ANTHROPIC_MESSAGES.provider().sign(&mut anthropic, None);
+        let mut anthropic = tests::ANTHROPIC_MESSAGES
+            .provider()
+            .request("http://h", "m", &body);
+        tests::ANTHROPIC_MESSAGES.provider().sign(&mut anthropic, None);
         assert_eq!(anthropic.url, "http://h/v1/messages");
         assert_eq!(
             anthropic.headers,
@@ -661,7 +660,7 @@ mod tests {
             ("x-ratelimit-reset-requests", "50ms"),
             ("x-ratelimit-limit-tokens", "NaN"),
         ]);
-        let announced = Api::OPENAI_CHAT.provider().announced(&openai);
+        let announced = tests::OPENAI_CHAT.provider().announced(&openai);
         assert_eq!(
             announced.requests,
             Some(Allowance {
@@ -673,7 +672,7 @@ mod tests {
         assert_eq!(announced.tokens, None, "a limit that is not a number is none");
         // Each provider reads its own headers only.
         assert_eq!(
-            Api::ANTHROPIC_MESSAGES.provider().announced(&openai),
+            tests::ANTHROPIC_MESSAGES.provider().announced(&openai),
             Announced::default()
         );
         let anthropic = headers(&[
@@ -681,7 +680,7 @@ mod tests {
             ("anthropic-ratelimit-input-tokens-remaining", "0"),
             ("anthropic-ratelimit-input-tokens-reset", "2000-01-01T00:00:00Z"),
         ]);
-        let announced = Api::ANTHROPIC_MESSAGES.provider().announced(&anthropic);
+        let announced = tests::ANTHROPIC_MESSAGES.provider().announced(&anthropic);
         assert_eq!(
             announced.tokens.map(|a| (a.remaining, a.reset)),
             Some((0.0, Duration::ZERO))
@@ -699,7 +698,7 @@ mod tests {
 
     #[test]
     fn an_openai_batch_is_a_file_then_a_batch_and_its_results_are_read_back() {
-        let batches = Api::OPENAI_CHAT.provider().batches();
+        let batches = tests::OPENAI_CHAT.provider().batches();
         let requests = [("k1", json!({"model": "m"})), ("k2", json!({"model": "m"}))];
         let new = batch(&requests);
         let upload = batches.upload("http://h/v1", &new).expect("a file first");
@@ -773,7 +772,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_batch_is_one_request_and_its_results_are_read_back() {
-        let batches = Api::ANTHROPIC_MESSAGES.provider().batches();
+        let batches = tests::ANTHROPIC_MESSAGES.provider().batches();
         let requests = [("k1", json!({"model": "m"}))];
         let new = batch(&requests);
         assert!(batches.upload("http://h", &new).is_none());

@@ -53,20 +53,6 @@ impl Serialize for CallKeys {
     }
 }
 
-/// A row as `memories.jsonl` and `results.jsonl` hold it: its fields, then `calls`, the cache
-/// entries it rests on. The keys are written, not kept: a run holds every row until its
-/// report is built, and at paper scale their keys would be most of its memory.
-/// (The sink writes the same bytes without serde's flattening: `row_sink::line`; this type is
-/// what its test holds it to.)
-#[cfg(test)]
-#[derive(Debug, Serialize)]
-pub(crate) struct WithCalls<'a, T> {
-    #[serde(flatten)]
-    pub row: &'a T,
-    #[serde(skip_serializing_if = "CallKeys::is_empty")]
-    pub calls: &'a CallKeys,
-}
-
 /// One memory: what the compressor was given, what it generated, and what was kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct LedgerRow {

@@ -327,9 +327,19 @@ mod tests {
 
     /// A row's line is what serializing it with its calls flattened in writes, byte for byte:
     /// with calls and without, a row with a flattened part of its own, a real result row.
+    /// A row as `memories.jsonl` and `results.jsonl` hold it: its fields, then `calls`, the
+    /// cache entries it rests on, by serde's flattening (the sink writes the same bytes
+    /// without it: `line`).
+    #[derive(Debug, Serialize)]
+    struct WithCalls<'a, T> {
+        #[serde(flatten)]
+        row: &'a T,
+        #[serde(skip_serializing_if = "CallKeys::is_empty")]
+        calls: &'a CallKeys,
+    }
+
     #[test]
     fn a_row_with_its_calls_is_the_flattened_rows_bytes() {
-        use super::super::ledger::WithCalls;
         #[derive(Serialize)]
         struct Part {
             seed: u64,

@@ -4,11 +4,9 @@
 //! fields, sends them, retries what is worth retrying, and answers in the protocol's terms.
 
 pub(crate) mod batch;
-mod endpoint;
+pub(crate) mod endpoint;
 pub(crate) mod limiter;
 pub(crate) mod pacer;
-#[cfg(test)]
-mod simulate;
 pub(crate) mod verdict;
 
 pub(crate) use endpoint::{Endpoint, describe_pace, http_client};
@@ -462,14 +460,14 @@ mod tests {
         assert_eq!(live.cost_usd, 0.125);
     }
     use crate::inputs::models::ModelSpec;
-    use endpoint::retry_after;
+    use endpoint::exchange::retry_after;
     use std::time::Duration;
 
     #[test]
     fn retry_after_headers_in_each_form() {
         let announced = |headers: &reqwest::header::HeaderMap| {
             let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            Api::OPENAI_CHAT.provider().announced(&header)
+            crate::providers::tests::OPENAI_CHAT.provider().announced(&header)
         };
         let wait = |headers: &reqwest::header::HeaderMap| retry_after(headers, &announced(headers));
         let mut headers = reqwest::header::HeaderMap::new();
@@ -567,7 +565,7 @@ mod tests {
     }
 
     fn rendered(builtin: &str, request: Value) -> String {
-        let prompt = prompted(&launcher(builtin, Api::OPENAI_CHAT), request);
+        let prompt = prompted(&launcher(builtin, crate::providers::tests::OPENAI_CHAT), request);
         format!(
             "max_tokens: {}\n--- system ---\n{}\n--- user ---\n{}\n",
             prompt.max_tokens, prompt.system, prompt.user
@@ -610,7 +608,7 @@ mod tests {
 
     #[test]
     fn a_long_memory_is_marked_for_anthropics_prompt_cache() {
-        let launcher = launcher("llm-reader", Api::ANTHROPIC_MESSAGES);
+        let launcher = launcher("llm-reader", crate::providers::tests::ANTHROPIC_MESSAGES);
         let memory = "The harbour master logs every ship that docks after dusk. ".repeat(120);
         let prompt = prompted(
             &launcher,

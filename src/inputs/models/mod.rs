@@ -13,10 +13,8 @@ use serde_json::{Value, json};
 use crate::protocol::{Role, Timeout};
 
 mod batch;
-mod seed;
+pub(crate) mod seed;
 pub(crate) use batch::{Batch, BatchSpec};
-#[cfg(test)]
-pub(crate) use seed::SentSeed;
 use seed::seed_problem;
 pub(crate) use seed::{KeySeed, SeedRule};
 
@@ -454,7 +452,10 @@ mod tests {
 
     #[test]
     fn the_seed_reaches_the_model_only_where_it_should() {
-        let (open_ai, anthropic) = (Api::OPENAI_CHAT, Api::ANTHROPIC_MESSAGES);
+        let (open_ai, anthropic) = (
+            crate::providers::tests::OPENAI_CHAT,
+            crate::providers::tests::ANTHROPIC_MESSAGES,
+        );
         let greedy = json!({"model": "m", "temperature": 0});
         let sampled = json!({"model": "m", "temperature": 0.7});
         let default = json!({"model": "m"});
@@ -511,12 +512,12 @@ mod tests {
 
     #[test]
     fn a_seed_an_api_cannot_take_is_refused() {
-        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(3))).is_some());
-        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(true))).is_some());
-        assert!(seed_problem(Api::ANTHROPIC_MESSAGES, Some(&json!(false))).is_none());
-        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!(-1))).is_some());
-        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!("7"))).is_some());
-        assert!(seed_problem(Api::OPENAI_CHAT, Some(&json!(7))).is_none());
-        assert!(seed_problem(Api::OPENAI_CHAT, None).is_none());
+        assert!(seed_problem(crate::providers::tests::ANTHROPIC_MESSAGES, Some(&json!(3))).is_some());
+        assert!(seed_problem(crate::providers::tests::ANTHROPIC_MESSAGES, Some(&json!(true))).is_some());
+        assert!(seed_problem(crate::providers::tests::ANTHROPIC_MESSAGES, Some(&json!(false))).is_none());
+        assert!(seed_problem(crate::providers::tests::OPENAI_CHAT, Some(&json!(-1))).is_some());
+        assert!(seed_problem(crate::providers::tests::OPENAI_CHAT, Some(&json!("7"))).is_some());
+        assert!(seed_problem(crate::providers::tests::OPENAI_CHAT, Some(&json!(7))).is_none());
+        assert!(seed_problem(crate::providers::tests::OPENAI_CHAT, None).is_none());
     }
 }

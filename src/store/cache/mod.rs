@@ -102,6 +102,25 @@ impl std::fmt::Debug for Cache {
     }
 }
 
+/// The segments of `layers` then `root`'s own, each folder's in order, once each is found to
+/// be of this gacc's format (`root`'s folder is made if new).
+fn segment_names(root: &Path, layers: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
+    format::check(root, true)?;
+    let mut names = Vec::new();
+    for layer in layers {
+        format::check(layer, false)?;
+        let mut found = segment_files(&layer.join(SEGMENTS))?;
+        found.sort();
+        names.extend(found);
+    }
+    let folder = root.join(SEGMENTS);
+    std::fs::create_dir_all(&folder)?;
+    let mut own = segment_files(&folder)?;
+    own.sort();
+    names.extend(own);
+    Ok(names)
+}
+
 fn decode_hex(text: &[u8]) -> Option<[u8; 32]> {
     crate::hash::from_hex(text)
 }
@@ -120,21 +139,7 @@ impl Cache {
     /// Opens the cache at `root` with read-only `layers` beneath it (SPEC §12: an unpacked
     /// pack's `cache/`): their entries are found as the root's are; new entries go to `root`.
     pub(crate) fn layered(root: &Path, layers: &[PathBuf]) -> std::io::Result<Cache> {
-        format::check(root, true)?;
-        for layer in layers {
-            format::check(layer, false)?;
-        }
-        let folder = root.join(SEGMENTS);
-        std::fs::create_dir_all(&folder)?;
-        let mut names = Vec::new();
-        for layer in layers {
-            let mut found = segment_files(&layer.join(SEGMENTS))?;
-            found.sort();
-            names.extend(found);
-        }
-        let mut own = segment_files(&folder)?;
-        own.sort();
-        names.extend(own);
+        let names = segment_names(root, layers)?;
         let mut segments = Vec::new();
         let mut index = Index::default();
         // Reserved at most once for all of it (pages never written are never made).

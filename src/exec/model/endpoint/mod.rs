@@ -3,7 +3,7 @@
 //! timeouts and broken connections with backoff that honours `Retry-After`, stopped for good
 //! by 401, 403 and 404, and by a server that was never reached within seconds.
 
-mod exchange;
+pub(in crate::exec::model) mod exchange;
 mod verdict_format;
 
 use std::borrow::Cow;
@@ -25,8 +25,6 @@ use super::pacer::{Pacer, Rates};
 
 use exchange::Exchange;
 pub(crate) use exchange::http_client;
-#[cfg(test)]
-pub(in crate::exec::model) use exchange::retry_after;
 pub(in crate::exec::model) use exchange::{refusal, scrub, without_url};
 use verdict_format::{Format, names_format};
 
@@ -471,6 +469,6 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// The backoff of a call's `attempt`th 429, beside the provider's `Retry-After`.
-pub(super) fn limited_backoff(attempt: u32) -> Duration {
+pub(crate) fn limited_backoff(attempt: u32) -> Duration {
     crate::exec::callback::jittered_backoff(MODEL_BACKOFF_BASE, LIMITED_BACKOFF_MAX, attempt)
 }

@@ -30,9 +30,9 @@ pub(crate) use local::is_local;
 pub(crate) use slot::Slot;
 
 /// The live limit a run starts from (below the ceiling).
-pub(super) const START: usize = 4;
+pub(crate) const START: usize = 4;
 /// Growth per reply while the endpoint is being found, and after.
-pub(super) const STARTUP_GROWTH: f64 = 4.0;
+pub(crate) const STARTUP_GROWTH: f64 = 4.0;
 const GROWTH: f64 = 0.25;
 /// Latency over the unloaded latency: below this the limit may grow; above `CUT_ABOVE` it is
 /// cut toward `SETTLE`.
@@ -40,7 +40,7 @@ const GROW_BELOW: f64 = 1.2;
 const CUT_ABOVE: f64 = 1.6;
 const SETTLE: f64 = 1.3;
 /// How far past what replies have shown the server to hold at speed the start may grow.
-pub(super) const VALIDATED_ROOM: usize = 3;
+pub(crate) const VALIDATED_ROOM: usize = 3;
 /// The first round trip's room: where replies are steady, the first that shows the start's
 /// calls answered at speed lets the limit grow to this many times them at once (4 → 64).
 pub(super) const FIRST_ROOM: usize = 16;

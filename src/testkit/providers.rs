@@ -7,16 +7,16 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{Api, Lost, error_message};
+use super::mangle::{edits, header_text, hostile_value, mangled, replaced};
 use crate::clock::{go_duration, until_rfc3339};
-use crate::mangle::{edits, header_text, hostile_value, mangled, replaced};
 use crate::protocol::messages::MAX_TOKENS;
+use crate::providers::{Api, Lost, PROVIDERS, error_message};
 
 /// Replies as each provider sends them, to be broken.
 fn replies() -> [(Api, Value); 3] {
     [
         (
-            Api::OPENAI_CHAT,
+            crate::providers::tests::OPENAI_CHAT,
             json!({"model": "gpt-x", "system_fingerprint": "fp",
                 "choices": [{"message": {"content": "{\"correct\": true}"}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 3,
@@ -24,7 +24,7 @@ fn replies() -> [(Api, Value); 3] {
                           "prompt_cache_hit_tokens": 1}}),
         ),
         (
-            Api::ANTHROPIC_MESSAGES,
+            crate::providers::tests::ANTHROPIC_MESSAGES,
             json!({"model": "claude-x", "stop_reason": "tool_use",
                 "content": [{"type": "text", "text": "GRADE: C"},
                             {"type": "tool_use", "input": {"correct": false, "rationale": "r"}}],
@@ -47,22 +47,22 @@ fn replies() -> [(Api, Value); 3] {
 fn batch_lines() -> [(Api, Value); 4] {
     [
         (
-            Api::OPENAI_CHAT,
+            crate::providers::tests::OPENAI_CHAT,
             json!({"custom_id": "k", "response": {"status_code": 200, "body": {"choices": []}},
                 "error": null}),
         ),
         (
-            Api::OPENAI_CHAT,
+            crate::providers::tests::OPENAI_CHAT,
             json!({"id": "b", "status": "completed", "output_file_id": "f", "error_file_id": "e",
                 "metadata": {"gacc_submission": "s"}, "request_counts": {"total": 3}}),
         ),
         (
-            Api::ANTHROPIC_MESSAGES,
+            crate::providers::tests::ANTHROPIC_MESSAGES,
             json!({"custom_id": "k", "result": {"type": "errored",
                 "error": {"type": "error", "error": {"type": "overloaded_error", "message": "m"}}}}),
         ),
         (
-            Api::ANTHROPIC_MESSAGES,
+            crate::providers::tests::ANTHROPIC_MESSAGES,
             json!({"id": "b", "processing_status": "ended", "results_url": "https://x/r",
                 "request_counts": {"processing": 0, "succeeded": 3},
                 "created_at": "2026-12-01T20:44:34Z"}),
@@ -120,7 +120,7 @@ proptest! {
     ) {
         // Each header, by the length of its name, gets one of the texts.
         let header = |name: &str| Some(texts[name.len() % texts.len()].clone());
-        for provider in super::PROVIDERS {
+        for provider in PROVIDERS {
             let announced = provider.announced(&header);
             for allowance in [announced.requests, announced.tokens].into_iter().flatten() {
                 prop_assert!(allowance.limit.is_finite() && allowance.limit >= 0.0, "{allowance:?}");
@@ -148,7 +148,7 @@ fn counts_and_times_past_the_integers_are_refused_not_wrapped() {
         created: "2026",
     };
     assert!(
-        !Api::ANTHROPIC_MESSAGES
+        !crate::providers::tests::ANTHROPIC_MESSAGES
             .provider()
             .batches()
             .is_lost(&listed, &lost)

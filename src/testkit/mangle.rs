@@ -1,5 +1,5 @@
 //! Test-only: what an attacker or a careless hand sends, as proptest strategies for the
-//! property tests of every reader of outside data (`app::hostile`, `providers::hostile`).
+//! property tests of every reader of outside data (`testkit::app`, `testkit::providers`).
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

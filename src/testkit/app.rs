@@ -9,11 +9,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::mangle::{edits, hostile_value, mangled, replaced};
 use crate::error::Error;
 use crate::exec::callback::{check_response, parse_response, reported_error};
 use crate::exec::model::pacer::Pacer;
 use crate::exec::model::verdict::verdict;
-use crate::mangle::{edits, hostile_value, mangled, replaced};
 use crate::protocol::Role;
 use crate::protocol::messages::MAX_TOKENS;
 use crate::providers::{Allowance, Announced, Reply};
@@ -61,7 +61,7 @@ impl Experiment {
 fn the_experiment_as_written_prepares() {
     for dataset in &FILES[1..4] {
         let experiment = Experiment::new(dataset);
-        let prepared = super::prepare::prepare(&experiment.path(FILES[0]), &[]);
+        let prepared = crate::app::prepare::prepare(&experiment.path(FILES[0]), &[]);
         assert!(
             prepared.is_ok(),
             "{dataset}: {:?}",
@@ -85,7 +85,7 @@ proptest! {
         let file = FILES[target];
         let original = std::fs::read(experiment.path(file)).unwrap();
         std::fs::write(experiment.path(file), mangled(&original, &edits)).unwrap();
-        match super::prepare::prepare(&experiment.path(FILES[0]), &[]) {
+        match crate::app::prepare::prepare(&experiment.path(FILES[0]), &[]) {
             Ok(_) => {}
             Err(Error::Invalid(invalid)) => {
                 // A problem with a file the manifest names (a dataset path cut short) names

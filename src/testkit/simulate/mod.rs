@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::endpoint::limited_backoff;
-use super::limiter::Limiter;
-use super::pacer::Pacer;
+use crate::exec::model::endpoint::limited_backoff;
+use crate::exec::model::limiter::Limiter;
+use crate::exec::model::pacer::Pacer;
 use crate::providers::{Allowance, Announced, Exhausted};
 
 mod promise;
