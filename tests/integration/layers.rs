@@ -730,3 +730,44 @@ fn test_only_files(src: &Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// Test-only code is marked once, on its module (`mod tests`, or the crate's `testkit`);
+/// HTML is escaped by one function (report/html's `escape_html`, which `gacc view` uses too);
+/// and no formats of an earlier gacc are read behind the user's back.
+#[test]
+fn test_code_html_escaping_and_formats_each_have_one_place() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (mut marked, mut escapes, mut earlier) = (Vec::new(), Vec::new(), Vec::new());
+    for path in rust_files(&src) {
+        let shown = path.strip_prefix(&src).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let next = lines.get(i + 1).map_or("", |l| l.trim_start());
+            let module = ["mod tests", "pub(crate) mod tests", "mod testkit"];
+            if line.trim() == "#[cfg(test)]" && !module.iter().any(|m| next.starts_with(m)) {
+                marked.push(format!("{shown}:{}: {next}", i + 2));
+            }
+            if line.contains("\"&quot;\"") {
+                escapes.push(shown.clone());
+            }
+            let lower = line.to_lowercase();
+            if ["legacy", "earlier gacc", "older gacc"]
+                .iter()
+                .any(|w| lower.contains(w))
+            {
+                earlier.push(format!("{shown}:{}", i + 1));
+            }
+        }
+    }
+    assert!(
+        marked.is_empty(),
+        "#[cfg(test)] on other than a test module: {marked:#?}"
+    );
+    assert_eq!(
+        escapes,
+        ["report/html/mod.rs"],
+        "HTML escaped in more than one place"
+    );
+    assert!(earlier.is_empty(), "an earlier gacc's formats read: {earlier:#?}");
+}

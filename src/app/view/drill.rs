@@ -8,10 +8,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::pages::{esc, page, query, verdict};
+use super::pages::{page, query, verdict};
 use super::site::Loaded;
 use crate::inputs::evidence::Normalised;
 use crate::inputs::records::Question;
+use crate::report::html::escape_html;
 use crate::store::ledger::LedgerRow;
 
 /// The drill-down of `results.jsonl`'s row `index`, or None when there is no such row.
@@ -39,30 +40,30 @@ pub(super) fn question(id: &str, loaded: &Loaded, index: usize) -> Option<String
          <tr><th>answer</th><td id=\"answer\">{}</td></tr>\n\
          <tr><th>judge</th><td id=\"verdict\">{}</td></tr>\n",
         query(id),
-        esc(id),
-        esc(&row.compressor),
-        esc(&condition),
-        esc(&budget),
+        escape_html(id),
+        escape_html(&row.compressor),
+        escape_html(&condition),
+        escape_html(&budget),
         row.seed,
-        esc(&row.question_id),
-        esc(asked.map_or("(not in this run's dataset)", |q| q.question.as_str())),
-        esc(reference),
-        esc(row.answer.as_deref().unwrap_or("(none)")),
+        escape_html(&row.question_id),
+        escape_html(asked.map_or("(not in this run's dataset)", |q| q.question.as_str())),
+        escape_html(reference),
+        escape_html(row.answer.as_deref().unwrap_or("(none)")),
         verdict(row.correct, row.failure.as_deref()),
     );
     if let Some(rationale) = &row.rationale {
         let _ = writeln!(
             body,
             "<tr><th>judge's reason</th><td>{}</td></tr>",
-            esc(rationale)
+            escape_html(rationale)
         );
     }
     for (judge, said) in &row.audits {
         let _ = writeln!(
             body,
             "<tr data-audit=\"{}\"><th>audit judge {}</th><td>{}</td></tr>",
-            esc(judge),
-            esc(judge),
+            escape_html(judge),
+            escape_html(judge),
             verdict(*said, Some("gave no verdict")),
         );
     }
@@ -76,8 +77,8 @@ pub(super) fn question(id: &str, loaded: &Loaded, index: usize) -> Option<String
         let _ = writeln!(
             body,
             "<h2>Goal <code>{}</code></h2>\n<p>{}</p>",
-            esc(&goal.id),
-            esc(&goal.text)
+            escape_html(&goal.id),
+            escape_html(&goal.text)
         );
     }
     if let Some(source) = source {
@@ -85,7 +86,7 @@ pub(super) fn question(id: &str, loaded: &Loaded, index: usize) -> Option<String
         let _ = writeln!(
             body,
             "<h2>Source <code>{}</code></h2>\n<pre id=\"source\">{}</pre>",
-            esc(&source.id),
+            escape_html(&source.id),
             marked(&source.text, &spans, |_| "evidence"),
         );
     }
@@ -126,7 +127,7 @@ fn evidence(
         let _ = writeln!(
             body,
             "<li class=\"{class}\" data-in-source=\"{in_source}\"><b>{word}</b> {}</li>",
-            esc(span)
+            escape_html(span)
         );
     }
     body.push_str("</ul>\n");
@@ -188,16 +189,16 @@ fn marked<'n>(text: &str, needles: &[&'n str], class: impl Fn(&'n str) -> &'stat
         if start < at {
             continue;
         }
-        out.push_str(&esc(&text[at..start]));
+        out.push_str(&escape_html(&text[at..start]));
         let _ = write!(
             out,
             "<mark class=\"{}\">{}</mark>",
             class(needle),
-            esc(&text[start..end])
+            escape_html(&text[start..end])
         );
         at = end;
     }
-    out.push_str(&esc(&text[at..]));
+    out.push_str(&escape_html(&text[at..]));
     out
 }
 

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::pages::{esc, page, query};
+use super::pages::{page, query};
 use super::site::Site;
+use crate::report::html::escape_html;
 use crate::store::run_folder::{MEMORIES, REPORT_JSON, RESULTS, RUN, RunFolder};
 use crate::store::run_record::{LiveProgress, RunRecord};
 
@@ -96,9 +97,9 @@ pub(super) fn page_of(id: &str, live: &Live) -> String {
          <p>State <b id=\"state\">{}</b> · <span id=\"seconds\">{:.0}</span> s · updated <span id=\"updated\">{}</span></p>\n\
          <p>Rows written: <span id=\"results\">{}</span> answers, <span id=\"memories\">{}</span> memories · \
          cost so far <span id=\"cost\">{:.4}</span> USD · audit judgements <span id=\"audited\">{}</span></p>\n",
-        esc(&live.state),
+        escape_html(&live.state),
         live.seconds,
-        esc(&live.updated),
+        escape_html(&live.updated),
         live.results,
         live.memories,
         live.progress.cost_usd,
@@ -127,7 +128,7 @@ pub(super) fn page_of(id: &str, live: &Live) -> String {
             c.shared,
             c.failed,
             share * 10.0,
-            s = esc(stage),
+            s = escape_html(stage),
         );
     }
     body.push_str(
@@ -140,8 +141,8 @@ pub(super) fn page_of(id: &str, live: &Live) -> String {
             body,
             "<tr data-endpoint=\"{}\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            esc(name),
-            esc(name),
+            escape_html(name),
+            escape_html(name),
             e.in_flight,
             e.limit,
             e.peak_in_flight,

@@ -28,7 +28,7 @@ use axum::routing::get;
 
 use super::Ended;
 use crate::error::{Error, runtime_error};
-use crate::report::html::{Packing, render};
+use crate::report::html::{Packing, escape_html, render};
 use crate::store::run_folder::{REPORT_HTML, REPORT_JSON};
 use site::Site;
 
@@ -228,7 +228,7 @@ fn not_found() -> Response {
 }
 
 fn failed(error: &Error) -> Response {
-    let body = format!("<p>{}</p>", pages::esc(&error.to_string()));
+    let body = format!("<p>{}</p>", escape_html(&error.to_string()));
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         Html(pages::page("Cannot show this", &body)),

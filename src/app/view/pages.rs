@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::site::{Listed, Loaded};
+use crate::report::html::escape_html;
 use crate::report::stored::{StoredCell, StoredSpread, text};
 use crate::review::diff::{CellLabel, Diff};
 use crate::review::runs::summarize;
@@ -16,7 +17,7 @@ pub(super) fn page(title: &str, body: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title} · gacc view</title><style>{STYLE}</style></head>\n<body>\
          <nav><a href=\"/\">runs</a></nav>\n<h1>{title}</h1>\n{body}\n</body></html>\n",
-        title = esc(title),
+        title = escape_html(title),
     );
     crate::secrets::redact(&page).into_owned()
 }
@@ -28,22 +29,6 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:.7em;max-height:30em;overflo
 mark.evidence{background:#ffe58a}mark.kept{background:#b6efb6}mark.lost{background:#f7c1c1}\
 .right{color:#17702a}.wrong{color:#b3261e}.cut{color:#999;text-decoration:line-through}\
 .bar{display:inline-block;height:.8em;background:#4a78c2}";
-
-/// `text` safe in HTML text and in a quoted attribute.
-pub(super) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// `text` as a query value.
 pub(super) fn query(text: &str) -> String {
@@ -91,12 +76,12 @@ pub(super) fn runs(runs: &[Listed], packs: &[String]) -> String {
              <td><code>{sha}</code></td><td class=\"n\">{cells}</td><td class=\"n\">{micro}</td>\
              <td class=\"n\">{macro_}</td><td class=\"n\">{failures}</td><td class=\"n\">{cost:.4}</td>\
              <td class=\"n\">{made}</td><td class=\"n\">{cached}</td><td>{state}</td></tr>",
-            id = esc(&run.id),
+            id = escape_html(&run.id),
             q = query(&run.id),
-            started = esc(if s.started.is_empty() { &run.id } else { &s.started }),
-            name = esc(&s.name),
-            label = esc(s.label.as_deref().unwrap_or("")),
-            sha = esc(s.manifest_sha256.get(..8).unwrap_or("-")),
+            started = escape_html(if s.started.is_empty() { &run.id } else { &s.started }),
+            name = escape_html(&s.name),
+            label = escape_html(s.label.as_deref().unwrap_or("")),
+            sha = escape_html(s.manifest_sha256.get(..8).unwrap_or("-")),
             cells = s.cells,
             micro = range(s.micro),
             macro_ = range(s.macro_),
@@ -117,7 +102,7 @@ pub(super) fn runs(runs: &[Listed], packs: &[String]) -> String {
                 body,
                 "<li><a href=\"/run?run={}\">{}</a></li>",
                 query(pack),
-                esc(pack)
+                escape_html(pack)
             );
         }
         body.push_str("</ul>\n");
@@ -145,11 +130,11 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
     let mut body = format!(
         "<p>Manifest <code>{}</code> · gacc {} · tokenizer {} {} · dataset <code>{}</code></p>\n\
          <p><a href=\"/report?run={q}\">the full report</a> · <a href=\"/live?run={q}\">progress and calls</a></p>\n",
-        esc(report.experiment.manifest_sha256.get(..16).unwrap_or("-")),
-        esc(&text(&report.experiment.gacc_version)),
-        esc(&text(&report.tokenizer.name)),
-        esc(&text(&report.tokenizer.revision)),
-        esc(&text(&report.dataset.sha256).chars().take(16).collect::<String>()),
+        escape_html(report.experiment.manifest_sha256.get(..16).unwrap_or("-")),
+        escape_html(&text(&report.experiment.gacc_version)),
+        escape_html(&text(&report.tokenizer.name)),
+        escape_html(&text(&report.tokenizer.revision)),
+        escape_html(&text(&report.dataset.sha256).chars().take(16).collect::<String>()),
         q = query(id),
     );
     body.push_str(
@@ -164,9 +149,9 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
             body,
             "<tr data-cell=\"{index}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{questions}</td>{}{}{}{}\
              <td><a href=\"/cell?run={}&amp;cell={index}\">questions</a></td></tr>",
-            esc(&text(&cell.compressor)),
-            esc(&text(&cell.condition)),
-            esc(&match &cell.budget_tokens {
+            escape_html(&text(&cell.compressor)),
+            escape_html(&text(&cell.condition)),
+            escape_html(&match &cell.budget_tokens {
                 Some(tokens) => format!("L={}", text(tokens)),
                 None => format!("r={}", text(&cell.ratio)),
             }),
@@ -189,10 +174,10 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
             body,
             "<form action=\"/compare\"><input type=\"hidden\" name=\"a\" value=\"{}\">Compare with \
              <select name=\"b\">",
-            esc(id)
+            escape_html(id)
         );
         for other in others.iter().rev().filter(|o| o.id != id) {
-            let _ = write!(body, "<option value=\"{0}\">{0}</option>", esc(&other.id));
+            let _ = write!(body, "<option value=\"{0}\">{0}</option>", escape_html(&other.id));
         }
         body.push_str("</select> <button>compare</button></form>\n");
     }
@@ -235,10 +220,10 @@ pub(super) fn cell(id: &str, loaded: &Loaded, index: usize) -> Option<String> {
             "<tr><td class=\"n\">{}</td><td>{}</td><td><a href=\"/question?run={}&amp;row={row_index}\">{}</a></td>\
              <td>{}</td><td>{}</td></tr>",
             row.seed,
-            esc(&row.goal_id),
+            escape_html(&row.goal_id),
             query(id),
-            esc(&row.question_id),
-            esc(&answer),
+            escape_html(&row.question_id),
+            escape_html(&answer),
             verdict(row.correct, row.failure.as_deref()),
         );
     }
@@ -257,7 +242,7 @@ pub(super) fn verdict(correct: Option<bool>, failure: Option<&str>) -> String {
     match (correct, failure) {
         (Some(true), _) => "<span class=\"right\" data-correct=\"true\">right</span>".into(),
         (Some(false), _) => "<span class=\"wrong\" data-correct=\"false\">wrong</span>".into(),
-        (None, Some(why)) => format!("<span data-correct=\"null\">failed: {}</span>", esc(why)),
+        (None, Some(why)) => format!("<span data-correct=\"null\">failed: {}</span>", escape_html(why)),
         (None, None) => "<span data-correct=\"null\">not judged</span>".into(),
     }
 }
@@ -267,20 +252,20 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
     let mut body = format!(
         "<p>A: <a href=\"/run?run={}\">{}</a><br>B: <a href=\"/run?run={}\">{}</a></p>\n",
         query(ids.0),
-        esc(ids.0),
+        escape_html(ids.0),
         query(ids.1),
-        esc(ids.1)
+        escape_html(ids.1)
     );
     if !diff.settings.is_empty() {
         body.push_str(
             "<h2>Settings</h2>\n<table id=\"settings\"><tr><th>key</th><th>A</th><th>B</th></tr>\n",
         );
         for s in &diff.settings {
-            let shown = |v: &Option<String>| esc(v.as_deref().unwrap_or("(unset)"));
+            let shown = |v: &Option<String>| escape_html(v.as_deref().unwrap_or("(unset)"));
             let _ = writeln!(
                 body,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&s.key),
+                escape_html(&s.key),
                 shown(&s.a),
                 shown(&s.b)
             );
@@ -302,9 +287,9 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
             body,
             "<tr><td>{}</td><td>{}</td><td>{}</td>{}{}{}{}<td class=\"n\">{}</td><td class=\"n\">{}</td>{}{}{}{}\
              <td>[{:+.3}, {:+.3}]</td><td>{}</td></tr>",
-            esc(&c.cell.compressor),
-            esc(&c.cell.condition),
-            esc(&c.cell.ratio),
+            escape_html(&c.cell.compressor),
+            escape_html(&c.cell.condition),
+            escape_html(&c.cell.ratio),
             figure("micro_a", c.micro_a),
             figure("micro_b", c.micro_b),
             figure("micro_delta", c.micro_delta),
@@ -318,8 +303,8 @@ pub(super) fn compare(diff: &Diff, ids: (&str, &str)) -> String {
             c.macro_bootstrap.ci95_low,
             c.macro_bootstrap.ci95_high,
             match c.verdict {
-                "worse" => format!("<span class=\"wrong\">{}</span>", esc(&c.verdict_text())),
-                _ => esc(&c.verdict_text()),
+                "worse" => format!("<span class=\"wrong\">{}</span>", escape_html(&c.verdict_text())),
+                _ => escape_html(&c.verdict_text()),
             },
         );
     }
@@ -340,17 +325,17 @@ fn flips(diff: &Diff) -> String {
     if !diff.flipped.is_empty() {
         body.push_str("<table id=\"flips\"><tr><th>cell</th><th class=\"n\">seed</th><th>question</th><th></th><th>answer A</th><th>answer B</th></tr>\n");
         for f in diff.flipped.iter().take(LISTED) {
-            let clip = |s: &str| esc(&s.chars().take(120).collect::<String>());
+            let clip = |s: &str| escape_html(&s.chars().take(120).collect::<String>());
             let _ = writeln!(
                 body,
                 "<tr><td>{} · {} · {}</td><td class=\"n\">{}</td><td>{} <code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&f.cell.compressor),
-                esc(&f.cell.condition),
-                esc(&f.cell.ratio),
+                escape_html(&f.cell.compressor),
+                escape_html(&f.cell.condition),
+                escape_html(&f.cell.ratio),
                 f.seed,
                 clip(&f.question),
-                esc(&f.question_id),
-                esc(f.direction),
+                escape_html(&f.question_id),
+                escape_html(f.direction),
                 clip(&f.answer_a),
                 clip(&f.answer_b),
             );
