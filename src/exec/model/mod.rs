@@ -7,6 +7,7 @@ pub(crate) mod batch;
 pub(crate) mod endpoint;
 pub(crate) mod limiter;
 pub(crate) mod pacer;
+pub(crate) mod tuning;
 pub(crate) mod verdict;
 
 pub(crate) use endpoint::{Endpoint, describe_pace, http_client};

@@ -2,7 +2,7 @@
 //! and why a cell cannot, whatever the limiter does.
 
 use super::{Cell, Outcome, Server, ideal};
-use crate::exec::model::limiter::{START, STARTUP_GROWTH, VALIDATED_ROOM};
+use crate::exec::model::tuning::TUNING;
 
 /// Whether an outcome meets SPEC §8's promise: goodput at least 0.9, the server 90% used
 /// within 5 s or 5% of the run's ideal time, at most 2% of calls refused where the server
@@ -41,14 +41,14 @@ pub(super) fn cannot(cell: &Cell) -> Option<String> {
     let (capacity, amount) = cell.server.capacity(cell.tokens);
     let ideal = ideal(cell);
     // The limit grows on replies only (a server that is not there yet, or small, is never
-    // flooded): `STARTUP_GROWTH + 1` times as many calls a round trip from `START`, and no
-    // more than `VALIDATED_ROOM` times what the last round trip's replies showed.
+    // flooded): `TUNING.limiter.startup_growth + 1` times as many calls a round trip from `TUNING.limiter.start`, and no
+    // more than `TUNING.limiter.validated_room` times what the last round trip's replies showed.
     let latency = cell.server.unloaded().as_secs_f64();
     let needed = (capacity / amount * latency).max(1.0) * 0.9;
-    let growth = (STARTUP_GROWTH + 1.0).min(VALIDATED_ROOM as f64);
+    let growth = (TUNING.limiter.startup_growth + 1.0).min(TUNING.limiter.validated_room as f64);
     // A local server: a call alone and a few with two in the server first.
     let first = if cell.local { 2.0 } else { 0.0 };
-    let rounds = first + (needed / START as f64).log(growth).ceil().max(0.0);
+    let rounds = first + (needed / TUNING.limiter.start as f64).log(growth).ceil().max(0.0);
     let slow_growth = (rounds * latency > (0.05 * ideal).max(5.0)).then(|| {
         format!("{needed:.0} calls in flight are needed and growth waits on replies: {rounds} round trips of {latency} s")
     });

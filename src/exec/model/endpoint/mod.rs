@@ -23,6 +23,7 @@ use super::batch;
 use super::limiter::{Limiter, Live};
 use super::pacer::{Pacer, Rates};
 
+use crate::exec::model::tuning::TUNING;
 use exchange::Exchange;
 pub(crate) use exchange::http_client;
 pub(in crate::exec::model) use exchange::{refusal, scrub, without_url};
@@ -30,19 +31,6 @@ use verdict_format::{Format, names_format};
 
 /// The most of a reply body gacc reads.
 const MAX_REPLY_BYTES: usize = 16 << 20;
-const MODEL_BACKOFF_BASE: Duration = Duration::from_millis(500);
-/// How long one call keeps waiting on a provider's rate limits before it fails.
-const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(15 * 60);
-const MAX_RATE_LIMITED: u32 = 1000;
-/// How long an endpoint keeps trying to connect, nothing answering, before it stops: a closed
-/// port, a name that does not resolve or a failed TLS handshake is the commonest first mistake,
-/// a local server that exited the commonest mid-run, and every later call would meet either.
-const UNREACHABLE_PATIENCE: Duration = Duration::from_secs(4);
-/// The longest wait between connection attempts while the endpoint has never answered.
-const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(1);
-const MODEL_BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// The longest backoff of a 429 the provider gave no longer `Retry-After` for.
-const LIMITED_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// One `[models.*]` endpoint: its client and key, its live limit and pace, and what it did.
 #[derive(Debug)]
@@ -346,10 +334,12 @@ impl Endpoint {
                         .locked()
                         .get_or_insert_with(tokio::time::Instant::now);
                     let answered = self.answered.load(Ordering::Relaxed);
-                    if since.elapsed() >= UNREACHABLE_PATIENCE || (!answered && failed > self.spec.retries) {
+                    if since.elapsed() >= TUNING.retry.unreachable_patience
+                        || (!answered && failed > self.spec.retries)
+                    {
                         return Err(self.unreachable(&why, answered));
                     }
-                    (backoff(failed).min(UNREACHABLE_BACKOFF), why, None)
+                    (backoff(failed).min(TUNING.retry.unreachable_backoff), why, None)
                 }
                 Exchange::Transient { wait, status, why } => {
                     failed += 1;
@@ -366,7 +356,8 @@ impl Endpoint {
             };
             drop(slot);
             waited += wait;
-            let patient = waited <= RATE_LIMIT_PATIENCE && limited <= MAX_RATE_LIMITED;
+            let patient =
+                waited <= TUNING.retry.rate_limit_patience && limited <= TUNING.retry.max_rate_limited;
             if failed > self.spec.retries || (limited > 0 && !patient) {
                 return Err(FailureKind::Provider {
                     endpoint: self.name.clone(),
@@ -428,14 +419,14 @@ impl Endpoint {
         kind
     }
 
-    /// Nothing at the endpoint's address has answered within `UNREACHABLE_PATIENCE`: every
+    /// Nothing at the endpoint's address has answered within `TUNING.retry.unreachable_patience`: every
     /// later call of this endpoint fails at once, as for a refused key.
     fn unreachable(&self, why: &str, answered: bool) -> FailureKind {
         let kind = FailureKind::Rejected {
             endpoint: self.name.clone(),
             message: format!(
                 "{why} (nothing answered there in {} s{}: check `models.{}.base_url`, and that the server is up)",
-                UNREACHABLE_PATIENCE.as_secs(),
+                TUNING.retry.unreachable_patience.as_secs(),
                 if answered { ", after it had answered" } else { "" },
                 self.name
             ),
@@ -465,10 +456,18 @@ pub(crate) fn describe_pace(live: &Live) -> String {
 
 /// Exponential backoff with jitter, capped.
 fn backoff(attempt: u32) -> Duration {
-    crate::exec::callback::jittered_backoff(MODEL_BACKOFF_BASE, MODEL_BACKOFF_MAX, attempt)
+    crate::exec::callback::jittered_backoff(
+        TUNING.retry.model_backoff_base,
+        TUNING.retry.model_backoff_max,
+        attempt,
+    )
 }
 
 /// The backoff of a call's `attempt`th 429, beside the provider's `Retry-After`.
 pub(crate) fn limited_backoff(attempt: u32) -> Duration {
-    crate::exec::callback::jittered_backoff(MODEL_BACKOFF_BASE, LIMITED_BACKOFF_MAX, attempt)
+    crate::exec::callback::jittered_backoff(
+        TUNING.retry.model_backoff_base,
+        TUNING.retry.limited_backoff_max,
+        attempt,
+    )
 }

@@ -13,20 +13,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{Limiter, START, State};
-
-/// Replies with two calls in the server over replies sent alone, in the mean (geometric):
-/// below this the server computes several at once (two at once: 1; one at a time: 2), where
-/// replies are steady; where they vary, below `PARALLEL_VARIED` after `VERDICT_AFTER` replies.
-const PARALLEL_BELOW: f64 = std::f64::consts::SQRT_2;
-const PARALLEL_VARIED: f64 = 1.25;
-const VERDICT_AFTER: u32 = 6;
-/// Calls sent alone whose latencies vary by less than this (relative) are steady.
-const STEADY: f64 = 0.1;
-/// Replies at two between calls sent alone.
-const PROBE_EVERY: u32 = 4;
-/// The log ratios are averaged over about this many recent replies.
-const RECENT: f64 = 16.0;
+use super::{Limiter, State};
+use crate::exec::model::tuning::TUNING;
 
 /// What the start knows.
 #[derive(Debug, Default)]
@@ -34,7 +22,7 @@ pub(super) struct Local {
     /// Per callback: the mean latency of its calls sent alone, and how many there were.
     alone: HashMap<String, (f64, u32)>,
     /// The least and the most latency of calls sent alone, over their mean: replies that vary
-    /// less than `STEADY` are steady, and one with two in the server is then a verdict.
+    /// less than `TUNING.local.steady` are steady, and one with two in the server is then a verdict.
     spread: (f64, f64),
     /// The mean log ratio of replies sent with another call in the server over those sent
     /// alone, and how many there were.
@@ -56,7 +44,7 @@ pub(super) fn reply(limiter: &Limiter, state: &mut State, class: &str, latency: 
     let alone = local.alone.entry(class.to_owned()).or_insert((0.0, 0));
     if company <= 1 {
         alone.1 += 1;
-        let weight = (1.0 / f64::from(alone.1)).max(1.0 / RECENT);
+        let weight = (1.0 / f64::from(alone.1)).max(1.0 / TUNING.local.recent);
         alone.0 = (1.0 - weight) * alone.0 + weight * seconds;
         let relative = seconds / alone.0;
         local.spread = match alone.1 {
@@ -66,23 +54,24 @@ pub(super) fn reply(limiter: &Limiter, state: &mut State, class: &str, latency: 
     } else if alone.1 > 0 {
         let ratio = (seconds / alone.0).ln();
         local.paired.1 += 1;
-        let weight = (1.0 / f64::from(local.paired.1)).max(1.0 / RECENT);
+        let weight = (1.0 / f64::from(local.paired.1)).max(1.0 / TUNING.local.recent);
         local.paired.0 = (1.0 - weight) * local.paired.0 + weight * ratio;
     }
     if !limiter.adaptive {
         return;
     }
-    let steady = local.alone.values().all(|(_, n)| *n >= 2) && local.spread.1 - local.spread.0 < STEADY;
+    let steady =
+        local.alone.values().all(|(_, n)| *n >= 2) && local.spread.1 - local.spread.0 < TUNING.local.steady;
     let (paired, mean) = (local.paired.1, local.paired.0.exp());
-    let parallel = (steady && paired >= 1 && mean < PARALLEL_BELOW)
-        || (paired >= VERDICT_AFTER && mean < PARALLEL_VARIED);
+    let parallel = (steady && paired >= 1 && mean < TUNING.local.parallel_below)
+        || (paired >= TUNING.local.verdict_after && mean < TUNING.local.parallel_varied);
     if parallel {
         // Two at once came back at speed: the usual search from here, as after a start
         // whose calls were answered at speed.
         state.local = None;
         state.validated = 2;
         tracing::debug!("the server computes several calls at once");
-        limiter.set_limit(state, START);
+        limiter.set_limit(state, TUNING.limiter.start);
         return;
     }
     let target = if state.limit <= 1 && company <= 1 {
@@ -91,7 +80,7 @@ pub(super) fn reply(limiter: &Limiter, state: &mut State, class: &str, latency: 
         Some(2)
     } else {
         local.held += 1;
-        let probe = local.held >= PROBE_EVERY && !local.probing && bound;
+        let probe = local.held >= TUNING.local.probe_every && !local.probing && bound;
         probe.then(|| {
             local.held = 0;
             local.probing = true;

@@ -5,8 +5,8 @@
 //! reply. The start ends at the first reply slower than the unloaded latency allows, and the
 //! limit goes back to what the server holds usefully (Little's law). Latency is compared per callback with the least it has been (its unloaded
 //! latency), so a server whose batch is full shows itself by latency that rises without
-//! throughput: past `GROW_BELOW` times the unloaded latency growth stops, past `CUT_ABOVE` the
-//! limit is cut back toward `SETTLE` (once per round trip). A 429 halves it once per episode,
+//! throughput: past `TUNING.limiter.grow_below` times the unloaded latency growth stops, past `TUNING.limiter.cut_above` the
+//! limit is cut back toward `TUNING.limiter.settle` (once per round trip). A 429 halves it once per episode,
 //! never below the calls in flight the learned pace needs (pace × latency); a 5xx or a timeout
 //! pauses growth. While calls wait on the pace rather than for a place, the limit does not grow:
 //! the pace, not the limit, holds them back.
@@ -25,46 +25,10 @@ use tokio::time::Instant;
 use crate::parallel::Locked;
 
 use super::pacer::Rates;
+use crate::exec::model::tuning::TUNING;
 
 pub(crate) use local::is_local;
 pub(crate) use slot::Slot;
-
-/// The live limit a run starts from (below the ceiling).
-pub(crate) const START: usize = 4;
-/// Growth per reply while the endpoint is being found, and after.
-pub(crate) const STARTUP_GROWTH: f64 = 4.0;
-const GROWTH: f64 = 0.25;
-/// Latency over the unloaded latency: below this the limit may grow; above `CUT_ABOVE` it is
-/// cut toward `SETTLE`.
-const GROW_BELOW: f64 = 1.2;
-const CUT_ABOVE: f64 = 1.6;
-const SETTLE: f64 = 1.3;
-/// How far past what replies have shown the server to hold at speed the start may grow.
-pub(crate) const VALIDATED_ROOM: usize = 3;
-/// The first round trip's room: where replies are steady, the first that shows the start's
-/// calls answered at speed lets the limit grow to this many times them at once (4 → 64).
-pub(super) const FIRST_ROOM: usize = 16;
-/// After that jump, the room past what replies have shown (the server may be full already).
-pub(super) const ROOM_AFTER_JUMP: usize = 2;
-/// The jump saves round trips, which matter only when they are long (a model generating
-/// tokens); a server that answers faster is found in milliseconds without it, and a rate
-/// limit that answers at once is not sent a burst it would refuse.
-pub(super) const JUMP_ABOVE: Duration = Duration::from_millis(50);
-/// Room over what the server held usefully when the start ends.
-const EXIT_ROOM: f64 = 1.15;
-/// A callback's latency is averaged over the last `RECENT` and `LONG` replies, and its unloaded
-/// latency known after `KNOWN` (three, where they are steady).
-const RECENT: f64 = 32.0;
-const LONG: f64 = 256.0;
-const KNOWN: u32 = 16;
-/// Replies whose latency varies by less than this (relative standard deviation) are steady.
-const STEADY: f64 = 0.1;
-/// How long growth pauses after a 5xx or a timeout.
-const GROWTH_PAUSE: Duration = Duration::from_secs(5);
-/// How long a 429 is taken to come back before one has.
-const REFUSAL_UNKNOWN: Duration = Duration::from_millis(100);
-/// The window throughput is counted over.
-const THROUGHPUT_WINDOW: Duration = Duration::from_secs(5);
 
 /// The live concurrency limit of one endpoint.
 #[derive(Debug)]
@@ -106,7 +70,7 @@ struct State {
     useful: f64,
     /// The most calls in the server a reply answered at speed has shown (during the start).
     validated: usize,
-    /// The start jumped to `FIRST_ROOM` times its calls.
+    /// The start jumped to `TUNING.limiter.first_room` times its calls.
     jumped: bool,
     /// Replies in the current and the last throughput windows.
     replies: [u64; 2],
@@ -125,11 +89,11 @@ struct State {
 
 #[derive(Debug, Clone, Copy)]
 struct Latency {
-    /// The mean over the last `RECENT` replies (all of them, before), and over the last `LONG`.
+    /// The mean over the last `TUNING.limiter.recent` replies (all of them, before), and over the last `TUNING.limiter.long`.
     mean: f64,
     long: f64,
     replies: u32,
-    /// The least the long mean has been once `KNOWN` replies were in it: the unloaded latency.
+    /// The least the long mean has been once `TUNING.limiter.known` replies were in it: the unloaded latency.
     least: f64,
     /// The mean squared deviation of a reply from that mean, relative to it.
     spread: f64,
@@ -165,7 +129,7 @@ pub(crate) struct Live {
 
 impl Limiter {
     pub(crate) fn new(max: usize, adaptive: bool) -> Limiter {
-        Limiter::starting_at(max, adaptive, START, true, None)
+        Limiter::starting_at(max, adaptive, TUNING.limiter.start, true, None)
     }
 
     /// A limiter for a server on this machine or its network (`local`): it starts from one
@@ -182,7 +146,7 @@ impl Limiter {
         Limiter::starting_at(
             max,
             adaptive,
-            (ended as f64 / SETTLE).floor() as usize,
+            (ended as f64 / TUNING.limiter.settle).floor() as usize,
             false,
             None,
         )
@@ -196,7 +160,7 @@ impl Limiter {
         local: Option<local::Local>,
     ) -> Limiter {
         let max = max.max(1);
-        let floor = if local.is_some() { 1 } else { START };
+        let floor = if local.is_some() { 1 } else { TUNING.limiter.start };
         let start = if adaptive { max.min(start.max(floor)) } else { max };
         Limiter {
             max,
@@ -224,7 +188,7 @@ impl Limiter {
                 peak: 0,
                 in_server: std::collections::BTreeMap::new(),
                 in_server_count: 0,
-                refusal: REFUSAL_UNKNOWN,
+                refusal: TUNING.limiter.refusal_unknown,
                 local,
             }),
         }
@@ -339,21 +303,23 @@ impl State {
         });
         // The spread before this reply: what this one is measured against.
         let spread = seen.spread.sqrt();
-        let steady = seen.replies >= 3 && spread < STEADY;
+        let steady = seen.replies >= 3 && spread < TUNING.limiter.steady;
         seen.replies += 1;
         let first = 1.0 / f64::from(seen.replies);
         let deviation = seconds / seen.mean - 1.0;
-        let recent = first.max(1.0 / RECENT);
+        let recent = first.max(1.0 / TUNING.limiter.recent);
         seen.spread = (1.0 - recent) * seen.spread + recent * deviation * deviation;
         seen.mean = (1.0 - recent) * seen.mean + recent * seconds;
-        let long = first.max(1.0 / LONG);
+        let long = first.max(1.0 / TUNING.limiter.long);
         seen.long = (1.0 - long) * seen.long + long * seconds;
         // The least the long mean has been, each time raised by how far it may be below the
         // true mean with the replies it holds (two standard errors): noise alone does not
         // drag it down.
-        let held = f64::from(seen.replies).min(LONG);
+        let held = f64::from(seen.replies).min(TUNING.limiter.long);
         let unsure = 2.0 * seen.spread.sqrt() / held.sqrt();
-        if seen.replies >= KNOWN || (seen.replies >= 3 && seen.spread.sqrt() < STEADY) {
+        if seen.replies >= TUNING.limiter.known
+            || (seen.replies >= 3 && seen.spread.sqrt() < TUNING.limiter.steady)
+        {
             seen.least = seen.least.min(seen.long * (1.0 + unsure));
         }
         // Until a callback's unloaded latency is known, its replies say nothing of load.
@@ -389,13 +355,13 @@ impl State {
 
     fn count_reply(&mut self, now: Instant) {
         let start = *self.window_start.get_or_insert(now);
-        let windows = ((now - start).as_secs_f64() / THROUGHPUT_WINDOW.as_secs_f64()) as u32;
+        let windows = ((now - start).as_secs_f64() / TUNING.limiter.throughput_window.as_secs_f64()) as u32;
         if windows >= 2 {
             self.replies = [0, 0];
             self.window_start = Some(now);
         } else if windows == 1 {
             self.replies = [0, self.replies[0]];
-            self.window_start = Some(start + THROUGHPUT_WINDOW);
+            self.window_start = Some(start + TUNING.limiter.throughput_window);
         }
         self.replies[0] += 1;
     }
@@ -406,7 +372,7 @@ impl State {
             return 0.0;
         };
         let into = (now - start).as_secs_f64();
-        let window = THROUGHPUT_WINDOW.as_secs_f64();
+        let window = TUNING.limiter.throughput_window.as_secs_f64();
         if into >= 2.0 * window {
             return 0.0;
         }
@@ -439,22 +405,23 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_limit_grows_only_while_calls_wait_for_a_place() {
         let limiter = Limiter::new(1024, true);
-        assert_eq!(limit(&limiter), START);
+        assert_eq!(limit(&limiter), TUNING.limiter.start);
         // Nobody waits: answers alone grow nothing.
         for _ in 0..10 {
             reply(&limiter, RTT).await;
         }
-        assert_eq!(limit(&limiter), START);
+        assert_eq!(limit(&limiter), TUNING.limiter.start);
         // A call waiting for a place: the first reply that shows the start's calls answered at
-        // speed (steady replies) makes it `FIRST_ROOM` times the start; each after grows it by
-        // `STARTUP_GROWTH`.
+        // speed (steady replies) makes it `TUNING.limiter.first_room` times the start; each after grows it by
+        // `TUNING.limiter.startup_growth`.
         limiter.waiting.fetch_add(1, Ordering::Relaxed);
         reply(&limiter, RTT).await;
-        assert_eq!(limit(&limiter), START * FIRST_ROOM);
+        assert_eq!(limit(&limiter), TUNING.limiter.start * TUNING.limiter.first_room);
         for _ in 0..9 {
             reply(&limiter, RTT).await;
         }
-        let grown = START * FIRST_ROOM + 9 * STARTUP_GROWTH as usize;
+        let grown =
+            TUNING.limiter.start * TUNING.limiter.first_room + 9 * TUNING.limiter.startup_growth as usize;
         assert_eq!(limit(&limiter), grown);
         // Calls waiting on the pace hold their places: the limit does not grow then.
         let mut pacing = limiter.acquire(0).await;
@@ -486,9 +453,9 @@ mod tests {
             limiter.waiting.fetch_add(1, Ordering::Relaxed);
             reply(&limiter, latency).await;
             let expected = if jumped {
-                START * FIRST_ROOM
+                TUNING.limiter.start * TUNING.limiter.first_room
             } else {
-                START + STARTUP_GROWTH as usize
+                TUNING.limiter.start + TUNING.limiter.startup_growth as usize
             };
             assert_eq!(limit(&limiter), expected, "replies of {latency:?}");
         }
@@ -502,7 +469,10 @@ mod tests {
             reply(&limiter, RTT).await;
         }
         let grown = limit(&limiter);
-        assert_eq!(grown, START + 40 * STARTUP_GROWTH as usize);
+        assert_eq!(
+            grown,
+            TUNING.limiter.start + 40 * TUNING.limiter.startup_growth as usize
+        );
         // The server is past full: replies sent with the whole limit in the server take three
         // times as long. The first ends the start: the limit goes back to what the server held
         // usefully (a third of those calls), with room, once: the replies sent before the cut
@@ -515,7 +485,7 @@ mod tests {
         let cut = limit(&limiter);
         assert_eq!(
             cut,
-            (grown as f64 / 3.0 * EXIT_ROOM).ceil() as usize,
+            (grown as f64 / 3.0 * TUNING.limiter.exit_room).ceil() as usize,
             "{grown} → {cut}"
         );
         drop(slots);
@@ -536,7 +506,7 @@ mod tests {
             slot.succeeded("compressor", RTT * 50);
         }
         assert!(
-            limiter.live(Rates::default()).load < CUT_ABOVE,
+            limiter.live(Rates::default()).load < TUNING.limiter.cut_above,
             "{:?}",
             limiter.live(Rates::default())
         );
@@ -560,14 +530,17 @@ mod tests {
         for _ in 0..16 {
             reply(&limiter, RTT).await;
         }
-        assert_eq!(limit(&limiter), START + 16 * STARTUP_GROWTH as usize);
+        assert_eq!(
+            limit(&limiter),
+            TUNING.limiter.start + 16 * TUNING.limiter.startup_growth as usize
+        );
         let slots = futures_lite(&limiter, 3).await;
         for slot in &slots {
             slot.rate_limited(0, Duration::ZERO);
         }
         assert_eq!(
             limit(&limiter),
-            (START + 16 * STARTUP_GROWTH as usize) / 2,
+            (TUNING.limiter.start + 16 * TUNING.limiter.startup_growth as usize) / 2,
             "three 429s of one episode halve once"
         );
         drop(slots);

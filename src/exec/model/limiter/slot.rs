@@ -7,10 +7,8 @@ use std::time::Duration;
 use tokio::sync::SemaphorePermit;
 use tokio::time::Instant;
 
-use super::{
-    CUT_ABOVE, EXIT_ROOM, FIRST_ROOM, GROW_BELOW, GROWTH, GROWTH_PAUSE, JUMP_ABOVE, Limiter, REFUSAL_UNKNOWN,
-    ROOM_AFTER_JUMP, SETTLE, START, STARTUP_GROWTH, State, VALIDATED_ROOM,
-};
+use super::{Limiter, State};
+use crate::exec::model::tuning::TUNING;
 
 /// A call's place under the limit; given back when dropped.
 #[derive(Debug)]
@@ -72,9 +70,9 @@ impl Slot<'_> {
         if !current {
             return;
         }
-        if load > CUT_ABOVE + reading.slack {
+        if load > TUNING.limiter.cut_above + reading.slack {
             // Toward what the server holds usefully, with room; never below half.
-            let settled = (state.useful * SETTLE).max(state.limit as f64 * 0.5);
+            let settled = (state.useful * TUNING.limiter.settle).max(state.limit as f64 * 0.5);
             let target = settled.floor() as usize;
             limiter.set_limit(&mut state, target);
             state.startup = false;
@@ -93,9 +91,9 @@ impl Slot<'_> {
         // what the server held usefully when this call was sent (Little's law: the calls in the
         // server over the latency ratio), with room.
         let risen = if reading.steady {
-            reading.ratio >= GROW_BELOW
+            reading.ratio >= TUNING.limiter.grow_below
         } else {
-            load >= GROW_BELOW + reading.slack
+            load >= TUNING.limiter.grow_below + reading.slack
         };
         if state.startup && risen {
             // One reply says it where replies are steady; else the average of many.
@@ -104,7 +102,7 @@ impl Slot<'_> {
             } else {
                 state.useful
             };
-            let target = (useful * EXIT_ROOM).ceil() as usize;
+            let target = (useful * TUNING.limiter.exit_room).ceil() as usize;
             if target < state.limit {
                 limiter.set_limit(&mut state, target);
             }
@@ -114,7 +112,7 @@ impl Slot<'_> {
             tracing::debug!(limit = state.limit, "the server is full: calls in flight found");
             return;
         }
-        if load >= GROW_BELOW + reading.slack {
+        if load >= TUNING.limiter.grow_below + reading.slack {
             state.startup = false;
             return;
         }
@@ -122,12 +120,12 @@ impl Slot<'_> {
         if paused || !limiter.bound(&state) || state.limit >= limiter.max {
             return;
         }
-        let steady_and_slow = reading.steady && latency >= JUMP_ABOVE;
+        let steady_and_slow = reading.steady && latency >= TUNING.limiter.jump_above;
         self.grow(limiter, &mut state, steady_and_slow);
     }
 
     /// Grows the limit after a reply at speed while calls wait for a place: at once to
-    /// `FIRST_ROOM` times the start's calls where `steady_and_slow`, else by a few places a
+    /// `TUNING.limiter.first_room` times the start's calls where `steady_and_slow`, else by a few places a
     /// reply during the start (never past a few times what replies have shown), then slowly.
     fn grow(&self, limiter: &Limiter, state: &mut State, steady_and_slow: bool) {
         if state.startup {
@@ -135,15 +133,19 @@ impl Slot<'_> {
         }
         // A jump is safe only where replies are steady (one slow reply then says the server is
         // full, within the round trip the jump filled it), and worth it only where they are slow.
-        let first_round = state.startup && state.validated <= START && steady_and_slow;
+        let first_round = state.startup && state.validated <= TUNING.limiter.start && steady_and_slow;
         if first_round {
-            // The start's calls came back at speed: it may fill `FIRST_ROOM` times them at once.
-            let target = (state.validated * FIRST_ROOM).max(state.limit);
+            // The start's calls came back at speed: it may fill `TUNING.limiter.first_room` times them at once.
+            let target = (state.validated * TUNING.limiter.first_room).max(state.limit);
             limiter.set_limit(state, target);
             state.jumped = true;
             return;
         }
-        state.credit += if state.startup { STARTUP_GROWTH } else { GROWTH };
+        state.credit += if state.startup {
+            TUNING.limiter.startup_growth
+        } else {
+            TUNING.limiter.growth
+        };
         let whole = state.credit.floor();
         if whole >= 1.0 {
             state.credit -= whole;
@@ -152,9 +154,9 @@ impl Slot<'_> {
                 // Never past a few times what a reply has shown the server to hold at speed:
                 // the next round trip's calls are sent before any of them can say it is full.
                 let room = if state.jumped {
-                    ROOM_AFTER_JUMP
+                    TUNING.limiter.room_after_jump
                 } else {
-                    VALIDATED_ROOM
+                    TUNING.limiter.validated_room
                 };
                 target = target.min(state.validated * room).max(state.limit);
             }
@@ -170,7 +172,7 @@ impl Slot<'_> {
         let limiter = self.limiter;
         let mut state = limiter.state();
         state.rate_limited += 1;
-        state.refusal = if state.refusal == REFUSAL_UNKNOWN {
+        state.refusal = if state.refusal == TUNING.limiter.refusal_unknown {
             took
         } else {
             state.refusal.max(took).mul_f64(0.9).max(took)
@@ -193,7 +195,7 @@ impl Slot<'_> {
 
     /// A 5xx, a timeout or a broken connection: growth pauses; the limit stays.
     pub(crate) fn failed(&self) {
-        self.limiter.state().hold_growth_until = Some(Instant::now() + GROWTH_PAUSE);
+        self.limiter.state().hold_growth_until = Some(Instant::now() + TUNING.limiter.growth_pause);
     }
 }
 

@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{
-    BELOW, BELOW_ANNOUNCED, HISTORY, Heard, MAX_ANCHORS, MEASURED, MIN_ADMITTED, MIN_RATE, MIN_SPAN,
-    OVERSHOT, PROBE_HOLD, PROBE_HOLD_FIRST, PROBE_MAX, PROBE_PROVISIONAL, PROBE_START, PaceState, Pacer,
-    RECENT, RESET_RESOLUTION, Rates, STEADY, STEADY_DOUBLINGS, Sent, TRUST_PACE, Ticket, round,
-};
+use super::{Heard, PaceState, Pacer, Rates, Sent, Ticket, round};
+use crate::exec::model::tuning::TUNING;
 use crate::providers::{Allowance, Announced, Exhausted};
 
 impl Allowance {
@@ -22,7 +19,7 @@ impl Allowance {
     fn bounds(&self) -> Option<Bounds> {
         let used = self.limit - self.remaining;
         let seconds = self.reset.as_secs_f64();
-        let shortest = seconds - RESET_RESOLUTION.as_secs_f64();
+        let shortest = seconds - TUNING.pacer.reset_resolution.as_secs_f64();
         (used >= 1.0 && shortest > 0.0).then(|| Bounds {
             low: (used - 1.0) / seconds,
             high: used / shortest,
@@ -71,7 +68,7 @@ impl Bounds {
 impl Pacer {
     /// A new episode's measure. Two spans end at the refused call: since the last anchor
     /// (exact, the bucket empty at both ends, unless it overflowed while gacc paced below the
-    /// rate: then low) and the last `RECENT` of it (high by what the bucket held when it
+    /// rate: then low) and the last `TUNING.pacer.recent` of it (high by what the bucket held when it
     /// began, over its length). The higher, paced just below, wastes neither: a high one is corrected by the
     /// 429 it soon draws. With no anchor yet (the run's first 429), or too few replies since,
     /// nothing is learned: the call backs off and the anchor stays.
@@ -86,7 +83,7 @@ impl Pacer {
             let span = ticket
                 .at
                 .saturating_duration_since(from)
-                .max(MIN_SPAN)
+                .max(TUNING.pacer.min_span)
                 .as_secs_f64();
             let (count, tokens) = state
                 .history
@@ -104,30 +101,30 @@ impl Pacer {
                 .filter(|sent| sent.at >= from && sent.at < ticket.at && sent.heard == Heard::Limited)
                 .count()
         };
-        // The newest anchor with `MEASURED` calls admitted since (after a stretch where the
+        // The newest anchor with `TUNING.pacer.measured` calls admitted since (after a stretch where the
         // provider refused everything, only what it admitted since counts). Before the first
-        // measure, the oldest with at least `MIN_ADMITTED` will do (the longest span): a rough
+        // measure, the oldest with at least `TUNING.pacer.min_admitted` will do (the longest span): a rough
         // rate beats a provisional one; after it, a span of a few calls would only add noise.
         let newest = state
             .anchors
             .iter()
             .rev()
             .copied()
-            .find(|&a| admitted(a).2 >= MEASURED);
-        let provisional = state.gain > PROBE_MAX;
+            .find(|&a| admitted(a).2 >= TUNING.pacer.measured);
+        let provisional = state.gain > TUNING.pacer.probe_max;
         let oldest = state
             .anchors
             .front()
             .copied()
-            .filter(|&a| provisional && admitted(a).2 >= MIN_ADMITTED);
+            .filter(|&a| provisional && admitted(a).2 >= TUNING.pacer.min_admitted);
         let Some(anchor) = newest.or(oldest) else {
             let oldest = state.anchors.front().copied();
             state.anchors.push_back(ticket.at);
-            while state.anchors.len() > MAX_ANCHORS
+            while state.anchors.len() > TUNING.pacer.max_anchors
                 || state
                     .anchors
                     .front()
-                    .is_some_and(|at| ticket.at.saturating_duration_since(*at) > HISTORY)
+                    .is_some_and(|at| ticket.at.saturating_duration_since(*at) > TUNING.pacer.history)
             {
                 state.anchors.pop_front();
             }
@@ -139,7 +136,7 @@ impl Pacer {
         };
         let since = admitted(anchor);
         // The recent span: back to the tenth call admitted before the refused one, and at
-        // least `RECENT` (after a stretch where the provider refused everything, only what it
+        // least `TUNING.pacer.recent` (after a stretch where the provider refused everything, only what it
         // admitted since counts).
         let first = state.first_start.unwrap_or(anchor);
         let tenth = state
@@ -149,11 +146,14 @@ impl Pacer {
             .filter(|sent| sent.at < ticket.at && sent.heard != Heard::Limited)
             .nth(9)
             .map_or(first, |sent| sent.at);
-        let recent_from = ticket.at.checked_sub(RECENT).map_or(tenth, |at| at.min(tenth));
+        let recent_from = ticket
+            .at
+            .checked_sub(TUNING.pacer.recent)
+            .map_or(tenth, |at| at.min(tenth));
         let recent = admitted(
             first
                 .max(recent_from)
-                .max(anchor.min(ticket.at.checked_sub(RECENT).unwrap_or(anchor))),
+                .max(anchor.min(ticket.at.checked_sub(TUNING.pacer.recent).unwrap_or(anchor))),
         );
         let refused = refused(anchor);
         let overshot = refused * 3 >= since.2 + refused;
@@ -194,7 +194,7 @@ impl Pacer {
             if let Some(seen) = budget.bounds() {
                 let bounds = state.bounds[at].map_or(seen, |known| known.and(seen));
                 state.bounds[at] = Some(bounds);
-                let rate = Some(bounds.rate() * BELOW_ANNOUNCED);
+                let rate = Some(bounds.rate() * TUNING.pacer.below_announced);
                 match at {
                     0 => state.announced.requests = rate,
                     _ => state.announced.tokens = rate,
@@ -248,13 +248,13 @@ fn settle(
 ) {
     // Both measures read low where the bucket is small (it overflows while gacc paces below
     // the rate, and a 429 comes as soon as the pace passes it): the pace the refused call
-    // started at was then just above the rate. It counts, a little below, up to `TRUST_PACE`
+    // started at was then just above the rate. It counts, a little below, up to `TUNING.pacer.trust_pace`
     // times the measure.
     //
     // A pace held above the rate since the anchor is another case. Where the bucket holds one
     // call, every other call then finds it not yet refilled, and what it admits reads half the
     // rate, or a little more, wherever the rate lies below the pace: the pace a tenth lower
-    // (`OVERSHOT`) is tried once. A measure under two fifths of the pace, a second such episode
+    // (`TUNING.pacer.overshot`) is tried once. A measure under two fifths of the pace, a second such episode
     // in a row, or the run's first measure (after a provisional pace that grew fourfold a round,
     // far past the rate) is the provider's rate.
     let retry_lower = overshot && !state.overshot && !provisional;
@@ -262,12 +262,12 @@ fn settle(
     let estimate = |measured: f64, paced: Option<f64>| {
         let paced = paced.map_or(0.0, |p| {
             if retry_lower && measured * 2.5 >= p {
-                OVERSHOT * p
+                TUNING.pacer.overshot * p
             } else {
-                (BELOW * p).min(TRUST_PACE * measured)
+                (TUNING.pacer.below * p).min(TUNING.pacer.trust_pace * measured)
             }
         });
-        Some((BELOW * measured.max(paced)).max(MIN_RATE))
+        Some((TUNING.pacer.below * measured.max(paced)).max(TUNING.pacer.min_rate))
     };
     let before = state.learned;
     if exhausted != Exhausted::Tokens {
@@ -276,16 +276,16 @@ fn settle(
     if exhausted != Exhausted::Requests && tokens > 0.0 {
         state.learned.tokens = estimate(tokens, ticket.pace.tokens);
     }
-    // A pace at least `STEADY` of the one the refused call started at agrees with it: the
+    // A pace at least `TUNING.pacer.steady` of the one the refused call started at agrees with it: the
     // rate holds.
     let agrees = |was: Option<f64>, now: Option<f64>| match (was, now) {
-        (Some(was), Some(now)) => now >= STEADY * was,
+        (Some(was), Some(now)) => now >= TUNING.pacer.steady * was,
         (was, now) => was.is_none() && now.is_none(),
     };
     let steady =
         agrees(before.requests, state.learned.requests) && agrees(before.tokens, state.learned.tokens);
     state.steady = if steady && !provisional {
-        (state.steady + 1).min(STEADY_DOUBLINGS)
+        (state.steady + 1).min(TUNING.pacer.steady_doublings)
     } else {
         0
     };
@@ -293,36 +293,36 @@ fn settle(
     // longer hold spaces the probes that each cost a 429, and it doubles while paces agree
     // (where the provider's bucket holds one call, a probe costs a call's refill).
     let hold = if provisional {
-        PROBE_HOLD_FIRST
+        TUNING.pacer.probe_hold_first
     } else {
-        PROBE_HOLD * f64::from(1u32 << state.steady)
+        TUNING.pacer.probe_hold * f64::from(1u32 << state.steady)
     };
     state.anchors.clear();
     state.anchors.push_back(ticket.at);
-    state.gain = PROBE_START;
+    state.gain = TUNING.pacer.probe_start;
     state.hold_until = Some(Instant::now() + round(state.learned).mul_f64(hold));
     tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
 }
 
 /// The run's first 429: the provider's bucket is empty, and how fast it refills is not known.
-/// A provisional pace, what was admitted in the last `RECENT` over the time it took (high by
+/// A provisional pace, what was admitted in the last `TUNING.pacer.recent` over the time it took (high by
 /// what the bucket held), probes up fast until the next 429 measures.
 fn provisional(state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
     state.anchors.push_back(ticket.at);
     if state.learned == Rates::default() {
-        let from = ticket.at.checked_sub(RECENT);
+        let from = ticket.at.checked_sub(TUNING.pacer.recent);
         let admitted: Vec<&Sent> = state
             .history
             .iter()
             .filter(|sent| from.is_none_or(|from| sent.at >= from) && sent.at < ticket.at)
             .filter(|sent| sent.heard != Heard::Limited)
             .collect();
-        // Fewer than `MIN_ADMITTED` say little: they count over the whole `RECENT`.
+        // Fewer than `TUNING.pacer.min_admitted` say little: they count over the whole `TUNING.pacer.recent`.
         let earliest = admitted.first().map_or(ticket.at, |sent| sent.at);
-        let least = if admitted.len() < MIN_ADMITTED {
-            RECENT
+        let least = if admitted.len() < TUNING.pacer.min_admitted {
+            TUNING.pacer.recent
         } else {
-            MIN_SPAN
+            TUNING.pacer.min_span
         };
         let span = ticket
             .at
@@ -337,7 +337,7 @@ fn provisional(state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
         if exhausted != Exhausted::Requests {
             state.learned.tokens = Some(tokens.max(ticket.tokens) / span);
         }
-        state.gain = PROBE_PROVISIONAL;
+        state.gain = TUNING.pacer.probe_provisional;
         state.hold_until = None;
     }
     tracing::debug!(requests = ?state.learned.requests, "the first 429: a provisional pace until the next measures");

@@ -18,58 +18,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::exec::model::tuning::TUNING;
 use crate::parallel::Locked;
 use crate::providers::Exhausted;
-
-/// The pace is this share of the rate the provider admitted (or announced).
-const BELOW: f64 = 0.98;
-const BELOW_ANNOUNCED: f64 = 0.97;
-/// After a measure, the pace holds this many rounds (`round`), then grows by `PROBE_START` a
-/// round, a growth that doubles each round calls keep waiting on the pace, up to `PROBE_MAX`.
-const PROBE_HOLD: f64 = 1.5;
-const PROBE_HOLD_FIRST: f64 = 0.5;
-/// A measure at least this share of the pace it ends agrees with the last; the hold doubles
-/// with each in a row that agrees, up to this many times.
-const STEADY: f64 = 0.95;
-const STEADY_DOUBLINGS: u32 = 2;
-const PROBE_START: f64 = 0.05;
-const PROBE_MAX: f64 = 1.0;
-/// A provisional pace (from the run's first 429, before anything measured) grows fourfold a
-/// round until the next 429 measures.
-const PROBE_PROVISIONAL: f64 = 3.0;
-/// The recent measure spans at least this long, and ten calls (it guards the measure since the
-/// anchor, which reads low when the provider's bucket overflowed while gacc paced below it).
-const RECENT: Duration = Duration::from_millis(500);
-/// The most anchors kept between measures.
-const MAX_ANCHORS: usize = 64;
-/// How finely providers announce when their budget is full again.
-const RESET_RESOLUTION: Duration = Duration::from_millis(1);
-/// How late a turn may be taken and still count from when it was due.
-const CATCH_UP: Duration = Duration::from_millis(5);
-/// The pace a refused call started at counts up to this many times the measure.
-const TRUST_PACE: f64 = 1.3;
-/// After a measure that a pace held above the rate halved, the pace tried is this share of it.
-const OVERSHOT: f64 = 0.9;
-/// A measure spans at least this long.
-const MIN_SPAN: Duration = Duration::from_millis(10);
-/// What the pacer remembers of the calls it started.
-const HISTORY: Duration = Duration::from_secs(120);
-/// A learned rate never falls below one request (or token) a minute.
-const MIN_RATE: f64 = 1.0 / 60.0;
-/// A measure needs at least this many calls admitted since the moment it starts from (replied,
-/// or in flight: a refusal comes back sooner than an answer, so a call sent before the refused
-/// one and not refused yet was taken): too few say the provider refused, not how fast it
-/// refills, and the call only backs off.
-const MIN_ADMITTED: usize = 3;
-/// A measure after the first spans at least this many admitted calls.
-const MEASURED: usize = 10;
-/// The longest a call waits on an announced budget before it is tried again (a 429 corrects a
-/// budget read too high).
-const MAX_ANNOUNCED_WAIT: Duration = Duration::from_secs(1);
-/// An announcement holds calls for a minute at most, whatever its `reset` says.
-const MAX_ANNOUNCED_HOLD: Duration = Duration::from_secs(60);
-/// Growth needs calls that waited on the pace this recently.
-const PRESSURE: Duration = Duration::from_secs(1);
 
 /// Requests and tokens per second; `None` where nothing limits.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -92,7 +43,7 @@ impl Rates {
 
     /// How long one call of `tokens` occupies the pace.
     fn interval(&self, tokens: f64) -> Duration {
-        let of = |rate: Option<f64>, amount: f64| rate.map_or(0.0, |r| amount / r.max(MIN_RATE));
+        let of = |rate: Option<f64>, amount: f64| rate.map_or(0.0, |r| amount / r.max(TUNING.pacer.min_rate));
         let seconds = of(self.requests, 1.0).max(of(self.tokens, tokens));
         Duration::from_secs_f64(seconds.min(3600.0))
     }
@@ -100,7 +51,7 @@ impl Rates {
 
 /// A round of the probe: a second, or ten requests at `pace` where that is longer.
 fn round(pace: Rates) -> Duration {
-    let ten_calls = pace.requests.map_or(0.0, |r| 10.0 / r.max(MIN_RATE));
+    let ten_calls = pace.requests.map_or(0.0, |r| 10.0 / r.max(TUNING.pacer.min_rate));
     Duration::from_secs_f64(ten_calls.clamp(1.0, 60.0))
 }
 
@@ -148,7 +99,7 @@ enum Heard {
 #[derive(Debug, Clone, Copy)]
 struct Level {
     seq: u64,
-    /// When the announcing call was sent: after `MAX_ANNOUNCED_HOLD`, its budget holds no call.
+    /// When the announcing call was sent: after `TUNING.pacer.max_announced_hold`, its budget holds no call.
     announced_at: Instant,
     /// What remained when the announcing call arrived.
     remaining: f64,
@@ -189,13 +140,13 @@ struct PaceState {
     /// newest last): the provider's bucket was empty then, and what it admitted since is what
     /// it refilled.
     anchors: VecDeque<Instant>,
-    /// Measures in a row that agreed with the pace they ended (up to `STEADY_DOUBLINGS`).
+    /// Measures in a row that agreed with the pace they ended (up to `TUNING.pacer.steady_doublings`).
     steady: u32,
-    /// The last measure came after a pace held above the rate (`OVERSHOT`).
+    /// The last measure came after a pace held above the rate (`TUNING.pacer.overshot`).
     overshot: bool,
     /// When the last 429 came: the probe does not grow while every call is refused.
     limited_at: Option<Instant>,
-    /// Calls started in the last `HISTORY`.
+    /// Calls started in the last `TUNING.pacer.history`.
     history: VecDeque<Sent>,
     seq: u64,
     /// Provider input tokens per cl100k token, from the usage replies report.
@@ -231,7 +182,7 @@ impl Pacer {
                 learned: Rates::default(),
                 announced: Rates::default(),
                 bounds: [None, None],
-                gain: PROBE_START,
+                gain: TUNING.pacer.probe_start,
                 hold_until: None,
                 grown_at: None,
                 pressed_at: None,
@@ -312,7 +263,7 @@ impl Pacer {
                         let interval = self.in_force(&state).interval(tokens);
                         let due = state
                             .next
-                            .filter(|due| now.saturating_duration_since(*due) < CATCH_UP);
+                            .filter(|due| now.saturating_duration_since(*due) < TUNING.pacer.catch_up);
                         state.next = (!interval.is_zero()).then(|| due.unwrap_or(now) + interval);
                         state.seq += 1;
                         let seq = state.seq;
@@ -322,7 +273,11 @@ impl Pacer {
                             tokens,
                             heard: Heard::Nothing,
                         });
-                        while state.history.front().is_some_and(|sent| now - sent.at > HISTORY) {
+                        while state
+                            .history
+                            .front()
+                            .is_some_and(|sent| now - sent.at > TUNING.pacer.history)
+                        {
                             state.history.pop_front();
                         }
                         state.first_start.get_or_insert(now);
@@ -357,7 +312,9 @@ impl Pacer {
         for (which, level) in state.levels.iter().enumerate() {
             let Some(level) = level else { continue };
             let rate = Self::refill(state, which, level);
-            if !rate.is_finite() || now.saturating_duration_since(level.announced_at) >= MAX_ANNOUNCED_HOLD {
+            if !rate.is_finite()
+                || now.saturating_duration_since(level.announced_at) >= TUNING.pacer.max_announced_hold
+            {
                 continue;
             }
             // A call larger than the whole budget waits only for a full one.
@@ -366,8 +323,9 @@ impl Pacer {
             if room >= needed || rate <= 0.0 {
                 continue;
             }
-            let wait = ((needed - room) / rate).min(MAX_ANNOUNCED_WAIT.as_secs_f64());
-            let due = (now + Duration::from_secs_f64(wait)).min(level.announced_at + MAX_ANNOUNCED_HOLD);
+            let wait = ((needed - room) / rate).min(TUNING.pacer.max_announced_wait.as_secs_f64());
+            let due = (now + Duration::from_secs_f64(wait))
+                .min(level.announced_at + TUNING.pacer.max_announced_hold);
             until = Some(until.map_or(due, |u| u.max(due)));
         }
         until
@@ -401,7 +359,7 @@ impl Pacer {
         state.grown_at = Some(now);
         let pressed = state
             .pressed_at
-            .is_some_and(|at| now.saturating_duration_since(at) < PRESSURE);
+            .is_some_and(|at| now.saturating_duration_since(at) < TUNING.pacer.pressure);
         let held = state.hold_until.is_some_and(|until| now < until);
         // Calls refused lately and none admitted: the provider refuses everything for now (an
         // outage, a storm), and a pace grown now would flood it when it is back.
@@ -413,14 +371,14 @@ impl Pacer {
             return;
         }
         // Growth is counted in rounds: a second, or ten calls at the pace where that is longer.
-        let round = if state.gain > PROBE_MAX {
+        let round = if state.gain > TUNING.pacer.probe_max {
             Duration::from_secs(1)
         } else {
             round(state.learned)
         };
         let rounds = since.as_secs_f64().min(5.0) / round.as_secs_f64();
         let factor = (1.0 + state.gain).powf(rounds);
-        state.gain = (state.gain * 2f64.powf(rounds)).min(PROBE_MAX.max(state.gain));
+        state.gain = (state.gain * 2f64.powf(rounds)).min(TUNING.pacer.probe_max.max(state.gain));
         for value in [&mut state.learned.requests, &mut state.learned.tokens]
             .into_iter()
             .flatten()
@@ -549,7 +507,7 @@ mod tests {
         let pacer = Pacer::new(0, 0, true);
         // The run's first calls: four sent 10 ms apart, the last three refused before the
         // first answered. One admitted says little: a provisional pace of one call over
-        // `RECENT`, no more, however many refusals follow.
+        // `TUNING.pacer.recent`, no more, however many refusals follow.
         let mut tickets = Vec::new();
         for _ in 0..4 {
             tickets.push(pacer.wait(10, 10).await);
@@ -597,10 +555,13 @@ mod tests {
         }
         let refused = pacer.wait(10, 10).await;
         pacer.limited(refused, Exhausted::Requests, Duration::from_millis(100));
-        // The refused call started at a pace far above ten: it counts, up to `TRUST_PACE`
+        // The refused call started at a pace far above ten: it counts, up to `TUNING.pacer.trust_pace`
         // times the measure.
         let learned = pacer.pace().requests.unwrap();
-        let (low, high) = (BELOW * 10.0 * 0.95, BELOW * 10.0 * TRUST_PACE * 1.05);
+        let (low, high) = (
+            TUNING.pacer.below * 10.0 * 0.95,
+            TUNING.pacer.below * 10.0 * TUNING.pacer.trust_pace * 1.05,
+        );
         assert!(
             (low..=high).contains(&learned),
             "learned {learned}/s from ten a second"
