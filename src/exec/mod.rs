@@ -22,47 +22,47 @@ pub(crate) mod remote;
 pub(crate) mod sandbox;
 mod slurm;
 
-/// An engine a manifest may name besides the local one: `run.executor = "<name>"`, with its
-/// own settings in `[run.<name>]`.
-pub(crate) struct Registered {
-    pub name: &'static str,
+/// A kind of engine a manifest may name besides the local one: `run.executor = "<name>"`,
+/// with its own settings in `[run.<name>]`; `start` makes the running engine.
+pub(crate) trait EngineKind: Sync {
+    fn name(&self) -> &'static str;
     /// The JSON Schema of its `[run.<name>]` table (`gacc schema manifest`).
-    pub settings_schema: fn() -> schemars::Schema,
+    fn settings_schema(&self) -> schemars::Schema;
     /// The problems of its `[run.<name>]` table, as (key, message); a table is checked whether
     /// or not the engine is the one run.
-    pub check: fn(Option<&toml::Value>) -> Vec<(String, String)>,
+    fn check(&self, table: Option<&toml::Value>) -> Vec<(String, String)>;
     /// The engine ready to run (its settings read, its commands checked).
-    pub start: fn(&Loaded) -> Result<Arc<dyn engine::Engine>, String>,
+    fn start(&self, loaded: &Loaded) -> Result<Arc<dyn engine::Engine>, String>;
     /// The folders it works in, each with what it is, known before it starts: no sandboxed
     /// callback may be granted them (every call's request waits there, the readers' questions
     /// among them).
-    pub folders: fn(&Loaded) -> Vec<(PathBuf, &'static str)>,
-    /// `gacc array-task`, where the engine hands calls over as arrays of tasks.
-    pub array_task: Option<ArrayTask>,
+    fn folders(&self, loaded: &Loaded) -> Vec<(PathBuf, &'static str)>;
+    /// `gacc array-task`, where the engine hands calls over as arrays of tasks: makes the calls
+    /// of one task (`None`: the task the environment names) of the array whose folder is
+    /// given; the calls made, or why none could be. None for an engine without arrays.
+    fn array_task(&self, _array: &Path, _task: Option<usize>) -> Option<Result<usize, String>> {
+        None
+    }
     /// Ends everything it left running (on Ctrl-C).
-    pub shutdown: fn(),
+    fn shutdown(&self);
 }
 
-/// Makes the calls of one task (`None`: the task the environment names) of the array whose
-/// folder is given; the calls made, or why none could be.
-pub(crate) type ArrayTask = fn(&Path, Option<usize>) -> Result<usize, String>;
+const ENGINES: &[&dyn EngineKind] = &[&slurm::Kind];
 
-const ENGINES: &[Registered] = &[slurm::ENGINE];
-
-fn registered(name: &str) -> Option<&'static Registered> {
-    ENGINES.iter().find(|engine| engine.name == name)
+fn registered(name: &str) -> Option<&'static dyn EngineKind> {
+    ENGINES.iter().copied().find(|engine| engine.name() == name)
 }
 
 /// The names `run.executor` may take.
 pub(crate) fn engine_names() -> Vec<&'static str> {
     std::iter::once(LOCAL_ENGINE)
-        .chain(ENGINES.iter().map(|e| e.name))
+        .chain(ENGINES.iter().map(|e| e.name()))
         .collect()
 }
 
 /// Every registered engine's name and the JSON Schema of its settings table.
 pub(crate) fn engine_schemas() -> Vec<(&'static str, schemars::Schema)> {
-    ENGINES.iter().map(|e| (e.name, (e.settings_schema)())).collect()
+    ENGINES.iter().map(|e| (e.name(), e.settings_schema())).collect()
 }
 
 /// The problems of `run.executor` and of the run's engine tables, as (key, message): an
@@ -76,7 +76,7 @@ pub(crate) fn engine_problems(loaded: &Loaded) -> Vec<(String, String)> {
         let message = format!("no engine `{}` (the engines: {names})", run.executor);
         problems.push(("run.executor".to_owned(), message));
     }
-    let tables: Vec<String> = ENGINES.iter().map(|e| format!("`[run.{}]`", e.name)).collect();
+    let tables: Vec<String> = ENGINES.iter().map(|e| format!("`[run.{}]`", e.name())).collect();
     for key in run.engines.keys().filter(|key| registered(key).is_none()) {
         let message = format!(
             "unknown key (`[run]` has concurrency, executor, cache, max_cost_usd and the engines' tables {})",
@@ -85,7 +85,7 @@ pub(crate) fn engine_problems(loaded: &Loaded) -> Vec<(String, String)> {
         problems.push((format!("run.{key}"), message));
     }
     for engine in ENGINES {
-        problems.extend((engine.check)(run.engines.get(engine.name)));
+        problems.extend(engine.check(run.engines.get(engine.name())));
     }
     problems
 }
@@ -95,7 +95,7 @@ pub(crate) fn engine_of(loaded: &Loaded) -> Result<Arc<dyn engine::Engine>, Stri
     let name = &loaded.manifest.run.executor;
     match registered(name) {
         _ if name == LOCAL_ENGINE => Ok(Arc::new(engine::Here)),
-        Some(engine) => (engine.start)(loaded),
+        Some(engine) => engine.start(loaded),
         None => Err(format!(
             "no engine `{name}` (the engines: {})",
             engine_names().join(", ")
@@ -105,15 +105,14 @@ pub(crate) fn engine_of(loaded: &Loaded) -> Result<Arc<dyn engine::Engine>, Stri
 
 /// The folders the manifest's engine works in, each with what it is, known before it starts.
 pub(crate) fn engine_folders(loaded: &Loaded) -> Vec<(PathBuf, &'static str)> {
-    registered(&loaded.manifest.run.executor).map_or_else(Vec::new, |engine| (engine.folders)(loaded))
+    registered(&loaded.manifest.run.executor).map_or_else(Vec::new, |engine| engine.folders(loaded))
 }
 
 /// `gacc array-task`: makes the calls of one task of an array an engine submitted, on the
 /// machine that runs it; the calls made, or why none could be.
 pub(crate) fn array_task(array: &Path, task: Option<usize>) -> Result<usize, String> {
-    let run = ENGINES.iter().find_map(|engine| engine.array_task);
-    run.ok_or_else(|| "no engine runs arrays of tasks".to_owned())
-        .and_then(|run| run(array, task))
+    (ENGINES.iter().find_map(|engine| engine.array_task(array, task)))
+        .unwrap_or_else(|| Err("no engine runs arrays of tasks".to_owned()))
 }
 
 /// Ends everything a run left running (on Ctrl-C): every callback process group, and whatever
@@ -121,6 +120,6 @@ pub(crate) fn array_task(array: &Path, task: Option<usize>) -> Result<usize, Str
 pub(crate) fn shutdown() {
     process::kill_all();
     for engine in ENGINES {
-        (engine.shutdown)();
+        engine.shutdown();
     }
 }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::exec::callback::{Attempt, Callback, FailureKind};
 use serde::{Deserialize, Serialize};
@@ -36,41 +36,56 @@ pub(crate) fn tail_of(path: &Path) -> String {
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
-/// What a task writes for one call: the answer, or why there is none.
-pub(crate) fn response_file(attempt: &Attempt) -> Value {
-    match &attempt.result {
-        Ok(response) => {
-            json!({"ok": response, "stderr_tail": attempt.stderr_tail, "stderr_of_worker": attempt.stderr_of_worker})
-        }
-        Err(kind) => {
-            json!({"error": kind, "stderr_tail": attempt.stderr_tail, "stderr_of_worker": attempt.stderr_of_worker})
-        }
-    }
+/// What a task writes for one call: `{"ok": answer}` or `{"error": failure}`, with the tail
+/// of the callback's stderr and whether it was a persistent worker's.
+#[derive(Serialize, Deserialize)]
+struct ResponseFile {
+    #[serde(flatten)]
+    outcome: Answered,
+    #[serde(default)]
+    stderr_tail: String,
+    #[serde(default)]
+    stderr_of_worker: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Answered {
+    Ok(Value),
+    Error(FailureKind),
+}
+
+/// The response file of an attempt.
+pub(crate) fn response_file(attempt: &Attempt) -> Vec<u8> {
+    let file = ResponseFile {
+        outcome: match &attempt.result {
+            Ok(response) => Answered::Ok(response.clone()),
+            Err(kind) => Answered::Error(kind.clone()),
+        },
+        stderr_tail: attempt.stderr_tail.clone(),
+        stderr_of_worker: attempt.stderr_of_worker,
+    };
+    serde_json::to_vec(&file).unwrap_or_default()
 }
 
 /// Reads a response file back into an attempt; a file that is not one is a failure to report.
 pub(crate) fn read_response(bytes: &[u8]) -> Attempt {
-    let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
-    let stderr_tail = parsed
-        .as_ref()
-        .and_then(|v| v["stderr_tail"].as_str())
-        .unwrap_or_default()
-        .to_owned();
-    let stderr_of_worker = parsed.as_ref().is_some_and(|v| v["stderr_of_worker"] == true);
-    let result = match parsed {
-        Some(mut value) if value.get("ok").is_some() => Ok(value["ok"].take()),
-        Some(mut value) if value.get("error").is_some() => Err(serde_json::from_value(value["error"].take())
-            .unwrap_or_else(|error| {
-                FailureKind::InvalidJson(format!("an unreadable array-task failure: {error}"))
-            })),
-        _ => Err(FailureKind::InvalidJson(
-            "the array task's response file is not one".into(),
-        )),
-    };
-    Attempt {
-        result,
-        stderr_tail,
-        stderr_of_worker,
+    match serde_json::from_slice::<ResponseFile>(bytes) {
+        Ok(file) => Attempt {
+            result: match file.outcome {
+                Answered::Ok(response) => Ok(response),
+                Answered::Error(kind) => Err(kind),
+            },
+            stderr_tail: file.stderr_tail,
+            stderr_of_worker: file.stderr_of_worker,
+        },
+        Err(error) => Attempt {
+            result: Err(FailureKind::InvalidJson(format!(
+                "the array task's response file is not one: {error}"
+            ))),
+            stderr_tail: String::new(),
+            stderr_of_worker: false,
+        },
     }
 }
 

@@ -567,7 +567,10 @@ fn only_the_slurm_folder_and_its_registration_name_slurm() {
     let lines = naming_slurm(&registry);
     assert_eq!(
         lines,
-        ["mod slurm;", "const ENGINES: &[Registered] = &[slurm::ENGINE];"],
+        [
+            "mod slurm;",
+            "const ENGINES: &[&dyn EngineKind] = &[&slurm::Kind];"
+        ],
         "src/exec/mod.rs"
     );
     // The check sees a name in code, whatever its case, and passes over comments.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{LIVE_JOBS, Queue, Slurm, Task};
@@ -134,10 +134,14 @@ impl Slurm {
             std::fs::create_dir_all(folder.join("tasks"))?;
             std::fs::create_dir_all(folder.join("logs"))?;
             let parallel = self.resources(role).parallel.unwrap_or(1);
-            let description = json!({"callback": **callback, "calls": self.calls(), "parallel": parallel});
+            let description = super::task::ArrayDescription {
+                callback: (**callback).clone(),
+                calls: self.calls(),
+                parallel,
+            };
             write_durably(
                 &folder.join(super::task::DESCRIPTION),
-                description.to_string().as_bytes(),
+                &serde_json::to_vec(&description).unwrap_or_default(),
             )?;
             for (index, task) in tasks.iter().enumerate() {
                 let keys: String = task.iter().map(|(key, _)| format!("{key}\n")).collect();

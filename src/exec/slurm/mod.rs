@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
-use crate::exec::Registered;
+use crate::exec::EngineKind;
 use crate::exec::callback::{Attempt, AttemptFuture, Callback, FailureKind, Launcher};
 use crate::exec::engine::Engine;
 use crate::exec::program::Program;
@@ -40,6 +40,7 @@ use crate::files::write_durably;
 use crate::inputs::manifest::Loaded;
 
 mod cluster;
+mod format;
 mod settings;
 pub(crate) mod task;
 
@@ -111,41 +112,6 @@ impl Task {
 
 /// The work folder's folder of arrays.
 const ARRAYS: &str = "arrays";
-/// The work folder's layout (above), named in its `format` file.
-const FORMAT: &str = "gacc.slurm/2";
-/// The gacc that reads a work folder written before its format was named.
-const READS_UNNAMED: &str = "gacc 0.1.0 at commit 8c6c977 or earlier";
-
-/// Checks the work folder `work` is of this gacc's format; a new or empty one is marked so.
-fn check_format(work: &std::path::Path) -> Result<(), String> {
-    let path = work.join("format");
-    match std::fs::read_to_string(&path) {
-        Ok(text) if text.trim() == FORMAT => Ok(()),
-        Ok(text) => Err(format!(
-            "{} names the format `{}`, written by another gacc; this gacc reads {FORMAT} \
-             (let its arrays finish with the gacc that wrote it, or use another `work_dir`)",
-            path.display(),
-            text.trim().chars().take(40).collect::<String>()
-        )),
-        Err(_) => {
-            let used = ["calls", ARRAYS, "batches"].iter().any(|folder| {
-                std::fs::read_dir(work.join(folder)).is_ok_and(|mut entries| entries.next().is_some())
-            });
-            if used {
-                return Err(format!(
-                    "the Slurm work folder {} was written by a gacc before its format was named: \
-                     {READS_UNNAMED} reads it, this gacc reads {FORMAT} (let its arrays finish \
-                     with that gacc, or cancel them and move the folder aside)",
-                    work.display()
-                ));
-            }
-            std::fs::create_dir_all(work)
-                .and_then(|()| std::fs::write(&path, format!("{FORMAT}\n")))
-                .map_err(|error| format!("cannot create the work folder {}: {error}", work.display()))
-        }
-    }
-}
-
 /// The job ids this process submitted, so an interrupted run can cancel them.
 static LIVE_JOBS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
@@ -175,19 +141,42 @@ impl std::fmt::Debug for Slurm {
 }
 
 /// Slurm in the engines' registry: `run.executor = "slurm"`, settings in `[run.slurm]`.
-pub(super) const ENGINE: Registered = Registered {
-    name: "slurm",
-    settings_schema: || schemars::schema_for!(SlurmSpec),
-    check: |table| SlurmSpec::read(table).err().unwrap_or_default(),
-    start: engine,
-    folders: |loaded| vec![(work_dir(loaded), "the Slurm work folder")],
-    array_task: Some(task::work),
-    shutdown: cancel_all,
-};
+/// The Slurm engine's registration.
+pub(super) struct Kind;
+
+impl EngineKind for Kind {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    fn settings_schema(&self) -> schemars::Schema {
+        schemars::schema_for!(SlurmSpec)
+    }
+
+    fn check(&self, table: Option<&toml::Value>) -> Vec<(String, String)> {
+        SlurmSpec::read(table).err().unwrap_or_default()
+    }
+
+    fn start(&self, loaded: &Loaded) -> Result<Arc<dyn Engine>, String> {
+        engine(loaded)
+    }
+
+    fn folders(&self, loaded: &Loaded) -> Vec<(PathBuf, &'static str)> {
+        vec![(work_dir(loaded), "the Slurm work folder")]
+    }
+
+    fn array_task(&self, array: &std::path::Path, task: Option<usize>) -> Option<Result<usize, String>> {
+        Some(task::work(array, task))
+    }
+
+    fn shutdown(&self) {
+        cancel_all();
+    }
+}
 
 /// A manifest's `[run.slurm]` table.
 fn settings(loaded: &Loaded) -> Result<SlurmSpec, String> {
-    SlurmSpec::read(loaded.manifest.run.engines.get(ENGINE.name)).map_err(|problems| {
+    SlurmSpec::read(loaded.manifest.run.engines.get(Kind.name())).map_err(|problems| {
         let found: Vec<String> = problems
             .iter()
             .map(|(key, message)| format!("`{key}`: {message}"))
@@ -270,7 +259,7 @@ impl Slurm {
             None => std::env::current_exe()
                 .map_err(|error| format!("cannot find the gacc executable: {error}"))?,
         };
-        check_format(&work)?;
+        format::check(&work)?;
         for folder in ["calls", ARRAYS] {
             std::fs::create_dir_all(work.join(folder))
                 .map_err(|error| format!("cannot create the work folder {}: {error}", work.display()))?;
@@ -518,7 +507,7 @@ mod tests {
             stderr_tail: "note".into(),
             stderr_of_worker: false,
         };
-        let back = read_response(response_file(&answered).to_string().as_bytes());
+        let back = read_response(&response_file(&answered));
         assert_eq!(back.result, Ok(json!({"memory": "m"})));
         assert_eq!(back.stderr_tail, "note");
         let failed = Attempt {
@@ -526,7 +515,7 @@ mod tests {
             stderr_tail: String::new(),
             stderr_of_worker: false,
         };
-        let back = read_response(response_file(&failed).to_string().as_bytes());
+        let back = read_response(&response_file(&failed));
         assert_eq!(back.result, Err(FailureKind::Timeout(Duration::from_secs(3))));
         assert!(matches!(
             read_response(b"{").result,
@@ -553,29 +542,6 @@ mod tests {
         );
         assert!(!cancelled.retryable());
         assert!(lost_call(&task, "NODE_FAIL", limit).retryable());
-    }
-
-    #[test]
-    fn a_work_folder_of_another_format_is_refused_naming_the_gacc_that_reads_it() {
-        let work = tempfile::tempdir().unwrap();
-        let work = work.path();
-        check_format(work).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(work.join("format")).unwrap(),
-            "gacc.slurm/2\n"
-        );
-        check_format(work).unwrap();
-        // Arrays where a gacc before the format put them.
-        let old = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(old.path().join("batches/a0")).unwrap();
-        let refused = check_format(old.path()).unwrap_err();
-        assert!(
-            refused.contains("commit 8c6c977 or earlier reads it"),
-            "{refused}"
-        );
-        assert!(!old.path().join("format").exists());
-        std::fs::write(work.join("format"), "gacc.slurm/3").unwrap();
-        assert!(check_format(work).unwrap_err().contains("`gacc.slurm/3`"));
     }
 
     #[test]

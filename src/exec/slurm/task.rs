@@ -17,6 +17,15 @@ use crate::files::write_durably;
 /// An array's description, in its folder.
 pub(super) const DESCRIPTION: &str = "array.json";
 
+/// What `array.json` holds: the callback to run (as `remote::describe` writes it), the work
+/// folder's `calls/`, and how many calls one task makes at once.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct ArrayDescription {
+    pub callback: Value,
+    pub calls: PathBuf,
+    pub parallel: usize,
+}
+
 /// Where Slurm tells an array task its index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 
@@ -31,17 +40,18 @@ pub(crate) fn work(array: &Path, task: Option<usize>) -> Result<usize, String> {
             .ok_or_else(|| format!("no --task and no {TASK_VARIABLE} in the environment"))?,
     };
     let path = array.join(DESCRIPTION);
-    let description: Value = std::fs::read(&path)
+    let description: ArrayDescription = std::fs::read(&path)
         .map_err(|error| format!("cannot read {}: {error}", path.display()))
         .and_then(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|error| format!("{} is not JSON: {error}", path.display()))
+            serde_json::from_slice(&bytes)
+                .map_err(|error| format!("{} is not an array's description: {error}", path.display()))
         })?;
-    let calls = PathBuf::from(description["calls"].as_str().unwrap_or_default());
-    let callback = rebuild(&description["callback"])?;
+    let calls = description.calls;
+    let callback = rebuild(&description.callback)?;
     let list = array.join("tasks").join(index.to_string());
     let keys =
         std::fs::read_to_string(&list).map_err(|error| format!("cannot read {}: {error}", list.display()))?;
-    let parallel = description["parallel"].as_u64().unwrap_or(1).max(1) as usize;
+    let parallel = description.parallel.max(1);
     let runtime =
         crate::parallel::runtime(Some(parallel.min(8))).map_err(|error| format!("cannot start: {error}"))?;
     let callback = Arc::new(callback);
@@ -113,7 +123,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
         callback.name,
         started.elapsed()
     );
-    write_durably(&files.response, response_file(&attempt).to_string().as_bytes())
+    write_durably(&files.response, &response_file(&attempt))
         .map_err(|error| format!("cannot write {}: {error}", files.response.display()))?;
     Ok(true)
 }
