@@ -8,9 +8,9 @@ mod confinement;
 mod init;
 mod power;
 pub(crate) mod prepare;
+mod preview;
 mod report;
 mod run;
-mod status;
 mod terminal;
 mod travel;
 mod verify;
@@ -123,7 +123,7 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
 
 /// `gacc validate`.
 pub fn validate(manifest: &Path, sets: &[String]) -> Result<Ended, Error> {
-    println!("{}", status::validate(manifest, sets)?);
+    println!("{}", preview::validate(manifest, sets)?);
     Ok(Ended::Success)
 }
 
@@ -137,7 +137,7 @@ pub fn report(runs: &Path, run: &Path, template: Option<&Path>) -> Result<Ended,
 
 /// `gacc dataset stats`.
 pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
-    let (shown, stats) = status::dataset_stats(path)?;
+    let (shown, stats) = preview::dataset_stats(path)?;
     terminal::print_dataset_stats(&shown, &stats, format);
     Ok(Ended::Success)
 }
@@ -472,7 +472,7 @@ pub fn batches_cancel(cache: &Path) -> Result<Ended, Error> {
     Ok(if failed > 0 { Ended::Failed } else { Ended::Success })
 }
 
-/// `gacc array-task BATCH`: the calls of one task of an array a cluster engine submitted;
+/// `gacc array-task ARRAY`: the calls of one task of an array a cluster engine submitted;
 /// the exit status.
 pub fn array_task(batch: &Path, task: Option<usize>) -> u8 {
     match crate::exec::array_task(batch, task) {

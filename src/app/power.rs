@@ -26,7 +26,7 @@ pub fn plan(
     format: super::Format,
     (runs, asked): (&Path, Option<&PowerAsked>),
 ) -> Result<super::Ended, Error> {
-    let (status, bounds, goals) = super::status::plan_status(manifest, sets)?;
+    let (status, bounds, goals) = super::preview::plan_status(manifest, sets)?;
     let power = match asked {
         Some(asked) => Some(power(
             goals,

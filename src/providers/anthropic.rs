@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 use crate::clock::until_rfc3339;
 
 use super::{
-    Allowance, Announced, Batches, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine, Tokens,
-    count, header_number, text_of, verdict_schema,
+    Allowance, Announced, BatchEnd, Batches, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine,
+    Tokens, count, header_number, text_of, verdict_schema,
 };
 
 /// Prompts at least this long (cl100k tokens) mark their shared prefix for the prompt cache:
@@ -158,7 +158,7 @@ impl Batches for AnthropicMessages {
         format!("{base}/v1/messages/batches/{id}")
     }
 
-    fn ended(&self, base: &str, id: &str, state: &Value) -> Option<Ended> {
+    fn ended(&self, base: &str, id: &str, state: &Value) -> Option<BatchEnd> {
         if state.get("processing_status").and_then(Value::as_str) != Some("ended") {
             return None;
         }
@@ -167,7 +167,7 @@ impl Batches for AnthropicMessages {
             .and_then(Value::as_str)
             .map(str::to_owned)
             .unwrap_or_else(|| format!("{base}/v1/messages/batches/{id}/results"));
-        Some(Ended {
+        Some(BatchEnd {
             status: "ended".into(),
             results: vec![results],
         })

@@ -134,7 +134,7 @@ pub(crate) trait Batches: Sync {
     /// Where a batch's state is read.
     fn state_url(&self, base: &str, id: &str) -> String;
     /// Once a batch has ended: how it ended and where its result lines are; None while it runs.
-    fn ended(&self, base: &str, id: &str, state: &Value) -> Option<Ended>;
+    fn ended(&self, base: &str, id: &str, state: &Value) -> Option<BatchEnd>;
     /// One result line: how it came out (`succeeded`, `errored`, `expired` …) and the reply's
     /// body, or `(message, retryable)`; None for a request to submit again.
     fn result(&self, line: &Value) -> ResultLine;
@@ -195,7 +195,7 @@ pub(crate) struct Lost<'a> {
 
 /// A batch that has ended: its status and the URLs of its result lines.
 #[derive(Debug, PartialEq)]
-pub(crate) struct Ended {
+pub(crate) struct BatchEnd {
     pub status: String,
     pub results: Vec<String>,
 }
@@ -732,7 +732,7 @@ pub(crate) mod tests {
         let done = json!({"id": "batch_1", "status": "completed", "output_file_id": "file-2", "error_file_id": "file-3"});
         assert_eq!(
             batches.ended("http://h/v1", "batch_1", &done),
-            Some(Ended {
+            Some(BatchEnd {
                 status: "completed".into(),
                 results: vec![
                     "http://h/v1/files/file-2/content".into(),

@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 use crate::clock::go_duration;
 
 use super::{
-    Allowance, Announced, Batches, Class, Ended, Http, Lost, NewBatch, Prompt, Provider, Reply, ResultLine,
-    Tokens, bearer, count, header_number, text_of, verdict_schema,
+    Allowance, Announced, BatchEnd, Batches, Class, Http, Lost, NewBatch, Prompt, Provider, Reply,
+    ResultLine, Tokens, bearer, count, header_number, text_of, verdict_schema,
 };
 
 pub(super) struct OpenaiChat;
@@ -208,7 +208,7 @@ impl Batches for OpenaiBatches {
         format!("{base}/batches/{id}")
     }
 
-    fn ended(&self, base: &str, _id: &str, state: &Value) -> Option<Ended> {
+    fn ended(&self, base: &str, _id: &str, state: &Value) -> Option<BatchEnd> {
         let status = state.get("status").and_then(Value::as_str).unwrap_or("");
         if !matches!(status, "completed" | "expired" | "cancelled" | "failed") {
             return None;
@@ -218,7 +218,7 @@ impl Batches for OpenaiBatches {
             .filter_map(|field| state.get(*field).and_then(Value::as_str))
             .map(|file| format!("{base}/files/{file}/content"))
             .collect();
-        Some(Ended {
+        Some(BatchEnd {
             status: status.to_owned(),
             results,
         })

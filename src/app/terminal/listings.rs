@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::app::Format;
-use crate::app::status::StageStatus;
+use crate::app::preview::StageStatus;
 use crate::inputs::dataset_stats::{Stats, Summary};
 use crate::protocol::Stage;
 
@@ -14,7 +14,7 @@ use super::emit;
 /// `gacc plan`'s table (or JSON): jobs, cached and to run, per stage.
 pub(in crate::app) fn print_plan(
     status: &BTreeMap<&'static str, StageStatus>,
-    bounds: &BTreeMap<String, crate::app::status::CallBounds>,
+    bounds: &BTreeMap<String, crate::app::preview::CallBounds>,
     // `--power`'s figures as JSON, and as text.
     power: Option<(serde_json::Value, String)>,
     format: Format,

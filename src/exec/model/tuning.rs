@@ -38,8 +38,8 @@ pub(crate) struct PacerTuning {
     /// The recent measure spans at least this long, and ten calls (it guards the measure since the
     /// anchor, which reads low when the provider's bucket overflowed while gacc paced below it).
     pub recent: Duration,
-    /// The most anchors kept between measures.
-    pub max_anchors: usize,
+    /// The most moments the bucket was empty (`empty_at`) kept between measures.
+    pub max_empty_at: usize,
     /// How finely providers announce when their budget is full again.
     pub reset_resolution: Duration,
     /// How late a turn may be taken and still count from when it was due.
@@ -156,7 +156,7 @@ pub(crate) const TUNING: Tuning = Tuning {
         probe_max: 1.0,
         probe_provisional: 3.0,
         recent: Duration::from_millis(500),
-        max_anchors: 64,
+        max_empty_at: 64,
         reset_resolution: Duration::from_millis(1),
         catch_up: Duration::from_millis(5),
         trust_pace: 1.3,

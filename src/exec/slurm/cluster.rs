@@ -75,7 +75,7 @@ pub(super) fn shell_quote(text: &str) -> String {
 }
 
 impl Slurm {
-    /// The job id of a array whose `job` file was never written, asked of Slurm once.
+    /// The job id of an array whose `job` file was never written, asked of Slurm once.
     pub(super) async fn find_job(&self, array: &str) -> Option<String> {
         if let Some(found) = self.state.locked().found.get(array) {
             return found.clone();
@@ -188,7 +188,7 @@ impl Slurm {
                 job: job.clone(),
                 index: position / per_task,
             };
-            self.expect(key, task, reply, false, callback.clone(), role);
+            self.track(key, task, reply, false, callback.clone(), role);
         }
     }
 

@@ -331,7 +331,7 @@ impl Slurm {
             Some(task) => {
                 tracing::info!(task = %task.id(), key, "waiting for a task submitted by an earlier run");
                 self.state.locked().arrays.insert(task.array.clone());
-                self.expect(key, task, reply, true, description, callback.role);
+                self.track(key, task, reply, true, description, callback.role);
             }
             None => {
                 if let Err(error) = write_durably(&files.request, request) {
@@ -367,7 +367,7 @@ impl Slurm {
         queue.calls.push((key, reply));
     }
 
-    fn expect(
+    fn track(
         &self,
         key: String,
         task: Task,

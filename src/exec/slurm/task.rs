@@ -1,4 +1,4 @@
-//! The other side of the Slurm launcher: `gacc array-task BATCH`, run by each array task on a
+//! The other side of the Slurm launcher: `gacc array-task ARRAY`, run by each array task on a
 //! node. It rebuilds the array's callback from its description (secrets come from the task's
 //! environment, never from a file), makes the task's calls, and writes each response whole.
 
@@ -29,7 +29,7 @@ pub(super) struct ArrayDescription {
 /// Where Slurm tells an array task its index.
 const TASK_VARIABLE: &str = "SLURM_ARRAY_TASK_ID";
 
-/// `gacc array-task BATCH_DIR`: makes the calls of one array task (its index from `--task` or
+/// `gacc array-task ARRAY_DIR`: makes the calls of one array task (its index from `--task` or
 /// `SLURM_ARRAY_TASK_ID`) and writes each response whole.
 pub(crate) fn work(array: &Path, task: Option<usize>) -> Result<usize, String> {
     let index = match task {
@@ -128,7 +128,7 @@ async fn make_call(callback: &Callback, calls: &Path, key: &str) -> Result<bool,
     Ok(true)
 }
 
-/// The callback a array describes, with this machine's environment.
+/// The callback an array describes, with this machine's environment.
 fn rebuild(description: &Value) -> Result<Callback, String> {
     let described: Described = serde_json::from_value(description.clone())
         .map_err(|error| format!("the array's callback is not one: {error}"))?;

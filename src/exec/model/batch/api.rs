@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Ended, Queued, Record};
+use super::{BatchResults, Queued, Record};
 use crate::exec::model::{Endpoint, refusal, scrub, without_url};
 use crate::providers::{Http, Lost, NewBatch, Refusal};
 
@@ -60,7 +60,7 @@ pub(super) async fn create(
 }
 
 /// A batch's state: None while it runs, its results once it ended.
-pub(super) async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<Ended>, String> {
+pub(super) async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<BatchResults>, String> {
     let base = endpoint.base();
     let batches = endpoint.spec.api.provider().batches();
     let id = record.batch_id.as_deref().unwrap_or_default();
@@ -73,7 +73,7 @@ pub(super) async fn poll(endpoint: &Endpoint, record: &Record) -> Result<Option<
         let text = fetch_text(endpoint, url).await?;
         results.extend(batches.result_lines(&text));
     }
-    Ok(Some(Ended {
+    Ok(Some(BatchResults {
         status: ended.status,
         results,
     }))

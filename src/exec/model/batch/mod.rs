@@ -91,7 +91,7 @@ impl std::fmt::Debug for Batcher {
 }
 
 /// A batch's end, as the provider reported it: each key's result line.
-struct Ended {
+struct BatchResults {
     status: String,
     results: HashMap<String, Value>,
 }

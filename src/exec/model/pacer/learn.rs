@@ -73,7 +73,7 @@ impl Pacer {
     /// 429 it soon draws. With no anchor yet (the run's first 429), or too few replies since,
     /// nothing is learned: the call backs off and the anchor stays.
     pub(super) fn measure(&self, state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
-        if state.anchors.is_empty() {
+        if state.empty_at.is_empty() {
             provisional(state, ticket, exhausted);
             return;
         }
@@ -106,27 +106,27 @@ impl Pacer {
         // measure, the oldest with at least `TUNING.pacer.min_admitted` will do (the longest span): a rough
         // rate beats a provisional one; after it, a span of a few calls would only add noise.
         let newest = state
-            .anchors
+            .empty_at
             .iter()
             .rev()
             .copied()
             .find(|&a| admitted(a).2 >= TUNING.pacer.measured);
         let provisional = state.gain > TUNING.pacer.probe_max;
         let oldest = state
-            .anchors
+            .empty_at
             .front()
             .copied()
             .filter(|&a| provisional && admitted(a).2 >= TUNING.pacer.min_admitted);
         let Some(anchor) = newest.or(oldest) else {
-            let oldest = state.anchors.front().copied();
-            state.anchors.push_back(ticket.at);
-            while state.anchors.len() > TUNING.pacer.max_anchors
+            let oldest = state.empty_at.front().copied();
+            state.empty_at.push_back(ticket.at);
+            while state.empty_at.len() > TUNING.pacer.max_empty_at
                 || state
-                    .anchors
+                    .empty_at
                     .front()
                     .is_some_and(|at| ticket.at.saturating_duration_since(*at) > TUNING.pacer.history)
             {
-                state.anchors.pop_front();
+                state.empty_at.pop_front();
             }
             tracing::debug!(
                 ?oldest,
@@ -297,8 +297,8 @@ fn settle(
     } else {
         TUNING.pacer.probe_hold * f64::from(1u32 << state.steady)
     };
-    state.anchors.clear();
-    state.anchors.push_back(ticket.at);
+    state.empty_at.clear();
+    state.empty_at.push_back(ticket.at);
     state.gain = TUNING.pacer.probe_start;
     state.hold_until = Some(Instant::now() + round(state.learned).mul_f64(hold));
     tracing::debug!(requests = ?state.learned.requests, tokens = ?state.learned.tokens, "learned a rate limit");
@@ -308,7 +308,7 @@ fn settle(
 /// A provisional pace, what was admitted in the last `TUNING.pacer.recent` over the time it took (high by
 /// what the bucket held), probes up fast until the next 429 measures.
 fn provisional(state: &mut PaceState, ticket: Ticket, exhausted: Exhausted) {
-    state.anchors.push_back(ticket.at);
+    state.empty_at.push_back(ticket.at);
     if state.learned == Rates::default() {
         let from = ticket.at.checked_sub(TUNING.pacer.recent);
         let admitted: Vec<&Sent> = state

@@ -139,7 +139,7 @@ struct PaceState {
     /// When refused calls started whose 429s began episodes since the last measure (the
     /// newest last): the provider's bucket was empty then, and what it admitted since is what
     /// it refilled.
-    anchors: VecDeque<Instant>,
+    empty_at: VecDeque<Instant>,
     /// Measures in a row that agreed with the pace they ended (up to `TUNING.pacer.steady_doublings`).
     steady: u32,
     /// The last measure came after a pace held above the rate (`TUNING.pacer.overshot`).
@@ -187,7 +187,7 @@ impl Pacer {
                 grown_at: None,
                 pressed_at: None,
                 episode: None,
-                anchors: VecDeque::new(),
+                empty_at: VecDeque::new(),
                 overshot: false,
                 steady: 0,
                 limited_at: None,
