@@ -79,8 +79,8 @@ struct Axis {
     description: &'static str,
     end: f64,
 }
-/// One panel's lines: compressor -> [(ratio, mean)].
-type Lines = BTreeMap<String, Vec<(f64, f64)>>;
+/// One panel's lines: compressor -> [(ratio, mean, its 95% interval over goals)].
+type Lines = BTreeMap<String, Vec<(f64, f64, Option<(f64, f64)>)>>;
 
 /// The chart drawn top to bottom (axes, series, legend), as plotters builds it.
 fn metric_chart(
@@ -94,14 +94,15 @@ fn metric_chart(
     // condition -> compressor -> [(ratio, mean)]
     let mut panels: BTreeMap<String, Lines> = BTreeMap::new();
     for cell in cells {
-        let score = if metric == "micro" {
-            cell.micro
+        let (score, interval) = if metric == "micro" {
+            (cell.micro, cell.micro_ci95)
         } else {
-            cell.macro_
+            (cell.macro_, cell.macro_ci95)
         };
         // A cell that measured nothing has no point.
         let Some(score) = score else { continue };
-        let point = ((axis.at)(cell).unwrap_or(0.0), score.mean);
+        let interval = interval.map(|i| (i.low, i.high));
+        let point = ((axis.at)(cell).unwrap_or(0.0), score.mean, interval);
         panels
             .entry(text(&cell.condition))
             .or_default()
@@ -139,9 +140,10 @@ fn metric_chart(
             .x_desc(axis.description)
             .y_desc(label)
             .draw()?;
-        for (name, points) in lines {
-            let mut points = points.clone();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (name, cells) in lines {
+            let mut cells = cells.clone();
+            cells.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let points: Vec<(f64, f64)> = cells.iter().map(|&(x, y, _)| (x, y)).collect();
             let index = compressors.iter().position(|c| c == name).unwrap_or(0);
             let colour = Palette99::pick(index).to_rgba();
             // Earlier compressors are drawn wider, so a line that another covers still shows.
@@ -153,6 +155,16 @@ fn metric_chart(
                     PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(width))
                 });
             chart.draw_series(points.iter().map(|point| Circle::new(*point, 3, colour.filled())))?;
+            // Each point's 95% interval over goals, as a bar: what the gap to another line
+            // must clear before it says anything (the Pairs section tests it).
+            let bars = cells.iter().filter_map(|&(x, _, interval)| {
+                let (low, high) = interval?;
+                Some(PathElement::new(
+                    vec![(x, low), (x, high)],
+                    colour.mix(0.6).stroke_width(1),
+                ))
+            });
+            chart.draw_series(bars)?;
         }
         if metric == "micro" {
             anchor_lines(&mut chart, cells, condition, axis.end)?;

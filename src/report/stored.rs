@@ -20,6 +20,8 @@ pub(crate) struct StoredReport {
     pub tokenizer: StoredTokenizer,
     pub dataset: StoredDataset,
     pub cells: Vec<StoredCell>,
+    /// Every pair of compressors of a condition and budget (SPEC §13).
+    pub pairs: Vec<StoredPair>,
     /// Passed on as written (`gacc run --json`).
     pub integrity: Value,
     /// Counted only.
@@ -91,6 +93,9 @@ pub(crate) struct StoredCell {
     pub micro: Option<StoredSpread>,
     #[serde(rename = "macro")]
     pub macro_: Option<StoredSpread>,
+    /// The 95% bootstrap intervals over goals, where the run has them.
+    pub micro_ci95: Option<StoredInterval>,
+    pub macro_ci95: Option<StoredInterval>,
     pub ledger: StoredLedger,
     /// The cell's anchors and attribution (SPEC §11), where the run has them.
     pub floor_micro: Option<f64>,
@@ -117,6 +122,35 @@ pub(crate) struct StoredSpread {
     pub mean: f64,
     #[serde(deserialize_with = "number")]
     pub std: f64,
+}
+
+/// A pair of compressors as report.json writes it (SPEC §13): B − A in a metric, its interval
+/// over goals, Holm's p and whether they are separated.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredPair {
+    pub condition: Value,
+    pub ratio: Option<Value>,
+    pub budget_tokens: Option<Value>,
+    pub a: Value,
+    pub b: Value,
+    pub metric: Value,
+    #[serde(deserialize_with = "number")]
+    pub diff: f64,
+    pub ci95: StoredInterval,
+    #[serde(deserialize_with = "number")]
+    pub p_holm: f64,
+    pub separated: bool,
+}
+
+/// An interval as report.json writes it.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredInterval {
+    #[serde(deserialize_with = "number")]
+    pub low: f64,
+    #[serde(deserialize_with = "number")]
+    pub high: f64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -178,6 +212,7 @@ fn lenient(value: &Value) -> StoredReport {
         tokenizer: part(value, "tokenizer"),
         dataset: part(value, "dataset"),
         cells,
+        pairs: part(value, "pairs"),
         integrity: value.get("integrity").cloned().unwrap_or_default(),
         failures: part(value, "failures"),
         usage: part(value, "usage"),

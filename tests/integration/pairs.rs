@@ -273,4 +273,18 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         markdown.contains("## Pairs") && markdown.contains("within noise") && markdown.contains("separated"),
         "report.md has no pairs"
     );
+    // gacc verify recomputes the pairs as every other figure: one changed is named.
+    let (status, printed) = scratch.verify_bare(&folder);
+    assert_eq!(status, 0, "{printed}");
+    let mut changed = report.clone();
+    changed["pairs"][0]["p_holm"] = serde_json::json!(0.0001);
+    changed["pairs"][0]["separated"] = serde_json::json!(true);
+    std::fs::write(
+        folder.join("report.json"),
+        serde_json::to_string_pretty(&changed).unwrap(),
+    )
+    .unwrap();
+    let (status, printed) = scratch.verify_bare(&folder);
+    assert_eq!(status, 1, "{printed}");
+    assert!(printed.contains("pairs[0].p_holm"), "{printed}");
 }

@@ -199,6 +199,19 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
         );
         assert!(close(macro_[i], cell["macro"]["mean"].as_f64()), "cell {i}");
     }
+    // Its pairs of compressors (SPEC §13), each with its verdict.
+    let pairs = report["pairs"].as_array().unwrap();
+    assert!(!pairs.is_empty());
+    assert!(
+        dom.contains("<h2>Pairs</h2>"),
+        "the run's page has no Pairs section"
+    );
+    let verdicts = dom.matches("separated").count() + dom.matches("within noise").count();
+    assert!(
+        verdicts >= pairs.len(),
+        "{verdicts} verdicts shown for {} pairs",
+        pairs.len()
+    );
 
     // Two runs compared: each side's Micro, and the flipped questions recounted from the rows.
     let dom = page(&format!("/compare?a={}&b={}", query(&id_a), query(&id_b)));

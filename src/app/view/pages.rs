@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::site::{Listed, Loaded};
 use crate::report::html::escape_html;
-use crate::report::stored::{StoredCell, StoredSpread, text};
+use crate::report::stored::{StoredCell, StoredPair, StoredSpread, text};
 use crate::review::diff::{CellLabel, Diff};
 use crate::review::runs::summarize;
 
@@ -163,6 +163,7 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
         );
     }
     body.push_str("</table>\n");
+    body.push_str(&pairs(&report.pairs));
     let _ = writeln!(
         body,
         "<p>{} failures · cost {:.4} USD</p>",
@@ -182,6 +183,47 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
         body.push_str("</select> <button>compare</button></form>\n");
     }
     page(&format!("Run {id}"), &body)
+}
+
+/// A run's pairs of compressors (SPEC §13), each with its verdict: separated, or within noise.
+fn pairs(pairs: &[StoredPair]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut table = String::from(
+        "<h2>Pairs</h2>\n<p>B − A on the goals both scored; goals resampled (a paired bootstrap, a \
+         sign-flip permutation), Holm-adjusted over the run's pairs.</p>\n<table id=\"pairs\"><tr>\
+         <th>condition</th><th>budget</th><th>A</th><th>B</th><th>metric</th><th class=\"n\">B − A</th>\
+         <th class=\"n\">95%</th><th class=\"n\">p (Holm)</th><th>verdict</th></tr>\n",
+    );
+    for pair in pairs {
+        let budget = match (&pair.budget_tokens, &pair.ratio) {
+            (Some(tokens), _) => format!("L={}", text(tokens)),
+            (None, Some(ratio)) => format!("r={}", text(ratio)),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            table,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{:+.3}</td>\
+             <td class=\"n\">[{:+.3}, {:+.3}]</td><td class=\"n\">{:.4}</td><td>{}</td></tr>",
+            escape_html(&text(&pair.condition)),
+            escape_html(&budget),
+            escape_html(&text(&pair.a)),
+            escape_html(&text(&pair.b)),
+            escape_html(&text(&pair.metric)),
+            pair.diff,
+            pair.ci95.low,
+            pair.ci95.high,
+            pair.p_holm,
+            if pair.separated {
+                "separated"
+            } else {
+                "within noise"
+            },
+        );
+    }
+    table.push_str("</table>\n");
+    table
 }
 
 /// The result rows of a report's cell, with their place in `results.jsonl`.
