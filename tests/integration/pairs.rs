@@ -273,6 +273,24 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         markdown.contains("## Pairs") && markdown.contains("within noise") && markdown.contains("separated"),
         "report.md has no pairs"
     );
+    // The top of each condition and ratio: in bold only where the ranks separate it from every
+    // other compressor, else "within noise" with every compressor that may rank first.
+    for cell in report["cells"].as_array().unwrap() {
+        let (rank, name) = (&cell["rank"], cell["compressor"].as_str().unwrap());
+        let place = format!("- {}, r={}: ", cell["condition"].as_str().unwrap(), cell["ratio"]);
+        let line = markdown
+            .lines()
+            .find(|l| l.starts_with(&place))
+            .unwrap_or_else(|| panic!("{place}"));
+        match (rank["best"].as_u64(), rank["worst"].as_u64()) {
+            (Some(1), Some(1)) => assert!(line.contains(&format!("**{name}**, separated")), "{line}"),
+            (Some(1), _) => assert!(
+                line.contains("within noise at the top") && line.contains(name),
+                "{line}"
+            ),
+            _ => assert!(!line.contains(&format!("**{name}**")), "{line}"),
+        }
+    }
     // gacc verify recomputes the pairs as every other figure: one changed is named.
     let (status, printed) = scratch.verify_bare(&folder);
     assert_eq!(status, 0, "{printed}");
