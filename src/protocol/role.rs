@@ -41,7 +41,19 @@ impl fmt::Display for Role {
 
 /// The stages of the job graph, one per role: a memory is compressed, then each of its
 /// questions is read and judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Stage {
     Compress,

@@ -29,8 +29,8 @@ use crate::hash::sha256;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::tokenizer::{Tokenizer, TokenizerIdentity};
 use crate::protocol::Ratio;
+use crate::protocol::Role;
 use crate::protocol::{CellId, Condition};
-use crate::protocol::{Role, Stage};
 use crate::runner::{Outcome, Usage};
 use crate::store::ledger::{FailureRow, LedgerRow, ResultRow};
 use metrics::Score;
@@ -254,11 +254,7 @@ fn calls_and_usage(outcome: &Outcome) -> (BTreeMap<Role, Calls>, BTreeMap<Role, 
         let distinct = outcome.calls.get(&role);
         let made = distinct.map_or(0, |c| c.calls);
         let jobs = outcome.jobs.get(&role).copied().unwrap_or(0);
-        let failed = outcome
-            .failures
-            .iter()
-            .filter(|f| stage_role(&f.stage) == Some(role))
-            .count();
+        let failed = outcome.failures.iter().filter(|f| f.stage.role() == role).count();
         calls.insert(
             role,
             Calls {
@@ -374,10 +370,6 @@ fn rows_by_cell(results: &[ResultRow]) -> HashMap<CellId, Vec<&ResultRow>> {
         cells.entry(row.cell()).or_default().push(row);
     }
     cells
-}
-
-fn stage_role(stage: &str) -> Option<Role> {
-    Stage::parse(stage).map(Stage::role)
 }
 
 /// Per seed, each goal's verdicts, in first-seen order.

@@ -688,7 +688,9 @@ mod tests {
         let failed: Vec<&FailureRow> = outcome.failures.iter().collect();
         assert!(!failed.is_empty());
         assert!(
-            failed.iter().all(|f| f.stage == "read" && f.attempts == 2),
+            failed
+                .iter()
+                .all(|f| f.stage == crate::protocol::Stage::Read && f.attempts == 2),
             "{failed:?}"
         );
         let failed_reads = failed.len();

@@ -68,7 +68,7 @@ pub(super) fn failure_row(
     });
     FailureRow {
         job: key.to_owned(),
-        stage: stage.as_str().to_owned(),
+        stage,
         callback: callback.to_owned(),
         reason: failure.kind.to_string(),
         attempts: failure.attempts,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::inputs::evidence::EvidenceBasis;
-use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, TruncationMode};
+use crate::protocol::{BudgetRule, CellId, Condition, MemoryId, Ratio, Stage, TruncationMode};
 
 /// The cache entries a row rests on (SPEC §12), each under the kind of entry it is (an audit
 /// judge's, `judges.<name>`, is a judge entry): a memory's `compressor` call, its cut `memory`, its
@@ -221,7 +221,7 @@ impl ResultRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct FailureRow {
     pub job: String,
-    pub stage: String,
+    pub stage: Stage,
     pub callback: String,
     pub reason: String,
     pub attempts: u32,
