@@ -377,7 +377,7 @@ fn flips(diff: &Diff) -> String {
                 f.seed,
                 clip(&f.question),
                 escape_html(&f.question_id),
-                escape_html(f.direction),
+                escape_html(f.direction.as_str()),
                 clip(&f.answer_a),
                 clip(&f.answer_b),
             );

@@ -147,8 +147,25 @@ pub(crate) struct Flip {
     pub question: String,
     pub answer_a: String,
     pub answer_b: String,
-    /// `right→wrong` or `wrong→right`.
-    pub direction: &'static str,
+    pub direction: Direction,
+}
+
+/// Which way a question's verdict flipped from A to B; written `right→wrong` or `wrong→right`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) enum Direction {
+    #[serde(rename = "right→wrong")]
+    Lost,
+    #[serde(rename = "wrong→right")]
+    Gained,
+}
+
+impl Direction {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Direction::Lost => "right→wrong",
+            Direction::Gained => "wrong→right",
+        }
+    }
 }
 
 /// Reads a run from its folder, a `latest` link, or its `report.json`.
@@ -393,7 +410,7 @@ fn compare_cell(
                     .unwrap_or_default(),
                 answer_a: answer_a.clone(),
                 answer_b: answer_b.clone(),
-                direction: if *ra { "right→wrong" } else { "wrong→right" },
+                direction: if *ra { Direction::Lost } else { Direction::Gained },
             });
         }
     }

@@ -1,7 +1,7 @@
 //! A diff as Markdown: the settings that changed, each cell's metrics side by side with their
 //! paired tests, the judge audits, and the questions that flipped.
 
-use super::{AuditDiff, CellLabel, Diff, SettingChange};
+use super::{AuditDiff, CellLabel, Diff, Direction, SettingChange};
 
 /// One line: how many cells of both runs changed, which way, and how many settings differ.
 /// A cell is better where its Micro rose (or, Micro equal, its Macro), worse where it fell.
@@ -128,11 +128,11 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
     }
     out.push_str(&super::why::table(&diff.why));
     out.push_str(&audit_table(&diff.judge_audit));
-    let count = |d: &str| diff.flipped.iter().filter(|f| f.direction == d).count();
+    let count = |d: Direction| diff.flipped.iter().filter(|f| f.direction == d).count();
     out.push_str(&format!(
         "\n## Flipped questions\n\n{} right→wrong, {} wrong→right.\n",
-        count("right→wrong"),
-        count("wrong→right")
+        count(Direction::Lost),
+        count(Direction::Gained)
     ));
     if !diff.flipped.is_empty() {
         out.push_str("\n| compressor | condition | ratio | seed | question | | answer A | answer B |\n|---|---|---:|---:|---|---|---|---|\n");
@@ -148,8 +148,12 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
                 clip(&f.question),
                 f.question_id,
                 paint(
-                    if f.direction == "wrong→right" { 1.0 } else { -1.0 },
-                    f.direction.to_owned()
+                    if f.direction == Direction::Gained {
+                        1.0
+                    } else {
+                        -1.0
+                    },
+                    f.direction.as_str().to_owned()
                 ),
                 clip(&f.answer_a),
                 clip(&f.answer_b),
