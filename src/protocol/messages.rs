@@ -421,6 +421,28 @@ pub(crate) struct ReportedUsage {
     pub served_models: std::collections::BTreeMap<String, u64>,
 }
 
+/// The `usage` a model call's response carries, as gacc writes it (SPEC §3): what it read and
+/// wrote and cost, and where the provider's prompt cache or batch price saved, what it saved.
+/// Read back as `ReportedUsage`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// With `prompt_cache_saved_usd`, where the prompt cache served part of the input.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<CachedInput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_saved_usd: Option<f64>,
+}
+
+/// The input a provider's prompt cache served, and what that saved.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CachedInput {
+    pub cached_input_tokens: u64,
+    pub prompt_cache_saved_usd: f64,
+}
+
 /// An external tokenizer's answer to `encode`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct EncodeResponse {
@@ -437,6 +459,45 @@ pub(crate) struct DecodeResponse<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_usage_a_model_call_writes_reads_back_as_reported() {
+        let usage = Usage {
+            input_tokens: 1200,
+            output_tokens: 80,
+            cost_usd: 0.0125,
+            cached: Some(CachedInput {
+                cached_input_tokens: 1024,
+                prompt_cache_saved_usd: 0.002,
+            }),
+            batch_saved_usd: Some(0.006),
+        };
+        let written = serde_json::to_value(&usage).unwrap();
+        assert_eq!(
+            written,
+            json!({"input_tokens": 1200, "output_tokens": 80, "cost_usd": 0.0125,
+                   "cached_input_tokens": 1024, "prompt_cache_saved_usd": 0.002, "batch_saved_usd": 0.006})
+        );
+        let read = ReportedUsage::deserialize(&written).unwrap();
+        assert_eq!(
+            (read.input_tokens, read.output_tokens, read.cached_input_tokens),
+            (1200, 80, 1024)
+        );
+        assert_eq!(
+            (read.cost_usd, read.prompt_cache_saved_usd, read.batch_saved_usd),
+            (0.0125, 0.002, 0.006)
+        );
+        // Without a prompt cache or a batch: the three counts only.
+        let plain = Usage {
+            cached: None,
+            batch_saved_usd: None,
+            ..usage
+        };
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            json!({"input_tokens": 1200, "output_tokens": 80, "cost_usd": 0.0125})
+        );
+    }
 
     fn keys(value: Value) -> Vec<String> {
         value.as_object().unwrap().keys().cloned().collect()

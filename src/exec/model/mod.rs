@@ -351,21 +351,17 @@ impl ModelLauncher {
 
     fn respond(&self, reply: Reply, greedy: bool) -> Result<Value, FailureKind> {
         let (cost, saved) = self.cost(&reply);
-        let mut usage = json!({
-            "input_tokens": reply.usage.input,
-            "output_tokens": reply.usage.output,
-            "cost_usd": cost,
+        let online = reply.usage.cost(self.endpoint.spec.price.as_ref()).0;
+        let usage = messages::to_value(&messages::Usage {
+            input_tokens: reply.usage.input,
+            output_tokens: reply.usage.output,
+            cost_usd: cost,
+            cached: (reply.usage.cached_input > 0).then_some(messages::CachedInput {
+                cached_input_tokens: reply.usage.cached_input,
+                prompt_cache_saved_usd: saved,
+            }),
+            batch_saved_usd: (reply.batch && online > cost).then_some(online - cost),
         });
-        if reply.usage.cached_input > 0 {
-            usage["cached_input_tokens"] = json!(reply.usage.cached_input);
-            usage["prompt_cache_saved_usd"] = json!(saved);
-        }
-        if reply.batch {
-            let online = reply.usage.cost(self.endpoint.spec.price.as_ref()).0;
-            if online > cost {
-                usage["batch_saved_usd"] = json!(online - cost);
-            }
-        }
         let mut meta = json!({"endpoint": self.endpoint.name});
         for (name, value) in [
             ("model", &reply.model),
