@@ -23,7 +23,8 @@ fn a_cache_of_the_format_before_it_was_named_is_refused_naming_the_gacc_that_rea
     assert!(
         stderr.contains("before the cache's format was named")
             && stderr.contains("gacc 0.1.0 at commit 8c6c977 or earlier reads it")
-            && stderr.contains("this gacc reads gacc.cache/2"),
+            && stderr.contains("this gacc reads gacc.cache/2")
+            && stderr.contains("printf 'gacc.cache/2\\n' >"),
         "{stderr}"
     );
     assert!(

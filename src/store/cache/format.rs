@@ -14,6 +14,9 @@ const FILE: &str = "format";
 /// The gacc that reads a cache written before the format was named (its model calls may be
 /// filed under the run seed whatever the request sent).
 const READS_UNNAMED: &str = "gacc 0.1.0 at commit 8c6c977 or earlier";
+/// The first gacc whose model calls were keyed by the seed their request sends: a cache
+/// written by it and later ones only is of this format, unnamed.
+const KEYED_BY_SENT_SEED: &str = "commit 26d4e99";
 
 /// Checks the cache at `root` is of this gacc's format; a new, empty cache is marked as such.
 /// `writes`: the cache is one gacc writes to (not a read-only layer beneath it).
@@ -31,11 +34,14 @@ pub(super) fn check(root: &Path, writes: bool) -> io::Result<()> {
             let entries = segment_files(&root.join(SEGMENTS)).is_ok_and(|found| !found.is_empty());
             if entries {
                 return Err(refused(format!(
-                    "{} was written by a gacc before the cache's format was named: \
-                     {READS_UNNAMED} reads it, this gacc reads {FORMAT}. Run it with that gacc, \
-                     or move it aside and start a new cache (its model calls may be filed under \
-                     keys this gacc does not look up, and would be paid for again)",
-                    root.display()
+                    "{root} was written by a gacc before the cache's format was named: \
+                     {READS_UNNAMED} reads it, this gacc reads {FORMAT}. If every run on it was \
+                     made by gacc at {KEYED_BY_SENT_SEED} or later, its keys are of this format \
+                     already: mark it with `printf '{FORMAT}\\n' > {root}/format`. Otherwise run \
+                     it with that gacc, or move it aside and start a new cache (its model calls \
+                     may be filed under keys this gacc does not look up, and would be paid for \
+                     again)",
+                    root = root.display()
                 )));
             }
             if writes {
@@ -73,6 +79,10 @@ mod tests {
         let refused = check(old.path(), true).unwrap_err().to_string();
         assert!(
             refused.contains("commit 8c6c977 or earlier reads it"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("commit 26d4e99 or later") && refused.contains("printf 'gacc.cache/2\\n' >"),
             "{refused}"
         );
         assert!(
