@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Arrival, Cell, Outcome, REFUSAL, Served, Server, noise, outcome};
+use super::{Arrival, Cell, Outcome, REFUSAL, Served, outcome, reply};
 use crate::exec::model::endpoint::limited_backoff;
 use crate::providers::Announced;
 
@@ -87,19 +87,7 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
                         .arrive(&mut served.lock().unwrap(), amount, start, cell.jitter);
                     match arrival {
                         Arrival::Admitted(latency, announced) => {
-                            let latency = match cell.server {
-                                Server::Fifo { .. } => latency,
-                                _ => latency.mul_f64(noise(
-                                    cell.jitter,
-                                    served.lock().unwrap().admitted.len() as u64,
-                                )),
-                            };
-                            tokio::time::sleep(latency).await;
-                            {
-                                let mut served = served.lock().unwrap();
-                                served.latencies.push(latency.as_secs_f64());
-                                served.in_service = served.in_service.saturating_sub(1);
-                            }
+                            let latency = reply(&cell, &served, latency).await;
                             let mut state = control.lock().unwrap();
                             state.in_flight -= 1;
                             state.latency = match state.latency {

@@ -293,19 +293,7 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
                     let arrival = server.arrive(&mut served.lock().unwrap(), amount, start, cell.jitter);
                     match arrival {
                         Arrival::Admitted(latency, announced) => {
-                            let latency = match server {
-                                Server::Fifo { .. } => latency,
-                                _ => latency.mul_f64(noise(
-                                    cell.jitter,
-                                    served.lock().unwrap().admitted.len() as u64,
-                                )),
-                            };
-                            tokio::time::sleep(latency).await;
-                            {
-                                let mut served = served.lock().unwrap();
-                                served.latencies.push(latency.as_secs_f64());
-                                served.in_service = served.in_service.saturating_sub(1);
-                            }
+                            let latency = reply(&cell, &served, latency).await;
                             {
                                 let mut mean = mean_latency.lock().unwrap();
                                 *mean = if *mean == 0.0 {
@@ -368,6 +356,20 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
         start,
         limiter.live(pacer.pace()).peak,
     )
+}
+
+/// An admitted call's reply: its latency (varied by the cell's jitter, except on a
+/// one-at-a-time server, whose queue already varies it), waited out and recorded.
+async fn reply(cell: &Cell, served: &Mutex<Served>, latency: Duration) -> Duration {
+    let latency = match cell.server {
+        Server::Fifo { .. } => latency,
+        _ => latency.mul_f64(noise(cell.jitter, served.lock().unwrap().admitted.len() as u64)),
+    };
+    tokio::time::sleep(latency).await;
+    let mut served = served.lock().unwrap();
+    served.latencies.push(latency.as_secs_f64());
+    served.in_service = served.in_service.saturating_sub(1);
+    latency
 }
 
 /// What a cell's run did, from what its server saw; `peak` is the most calls in flight.
