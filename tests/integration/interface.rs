@@ -96,3 +96,37 @@ fn plan_json_on_every_manifest_is_unchanged() {
     ));
     insta::assert_snapshot!(all);
 }
+
+/// The fixture on model built-ins at the mock, priced and paced, with an audit judge, a reader
+/// panel and both anchors: `gacc plan --json`'s bounds of the calls the cache does not answer,
+/// with an empty cache, after a run of one of its seeds and after its run.
+#[test]
+fn plan_json_with_model_builtins_audits_panel_and_anchors_is_unchanged() {
+    use common::mock_api::{Behaviour, Format, KEY, MockApi, PRICE, llm_manifest};
+    let scratch = common::Scratch::new();
+    let api = MockApi::start(Format::OpenAi, Behaviour::default());
+    let manifest = llm_manifest(&api.url, Format::OpenAi, &format!("{PRICE}\nrpm = 600"), "")
+        .replace("ratios = [0.15]", "ratios = [0.0, 0.15]")
+        + "\n[judges.second]\nbuiltin = \"llm-judge\"\nparams = { model = \"mock\", temperature = 0.0 }\n\
+           \n[readers.small]\nbuiltin = \"llm-reader\"\nparams = { model = \"mock\", max_tokens = 64 }\n\
+           \n[audit]\njudges = [\"second\"]\nfraction = 0.5\nreaders = [\"small\"]\nreader_fraction = 0.5\n\
+           \n[anchors]\nfloor = true\nceiling = true\n";
+    scratch.write("experiments/llm.toml", &manifest);
+    scratch.write(
+        "experiments/llm-one-seed.toml",
+        &manifest.replace("seeds = [42, 43, 44]", "seeds = [43]"),
+    );
+    let env = [("MOCK_API_KEY", KEY)];
+    let plan = || {
+        let plan = scratch.json_with_env(["plan", "--json", "experiments/llm.toml"], &env);
+        serde_json::to_string_pretty(&plan).unwrap()
+    };
+    let mut all = format!("==== llm.toml, empty cache\n{}\n", plan());
+    let (status, _, stderr) = scratch.run_with_env("experiments/llm-one-seed.toml", &[], &env);
+    assert_eq!(status, 0, "{stderr}");
+    all.push_str(&format!("==== llm.toml, after a run of one of its seeds\n{}\n", plan()));
+    let (status, _, stderr) = scratch.run_with_env("experiments/llm.toml", &[], &env);
+    assert_eq!(status, 0, "{stderr}");
+    all.push_str(&format!("==== llm.toml, after its run\n{}\n", plan()));
+    insta::assert_snapshot!(all);
+}
