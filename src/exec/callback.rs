@@ -43,9 +43,7 @@ impl Callback {
     pub(crate) fn audits(&self) -> bool {
         self.name.starts_with("judges.") || self.name.starts_with("readers.")
     }
-}
 
-impl Callback {
     /// A callback of `role` called `name`, made by `launcher`, with the manifest's settings
     /// left at their defaults (no retries, no params, one call at a time).
     pub(crate) fn new(name: impl Into<String>, role: Role, launcher: Arc<dyn Launcher>) -> Callback {
@@ -168,6 +166,11 @@ pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// Whether this call's attempt reads its request (else it gets none, and none is made).
+    fn reads_request(&self, _callback: &Callback, _key: &str) -> bool {
+        true
+    }
+
     /// Whether an identical call another gacc process is making is worth waiting for rather
     /// than making again: every call but a rule built-in's, which costs less than the wait.
     fn waits_for_others(&self) -> bool {
@@ -217,7 +220,8 @@ impl Callback {
                 } else {
                     None
                 };
-                let bytes = request();
+                let reads = self.launcher.reads_request(self, key);
+                let bytes = if reads { request() } else { Vec::new() };
                 let started = Instant::now();
                 let mut outcome = self.launcher.attempt(self, key, &bytes).await;
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
@@ -241,9 +245,7 @@ impl Callback {
                 outcome
             };
             match outcome.result {
-                Ok(response) => {
-                    return Ok(response);
-                }
+                Ok(response) => return Ok(response),
                 // A persistent worker that dies is replaced and its request tried again.
                 Err(kind)
                     if kind.retryable()

@@ -4,6 +4,7 @@
 mod anchors;
 mod cross;
 pub(crate) mod keys;
+pub(crate) mod unknown;
 
 pub(crate) use anchors::{Anchor, Anchors};
 pub(crate) use cross::derangement;

@@ -224,6 +224,21 @@ impl Measured {
         }
     }
 
+    /// A dry run's memory not made yet (`plan::unknown`), of at most `budget` tokens: kept
+    /// whole, as its budget bounds it already, with every count at that bound.
+    fn unknown(text: String, budget: usize) -> Measured {
+        Measured {
+            memory_sha256: sha256(&text),
+            memory: Arc::from(text),
+            generated_tokens: budget,
+            retained_tokens: budget,
+            truncated: false,
+            utf8_split: false,
+            memory_tokens: budget,
+            stopped_at_max_tokens: false,
+        }
+    }
+
     fn to_json(&self, usage: &Usage) -> Value {
         // The text itself is stored once under its hash (kind `text`): memories repeat.
         let mut entry = json!({
@@ -370,6 +385,9 @@ pub(super) async fn measure(
     let setup = &shared.setup;
     let generation =
         messages::read::<CompressorResponse>(response).map_or_else(String::new, |r| r.memory.into_owned());
+    if let Some(unknown) = crate::plan::unknown::capped(&generation, budget as u64) {
+        return Ok(Arc::new(Measured::unknown(unknown, budget)));
+    }
     let memo_key = (sha256(&generation), budget);
     if let Some(measured) = shared.measured.locked().get(&memo_key) {
         return Ok(measured.clone());

@@ -15,7 +15,7 @@ use super::rows::{failure_row, finished, result_row};
 use crate::exec::callback::Callback;
 use crate::inputs::evidence::EvidenceBasis;
 use crate::inputs::records::{Question, Source};
-use crate::plan::{Anchor, MemoryJob, QuestionJob, audited, in_panel, keys};
+use crate::plan::{Anchor, MemoryJob, QuestionJob, audited, in_panel, keys, unknown};
 use crate::protocol::messages::{self, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse};
 use crate::protocol::{Role, Stage};
 use crate::store::ledger::{CallKeys, FailureRow, ResultRow};
@@ -323,7 +323,8 @@ async fn panel(
         ) else {
             continue;
         };
-        if !in_panel(job.id.seed, &question.id, read.memory_sha256, *share) {
+        // A memory not known yet (`gacc plan`) is in every sample: its calls are bounded at most.
+        if !in_panel(job.id.seed, &question.id, read.memory_sha256, *share) && !unknown::is(read.memory) {
             continue;
         }
         let warn = |callback: &str, failure: &crate::exec::callback::Failure| {
@@ -370,7 +371,8 @@ async fn audit(
         else {
             continue;
         };
-        if !audited(job.id.seed, &question.id, answer, *share) {
+        // An answer not known yet (`gacc plan`) is in every sample: its calls are bounded at most.
+        if !audited(job.id.seed, &question.id, answer, *share) && !unknown::is(answer) {
             continue;
         }
         let key = setup.plan.audit_key(planned, job, asked.question_job, answer);

@@ -117,16 +117,42 @@ fn plan_json_with_model_builtins_audits_panel_and_anchors_is_unchanged() {
         &manifest.replace("seeds = [42, 43, 44]", "seeds = [43]"),
     );
     let env = [("MOCK_API_KEY", KEY)];
-    let plan = || {
-        let plan = scratch.json_with_env(["plan", "--json", "experiments/llm.toml"], &env);
-        serde_json::to_string_pretty(&plan).unwrap()
+    let plan = || scratch.json_with_env(["plan", "--json", "experiments/llm.toml"], &env);
+    let shown = |plan: &serde_json::Value| serde_json::to_string_pretty(plan).unwrap();
+    // What a run then asks of the mock, and what it reports it paid, are within the bounds.
+    let within = |plan: &serde_json::Value, folder: &std::path::Path, requests: u64| {
+        let bound = &plan["endpoints"]["mock"];
+        assert!(
+            bound["calls"].as_u64().unwrap() >= requests as u64,
+            "{bound} {requests}"
+        );
+        // run.json's `paid`: per role, what this run's calls cost.
+        let paid = common::read_json(&folder.join("run.json"))["paid"].clone();
+        let sum = |field: &str| -> f64 {
+            let roles = paid.as_object().unwrap().values();
+            roles.map(|usage| usage[field].as_f64().unwrap_or(0.0)).sum()
+        };
+        for field in ["input_tokens", "output_tokens", "cost_usd"] {
+            assert!(
+                bound[field].as_f64().unwrap() >= sum(field),
+                "{field}: {bound} {paid}"
+            );
+        }
+        assert!(sum("cost_usd") > 0.0, "{paid}");
     };
-    let mut all = format!("==== llm.toml, empty cache\n{}\n", plan());
-    let (status, _, stderr) = scratch.run_with_env("experiments/llm-one-seed.toml", &[], &env);
+    let before = plan();
+    let mut all = format!("==== llm.toml, empty cache\n{}\n", shown(&before));
+    let (status, folder, stderr) = scratch.run_with_env("experiments/llm-one-seed.toml", &[], &env);
     assert_eq!(status, 0, "{stderr}");
-    all.push_str(&format!("==== llm.toml, after a run of one of its seeds\n{}\n", plan()));
-    let (status, _, stderr) = scratch.run_with_env("experiments/llm.toml", &[], &env);
+    within(&before, &folder, api.requests());
+    let (made, part) = (api.requests(), plan());
+    all.push_str(&format!(
+        "==== llm.toml, after a run of one of its seeds\n{}\n",
+        shown(&part)
+    ));
+    let (status, folder, stderr) = scratch.run_with_env("experiments/llm.toml", &[], &env);
     assert_eq!(status, 0, "{stderr}");
-    all.push_str(&format!("==== llm.toml, after its run\n{}\n", plan()));
+    within(&part, &folder, api.requests() - made);
+    all.push_str(&format!("==== llm.toml, after its run\n{}\n", shown(&plan())));
     insta::assert_snapshot!(all);
 }

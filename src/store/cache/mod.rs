@@ -94,6 +94,8 @@ struct Inner {
 #[derive(Clone)]
 pub(crate) struct Cache {
     inner: Arc<Inner>,
+    /// Whether what is put is dropped (`Cache::read_only`).
+    read_only: bool,
 }
 
 impl std::fmt::Debug for Cache {
@@ -206,7 +208,19 @@ impl Cache {
                 std::thread::sleep(SYNC_INTERVAL);
             }
         });
-        Ok(Cache { inner })
+        Ok(Cache {
+            inner,
+            read_only: false,
+        })
+    }
+
+    /// The same cache, but what is put is dropped rather than written: `gacc plan`'s dry run of
+    /// the runner reads every answer the cache holds, and its placeholders are never kept.
+    pub(crate) fn read_only(self) -> Cache {
+        Cache {
+            read_only: true,
+            ..self
+        }
     }
 
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
@@ -280,6 +294,9 @@ impl Cache {
         let Some(entry_slot) = slot(kind, key) else {
             return Err(std::io::Error::other(format!("`{key}` is not a cache key")));
         };
+        if self.read_only {
+            return Ok(());
+        }
         let payload = json!({"description": description, "response": response}).to_string();
         let digest: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
             payload.as_bytes(),
@@ -459,6 +476,27 @@ mod tests {
         let stats = Cache::stats(dir.path()).unwrap();
         assert_eq!(stats.entries.get("reader"), Some(&2));
         assert_eq!(stats.torn_lines, 0);
+    }
+
+    #[test]
+    fn a_read_only_cache_reads_what_is_there_and_keeps_nothing_put() {
+        let dir = tempfile::tempdir().unwrap();
+        let (kept, dropped) = (sha256("kept"), sha256("dropped"));
+        Cache::open(dir.path())
+            .unwrap()
+            .put(Kind::Reader, &kept, &json!({}), &json!({"answer": "a"}))
+            .unwrap();
+        let segments = || segment_files(&dir.path().join(SEGMENTS)).unwrap().len();
+        let before = segments();
+        let cache = Cache::open(dir.path()).unwrap().read_only();
+        assert_eq!(cache.get(Kind::Reader, &kept), Some(json!({"answer": "a"})));
+        cache
+            .put(Kind::Reader, &dropped, &json!({}), &json!({"answer": "b"}))
+            .unwrap();
+        assert_eq!(cache.get(Kind::Reader, &dropped), None);
+        drop(cache);
+        assert_eq!(Cache::open(dir.path()).unwrap().get(Kind::Reader, &dropped), None);
+        assert_eq!(segments(), before, "a read-only cache opened no segment");
     }
 
     #[test]
