@@ -122,10 +122,7 @@ fn plan_json_with_model_builtins_audits_panel_and_anchors_is_unchanged() {
     // What a run then asks of the mock, and what it reports it paid, are within the bounds.
     let within = |plan: &serde_json::Value, folder: &std::path::Path, requests: u64| {
         let bound = &plan["endpoints"]["mock"];
-        assert!(
-            bound["calls"].as_u64().unwrap() >= requests as u64,
-            "{bound} {requests}"
-        );
+        assert!(bound["calls"].as_u64().unwrap() >= requests, "{bound} {requests}");
         // run.json's `paid`: per role, what this run's calls cost.
         let paid = common::read_json(&folder.join("run.json"))["paid"].clone();
         let sum = |field: &str| -> f64 {
