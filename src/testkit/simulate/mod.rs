@@ -267,41 +267,25 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
     let pacer = Arc::new(Pacer::new(0, 0, true));
     let start = Instant::now();
     let served = Arc::new(Mutex::new(Served::new(&cell, start)));
-    let mean_latency = Arc::new(Mutex::new(0.0f64));
     let next = Arc::new(AtomicUsize::new(0));
     let (_, amount) = cell.server.capacity(cell.tokens);
     let mut workers = tokio::task::JoinSet::new();
     // As many calls wait as the callback's semaphore lets (the endpoint's ceiling).
     for _ in 0..cell.ceiling.min(cell.calls) {
-        let (limiter, pacer, served, mean_latency, next) = (
-            limiter.clone(),
-            pacer.clone(),
-            served.clone(),
-            mean_latency.clone(),
-            next.clone(),
-        );
+        let (limiter, pacer, served, next) = (limiter.clone(), pacer.clone(), served.clone(), next.clone());
         let server = cell.server;
         let tokens = cell.tokens;
         workers.spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < cell.calls {
                 let mut limited = 0;
                 loop {
-                    let mean = Duration::from_secs_f64(*mean_latency.lock().unwrap());
-                    let mut slot = limiter.acquire(pacer.needed(mean.max(limiter.oldest()))).await;
+                    let mut slot = limiter.acquire(pacer.needed(limiter.pace_latency())).await;
                     let ticket = slot.pace(pacer.wait(tokens, 0)).await;
-                    limiter.keep_up(pacer.needed(mean.max(limiter.oldest())));
+                    limiter.keep_up(pacer.needed(limiter.pace_latency()));
                     let arrival = server.arrive(&mut served.lock().unwrap(), amount, start, cell.jitter);
                     match arrival {
                         Arrival::Admitted(latency, announced) => {
                             let latency = reply(&cell, &served, latency).await;
-                            {
-                                let mut mean = mean_latency.lock().unwrap();
-                                *mean = if *mean == 0.0 {
-                                    latency.as_secs_f64()
-                                } else {
-                                    0.9 * *mean + 0.1 * latency.as_secs_f64()
-                                };
-                            }
                             pacer.announced(ticket, announced);
                             pacer.admitted(ticket, tokens, tokens);
                             slot.succeeded("reader", latency);
@@ -315,9 +299,7 @@ pub(super) async fn simulate(cell: Cell) -> Outcome {
                                 Server::Bucket { tokens: true, .. } => Exhausted::Tokens,
                                 _ => Exhausted::Requests,
                             };
-                            let latency =
-                                Duration::from_secs_f64(*mean_latency.lock().unwrap()).max(limiter.oldest());
-                            let needed = pacer.limited(ticket, exhausted, latency);
+                            let needed = pacer.limited(ticket, exhausted, limiter.pace_latency());
                             slot.rate_limited(needed, REFUSAL);
                             drop(slot);
                             let backoff = limited_backoff(limited);

@@ -41,9 +41,6 @@ pub(crate) struct Endpoint {
     pub(super) client: reqwest::Client,
     pub limiter: Limiter,
     pub pacer: Pacer,
-    /// Mean seconds of a successful exchange (a moving average), for the calls in flight a
-    /// pace needs.
-    pub(super) latency: Mutex<f64>,
     /// Set by a 401, 403 or 404: every later call would fail the same way.
     pub(super) rejected: Mutex<Option<FailureKind>>,
     /// Whether the server has ever answered (any status): until it has, a failure to connect
@@ -146,7 +143,6 @@ impl Endpoint {
                 false => Limiter::new(spec.max_concurrency, spec.adaptive),
             },
             pacer: Pacer::new(spec.rpm, spec.tpm, spec.adaptive),
-            latency: Mutex::new(0.0),
             rejected: Mutex::new(None),
             answered: AtomicBool::new(false),
             unreachable_since: Mutex::new(None),
@@ -162,25 +158,6 @@ impl Endpoint {
     /// The live limit and pace, for the progress line and `run.json`.
     pub(crate) fn live(&self) -> Live {
         self.limiter.live(self.pacer.pace())
-    }
-
-    pub(super) fn latency(&self) -> Duration {
-        Duration::from_secs_f64(*self.latency.locked())
-    }
-
-    /// The latency the pace's calls in flight are counted with: the mean of replies, and at
-    /// least the age of the oldest call in the server (before any reply says what it is).
-    fn pace_latency(&self) -> Duration {
-        self.latency().max(self.limiter.oldest())
-    }
-
-    pub(super) fn took(&self, elapsed: Duration) {
-        let mut mean = self.latency.locked();
-        *mean = if *mean == 0.0 {
-            elapsed.as_secs_f64()
-        } else {
-            0.9 * *mean + 0.1 * elapsed.as_secs_f64()
-        };
     }
 
     /// Sends this endpoint's calls through the provider's batch API, recording its batches
@@ -269,10 +246,11 @@ impl Endpoint {
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
-            let needed = self.pacer.needed(self.pace_latency());
+            let needed = self.pacer.needed(self.limiter.pace_latency());
             let mut slot = self.limiter.acquire(needed).await;
             let ticket = slot.pace(self.pacer.wait(estimate.0, estimate.1)).await;
-            self.limiter.keep_up(self.pacer.needed(self.pace_latency()));
+            self.limiter
+                .keep_up(self.pacer.needed(self.limiter.pace_latency()));
             if let Some(rejected) = self.rejected() {
                 return Err(rejected);
             }
@@ -296,7 +274,6 @@ impl Endpoint {
                     }
                     let latency = started.elapsed();
                     reply.service_ms = Some(latency.as_millis() as u64);
-                    self.took(latency);
                     self.pacer.announced(ticket, announced);
                     self.pacer.admitted(ticket, reply.usage.input, estimate.0);
                     slot.succeeded(label, latency);
@@ -310,7 +287,7 @@ impl Endpoint {
                     limited += 1;
                     self.pacer.announced(ticket, announced);
                     let exhausted = self.spec.api.provider().exhausted(&announced, &message);
-                    let needed = self.pacer.limited(ticket, exhausted, self.pace_latency());
+                    let needed = self.pacer.limited(ticket, exhausted, self.limiter.pace_latency());
                     slot.rate_limited(needed, started.elapsed());
                     // Only this call waits the provider's word, and a jittered backoff that
                     // grows a little each time, so that retries do not arrive together. It

@@ -61,6 +61,9 @@ struct State {
     rate_limited: u64,
     /// Each callback's latency: recent (a moving average) and the least that average has been.
     latency: HashMap<String, Latency>,
+    /// Seconds of a reply of any callback, a moving average (0 before the first): how long the
+    /// calls in flight a pace needs are counted to take.
+    mean: f64,
     /// Recent latency over unloaded latency, a moving average over part of a round trip, and
     /// the last reply's.
     load: f64,
@@ -178,6 +181,7 @@ impl Limiter {
                 cut_at: None,
                 rate_limited: 0,
                 latency: HashMap::new(),
+                mean: 0.0,
                 load: 1.0,
                 last_ratio: 1.0,
                 useful: 0.0,
@@ -263,7 +267,14 @@ impl Limiter {
 
     /// How long the oldest call in the server has been there: a floor on its latency before
     /// any reply says what it is.
-    pub(crate) fn oldest(&self) -> Duration {
+    /// The latency the pace's calls in flight are counted with: the mean of replies, and at
+    /// least the age of the oldest call in the server (before any reply says what it is).
+    pub(crate) fn pace_latency(&self) -> Duration {
+        let mean = Duration::from_secs_f64(self.state().mean);
+        mean.max(self.oldest())
+    }
+
+    fn oldest(&self) -> Duration {
         let state = self.state();
         state
             .in_server

@@ -53,6 +53,11 @@ impl Slot<'_> {
         let limiter = self.limiter;
         let now = Instant::now();
         let mut state = limiter.state();
+        let seconds = latency.as_secs_f64();
+        state.mean = match state.mean {
+            0.0 => seconds,
+            mean => 0.9 * mean + 0.1 * seconds,
+        };
         let current = state.cut_at.is_none_or(|cut| self.sent > cut);
         let reading = state.observe(class, latency, self.company, now, current);
         if state.local.is_some() {
