@@ -24,7 +24,7 @@ use crate::review::trace::Filter;
 use crate::store::run_folder::resolve;
 
 pub use power::{PowerAsked, plan};
-pub use run::RunOptions;
+pub use run::{Layer, RunOptions};
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
 pub use verify::{SpotChecks, verify};

@@ -12,7 +12,7 @@ use args::{
     ArrayTaskArgs, DiffArgs, ExportArgs, PackArgs, PlanArgs, ReportArgs, TraceArgs, UnpackArgs, ValidateArgs,
     VerifyArgs, ViewArgs,
 };
-use gacc::app::{self, Format, RunOptions};
+use gacc::app::{self, Format, Layer, RunOptions};
 
 #[derive(Parser)]
 #[command(
@@ -280,7 +280,7 @@ impl RunArgs {
             fail_fast: self.fail_fast,
             require_sandbox: self.require_sandbox,
             json: self.json,
-            from: self.from,
+            layer: self.from.map(Layer::Pack),
             label: self.label,
             ..RunOptions::default()
         }

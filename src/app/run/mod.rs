@@ -50,19 +50,26 @@ pub struct RunOptions {
     pub require_sandbox: bool,
     /// Print the final summary as JSON on stdout.
     pub json: bool,
-    /// A pack (`gacc pack`) whose cache entries are read as a layer beneath the run's cache.
-    pub from: Option<PathBuf>,
+    /// A cache read beneath the run's own: a pack's (`--from`), or a replayed run's.
+    pub layer: Option<Layer>,
     /// The run's label (`--label`), kept in run.json.
     pub label: Option<String>,
-    /// A cache read as a layer beneath the run's, and no call made but by the callbacks
-    /// named: what it does not hold fails (`gacc verify`'s replay).
-    pub offline_over: Option<PathBuf>,
-    pub offline_allowed: Vec<String>,
     /// The replayed run's record of its callbacks' files (`gacc verify`).
     pub recorded: Option<Arc<crate::inputs::manifest::Recorded>>,
     /// The replayed run's failures, as its report lists them (`gacc verify`): its jobs whose
     /// calls failed then fail so.
     pub replayed_failures: Vec<serde_json::Value>,
+}
+
+/// A cache whose entries a run reads beneath its own (new entries go to its own), and which
+/// calls the run may still make.
+#[derive(Debug, Clone)]
+pub enum Layer {
+    /// A pack's entries (`gacc run --from`), unpacked once under the cache: any call may be made.
+    Pack(PathBuf),
+    /// A replayed run's cache (`gacc verify`): no call is made but by the callbacks named, so
+    /// what the cache does not hold fails.
+    Replay { cache: PathBuf, allowed: Vec<String> },
 }
 
 /// What a finished run left behind.
@@ -98,12 +105,9 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let mut phases = Phases::default();
     let opening = open_cache_early(&options.manifest, &options.sets);
     // A replay that may not call (`gacc verify`) needs no endpoint's key.
-    let calling = match (&options.recorded, &options.offline_over, &options.from) {
-        (Some(recorded), Some(_), _) => Calling::Replay {
-            recorded,
-            allowed: &options.offline_allowed,
-        },
-        (_, None, None) => Calling::Everything,
+    let calling = match (&options.recorded, &options.layer) {
+        (Some(recorded), Some(Layer::Replay { allowed, .. })) => Calling::Replay { recorded, allowed },
+        (_, None) => Calling::Everything,
         // Keys are checked where a call needs one (`Keys`).
         _ => Calling::WithoutKeys,
     };
@@ -144,10 +148,10 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         concurrency: prepared.loaded.manifest.run.concurrency,
         progress: progress.clone(),
         fail_fast: options.fail_fast,
-        offline: options
-            .offline_over
-            .as_ref()
-            .map(|_| options.offline_allowed.clone()),
+        offline: match &options.layer {
+            Some(Layer::Replay { allowed, .. }) => Some(allowed.clone()),
+            _ => None,
+        },
         replayed_failures: (options.replayed_failures.iter())
             .filter_map(|row| serde_json::from_value::<crate::store::ledger::FailureRow>(row.clone()).ok())
             .map(|row| (row.job.clone(), row))
@@ -294,21 +298,20 @@ fn unmatched_labels(prepared: &Prepared, outcome: &runner::Outcome) -> Vec<crate
 }
 
 /// The cache the early reader opened when it is the run's, else the run's opened now.
-/// With `--from`, the run's cache over the pack's entries (unpacked once under the cache).
+/// With a layer, the run's cache over its entries (a pack's unpacked once under the cache).
 fn take_cache(
     opening: super::prepare::EarlyCache,
     root: &Path,
     prepared: &Prepared,
-    from: Option<&Path>,
-    offline_over: Option<&Path>,
+    layer: Option<&Layer>,
 ) -> Result<Cache, Error> {
-    if let Some(pack) = from {
-        let layer = crate::store::pack::layer_for(pack, root)?;
-        return Cache::layered(root, &[layer]).map_err(super::prepare::cache_error(&prepared.loaded, root));
-    }
-    if let Some(layer) = offline_over {
-        return Cache::layered(root, &[layer.to_path_buf()])
-            .map_err(super::prepare::cache_error(&prepared.loaded, root));
+    let beneath = match layer {
+        Some(Layer::Pack(pack)) => Some(crate::store::pack::layer_for(pack, root)?),
+        Some(Layer::Replay { cache, .. }) => Some(cache.clone()),
+        None => None,
+    };
+    if let Some(beneath) = beneath {
+        return Cache::layered(root, &[beneath]).map_err(super::prepare::cache_error(&prepared.loaded, root));
     }
     match opening {
         Some((early, reading)) if early == root => reading
@@ -357,22 +360,16 @@ fn open(
     let protected = Protected::of(&prepared.loaded, &cache_root(&prepared.loaded), Some(&runs));
     let sandboxing = Sandboxing::new(abi, protected).map_err(io(&std::env::temp_dir()))?;
     let engine = engine(&prepared.loaded)?;
-    let keys = match (&options.offline_over, &options.from) {
-        (Some(_), _) => super::prepare::Keys::Planning,
-        (None, Some(_)) => super::prepare::Keys::IfSet,
-        (None, None) => super::prepare::Keys::Required,
+    let keys = match &options.layer {
+        Some(Layer::Replay { .. }) => super::prepare::Keys::Planning,
+        Some(Layer::Pack(_)) => super::prepare::Keys::IfSet,
+        None => super::prepare::Keys::Required,
     };
     let models = models(&prepared.loaded, keys)?;
     let (callbacks, confinements) = callbacks(&prepared.loaded, &sandboxing, &engine, &models)?;
     let holdout = enforce_holdout(&confinements, options.require_sandbox)?;
     let root = cache_root(&prepared.loaded);
-    let cache = take_cache(
-        opening,
-        &root,
-        prepared,
-        options.from.as_deref(),
-        options.offline_over.as_deref(),
-    )?;
+    let cache = take_cache(opening, &root, prepared, options.layer.as_ref())?;
     let recount = report::Recount::start(prepared.tokenizer.clone(), &prepared.dataset, cache.clone());
     // Batch endpoints record their batches beside the cache, and take up those left open.
     for endpoint in models.endpoints.values() {

@@ -18,7 +18,7 @@ mod spot;
 pub use spot::SpotChecks;
 
 use super::Ended;
-use super::run::RunOptions;
+use super::run::{Layer, RunOptions};
 use crate::error::{Error, io};
 use crate::inputs::manifest::Recorded;
 use crate::store::pack;
@@ -133,7 +133,10 @@ fn verify_in(
         manifest,
         out: Some(work.join("replay").join("runs")),
         quiet: true,
-        offline_over: Some(layer.clone()),
+        layer: Some(Layer::Replay {
+            cache: layer.clone(),
+            allowed: Vec::new(),
+        }),
         recorded: Some(recorded(&stated)?),
         replayed_failures: failures,
         ..RunOptions::default()

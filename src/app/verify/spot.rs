@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::replay_folder;
-use crate::app::run::RunOptions;
+use crate::app::run::{Layer, RunOptions};
 use crate::error::{Error, Invalid, io};
 use crate::report::audit::{Agreement, agreement};
 use crate::review::diff::{CellLabel, cell_of};
@@ -231,8 +231,10 @@ fn replayed(
         sets,
         out: Some(folder.join("runs")),
         quiet: true,
-        offline_over: Some(layer.to_path_buf()),
-        offline_allowed: allowed,
+        layer: Some(Layer::Replay {
+            cache: layer.to_path_buf(),
+            allowed,
+        }),
         recorded: Some(super::recorded(stated)?),
         ..RunOptions::default()
     };
