@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::error::Error;
 use crate::report::stored::{StoredCell, StoredReport, text};
@@ -67,14 +66,6 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
         })
     };
     let nothing = |[low, high]: [f64; 2]| if low > high { [0.0, 0.0] } else { [low, high] };
-    let sum = |value: &Value, field: &str| -> u64 {
-        value
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(_, role)| role[field].as_u64())
-            .sum()
-    };
     RunSummary {
         folder: folder.path().to_path_buf(),
         name: report
@@ -97,8 +88,8 @@ pub(crate) fn summarize(folder: &RunFolder) -> RunSummary {
         macro_: nothing(range(|c| c.macro_.map(|s| s.mean))),
         failures: report.failures.len(),
         cost_usd: report.usage.values().map(|role| role.cost_usd).sum(),
-        calls_made: sum(&run.calls, "made"),
-        calls_cached: sum(&run.calls, "cached") + sum(&run.calls, "shared"),
+        calls_made: run.calls.total(|c| c.made) as u64,
+        calls_cached: run.calls.total(|c| c.cached + c.shared) as u64,
         judge_doubt: report.judge_doubt.clone(),
         incomplete,
     }

@@ -7,3 +7,4 @@ pub(crate) mod pack;
 pub(crate) mod row_sink;
 pub(crate) mod run_folder;
 pub(crate) mod run_record;
+pub(crate) mod usage;

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The format of `run.json` this gacc writes and reads.
 pub(crate) const RUN_SCHEMA: &str = "gacc.run/1";
@@ -17,8 +16,8 @@ pub(crate) const RUN_SCHEMA: &str = "gacc.run/1";
 pub(crate) struct RunRecord {
     /// The cache it used, as shown to the user.
     pub cache: String,
-    /// Per role: calls made, taken from the cache, shared and failed.
-    pub calls: Value,
+    /// Per role: calls made, taken from the cache, shared and failed; the audit's apart.
+    pub calls: super::usage::RunCalls,
     /// Per model endpoint: what it did.
     pub endpoints: BTreeMap<String, EndpointRecord>,
     pub failures: usize,
@@ -35,7 +34,7 @@ pub(crate) struct RunRecord {
     pub landlock_abi: i32,
     pub manifest: String,
     /// Per role: what this run's calls cost.
-    pub paid: Value,
+    pub paid: BTreeMap<crate::protocol::Role, super::usage::Usage>,
     /// The run's phases and their seconds, in order.
     pub phases: Vec<(String, f64)>,
     /// While the run is in flight, what it has done so far (rewritten about every second);
@@ -269,7 +268,7 @@ mod tests {
             ..RunRecord::here()
         };
         let text = serde_json::to_string(&record).unwrap();
-        let value: Value = serde_json::from_str(&text).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             text,
             value.to_string(),
@@ -285,5 +284,40 @@ mod tests {
         // Another gacc's format is not read as this one's.
         assert!(RunRecord::parse(r#"{"schema": "gacc.run/2", "seconds": 1}"#).is_none());
         assert_eq!(RunRecord::parse(&text).unwrap().schema, "gacc.run/1");
+    }
+
+    #[test]
+    fn calls_and_paid_are_written_per_role_with_the_audit_apart_and_read_back() {
+        use crate::protocol::Role;
+        use crate::store::usage::{CallCounts, RunCalls, Usage};
+        let counts = |made, cached| CallCounts {
+            made,
+            cached,
+            ..CallCounts::default()
+        };
+        let mut record = RunRecord::here();
+        record.calls = RunCalls {
+            roles: BTreeMap::from([(Role::Compressor, counts(2, 0)), (Role::Reader, counts(1, 5))]),
+            audit: counts(0, 0),
+        };
+        record.paid = BTreeMap::from([(
+            Role::Reader,
+            Usage {
+                input_tokens: 7,
+                cost_usd: 0.5,
+                ..Usage::default()
+            },
+        )]);
+        let value = serde_json::to_value(&record).unwrap();
+        assert_eq!(value["calls"]["reader"]["cached"], 5);
+        assert!(value["calls"].get("audit").is_none(), "no audit, no key");
+        assert_eq!(value["paid"]["reader"]["cost_usd"], 0.5);
+        assert_eq!(RunRecord::parse(&value.to_string()), Some(record.clone()));
+        record.calls.audit = counts(3, 1);
+        let value = serde_json::to_value(&record).unwrap();
+        assert_eq!(value["calls"]["audit"]["made"], 3);
+        let read = RunRecord::parse(&value.to_string()).unwrap();
+        assert_eq!(read.calls.total(|c| c.made), 6);
+        assert_eq!(read, record);
     }
 }

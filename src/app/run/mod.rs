@@ -225,8 +225,8 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         manifest: options.manifest.display().to_string(),
         cache: cache_shown(&prepared),
         progress: None,
-        calls: calls_value(&this_run, &audit),
-        paid: serde_json::to_value(&paid).unwrap_or_default(),
+        calls: run_calls(&this_run, &audit),
+        paid: paid.clone(),
         failures,
         stopped: stop.as_ref().map(ToString::to_string),
         endpoints: endpoint_record(&models),
@@ -259,7 +259,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     summary_json["failures"] = json!(failures);
     summary_json["cancelled"] = json!(cancelled);
     summary_json["seconds"] = json!(started.elapsed().as_secs_f64());
-    summary_json["calls"] = calls_value(&this_run, &audit);
+    summary_json["calls"] = serde_json::to_value(run_calls(&this_run, &audit)).unwrap_or_default();
     summary_json["cache_damaged"] = json!(damaged);
     // Labels that match no answer are the labels' error; the run's work is all written.
     if !unmatched.is_empty() {
@@ -471,15 +471,12 @@ fn execute(
 
 /// This run's calls per role, and the audit's (audit judges and panel readers) under `audit`
 /// where it made or found any.
-fn calls_value(
+fn run_calls(
     this_run: &BTreeMap<crate::protocol::Role, runner::CallCounts>,
     audit: &runner::CallCounts,
-) -> Value {
-    let mut calls = serde_json::to_value(this_run).unwrap_or_default();
-    if audit.made + audit.cached + audit.shared + audit.failed > 0
-        && let Some(calls) = calls.as_object_mut()
-    {
-        calls.insert("audit".into(), serde_json::to_value(audit).unwrap_or_default());
+) -> crate::store::usage::RunCalls {
+    crate::store::usage::RunCalls {
+        roles: this_run.clone(),
+        audit: audit.clone(),
     }
-    calls
 }
