@@ -312,21 +312,21 @@ pub(crate) fn to_value(request: &impl Serialize) -> Value {
 }
 
 /// A compressor's response: its generation, before the cut to L.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct CompressorResponse<'a> {
     #[serde(borrow)]
     pub memory: Cow<'a, str>,
 }
 
 /// A reader's response.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ReaderResponse<'a> {
     #[serde(borrow)]
     pub answer: Cow<'a, str>,
 }
 
 /// A judge's response: the verdict, and what it may add.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct JudgeResponse<'a> {
     pub correct: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,8 +14,11 @@ use tokio::sync::Semaphore;
 use crate::exec::program::Program;
 use crate::protocol::EXIT_TEMPFAIL;
 use crate::protocol::Role;
-use crate::protocol::messages;
 use crate::trace::TraceEvent;
+
+mod response;
+
+pub(crate) use response::{check_response, parse_framed, parse_response, reported_error};
 
 const CALLBACK_BACKOFF_BASE: Duration = Duration::from_millis(250);
 const CALLBACK_BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -337,170 +340,10 @@ pub(crate) fn jittered_backoff(base: Duration, max: Duration, attempt: u32) -> D
     capped / 2 + capped.mul_f64(f64::from(nanos % 1000) / 2000.0)
 }
 
-pub(crate) fn parse_response(bytes: &[u8]) -> Result<Value, FailureKind> {
-    let text = std::str::from_utf8(bytes).map_err(|_| FailureKind::NotUtf8)?;
-    if text.trim().is_empty() {
-        return Err(FailureKind::NoOutput);
-    }
-    let value: Value =
-        serde_json::from_str(text).map_err(|error| FailureKind::InvalidJson(not_json(text, &error)))?;
-    if !value.is_object() {
-        return Err(FailureKind::InvalidJson(format!(
-            "expected an object, got {}",
-            kind_of(&value)
-        )));
-    }
-    Ok(value)
-}
-
-/// Takes a response's `log` out (a text: what the callback wrote while it served this very call,
-/// framed with its reply by the Python helper), its last `STDERR_TAIL_BYTES` kept. Not part
-/// of the answer: it is the call's log, in place of the stderr a persistent worker's calls share.
-pub(crate) fn take_log(response: &mut Value) -> Option<String> {
-    let object = response.as_object_mut()?;
-    if !object.get("log").is_some_and(Value::is_string) {
-        return None;
-    }
-    let Some(Value::String(log)) = object.remove("log") else {
-        return None;
-    };
-    let keep = crate::protocol::STDERR_TAIL_BYTES;
-    if log.len() <= keep {
-        return Some(log);
-    }
-    let mut start = log.len() - keep;
-    while !log.is_char_boundary(start) {
-        start += 1;
-    }
-    Some(log[start..].to_owned())
-}
-
-/// A parsed response with its framed log taken out: (the response, the log).
-pub(crate) fn parse_framed(bytes: &[u8]) -> (Result<Value, FailureKind>, Option<String>) {
-    match parse_response(bytes) {
-        Ok(mut response) => {
-            let log = take_log(&mut response);
-            (Ok(response), log)
-        }
-        Err(kind) => (Err(kind), None),
-    }
-}
-
-pub(crate) fn reported_error(response: &Value, code: i32) -> Option<FailureKind> {
-    let error = response.get("error")?;
-    let message = match error {
-        Value::String(message) => message.clone(),
-        other => other.to_string(),
-    };
-    let retryable = response
-        .get("retryable")
-        .and_then(Value::as_bool)
-        .unwrap_or(code == EXIT_TEMPFAIL);
-    Some(FailureKind::Reported { message, retryable })
-}
-
-/// Why stdout is not one JSON object, in the words a callback's author needs: most often a log
-/// line printed before (or after) the response.
-fn not_json(text: &str, error: &serde_json::Error) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let is_object = |line: &&str| serde_json::from_str::<Value>(line).is_ok_and(|v| v.is_object());
-    let shown = |line: &str| {
-        let cut: String = line.chars().take(60).collect();
-        if cut.len() < line.len() {
-            format!("{cut}…")
-        } else {
-            cut
-        }
-    };
-    match lines.iter().position(is_object) {
-        Some(at) if lines.len() > 1 => {
-            let other = if at == 0 { lines[1] } else { lines[0] };
-            format!(
-                "other output came with the response on stdout (`{}`); a callback's logs belong \
-                 on stderr",
-                shown(other)
-            )
-        }
-        _ => match lines.first() {
-            Some(first) => format!("{error} (stdout began `{}`)", shown(first)),
-            None => error.to_string(),
-        },
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Checks a response against its role's fields (SPEC §3).
-pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), FailureKind> {
-    let require = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
-        None => Err(FailureKind::MissingField(format!("the field `{name}`"))),
-        Some(value) if is(value) => Ok(()),
-        Some(value) => Err(FailureKind::MissingField(format!(
-            "`{name}` as {what} (got {})",
-            kind_of(value)
-        ))),
-    };
-    let optional = |name: &str, is: fn(&Value) -> bool, what: &str| match response.get(name) {
-        None | Some(Value::Null) => Ok(()),
-        Some(_) => require(name, is, what),
-    };
-    match role {
-        Role::Compressor => require("memory", Value::is_string, "a string")?,
-        Role::Reader => require("answer", Value::is_string, "a string")?,
-        Role::Judge => {
-            require("correct", Value::is_boolean, "a boolean")?;
-            optional("score", Value::is_number, "a number")?;
-            optional("rationale", Value::is_string, "a string")?;
-        }
-    }
-    optional("meta", Value::is_object, "an object")?;
-    if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
-        let Some(usage) = usage.as_object() else {
-            return Err(FailureKind::MissingField("`usage` as an object".into()));
-        };
-        let count = |v: &Value| v.as_u64().is_some_and(|n| n <= messages::MAX_TOKENS);
-        let cost = |v: &Value| {
-            v.as_f64()
-                .is_some_and(|c| c.is_finite() && (0.0..=messages::MAX_COST_USD).contains(&c))
-        };
-        for (name, is_valid, what) in [
-            ("input_tokens", &count as &dyn Fn(&Value) -> bool, "a token count"),
-            ("output_tokens", &count, "a token count"),
-            ("cached_input_tokens", &count, "a token count"),
-            ("cost_usd", &cost, "a cost in USD"),
-        ] {
-            if let Some(value) = usage.get(name).filter(|v| !is_valid(v)) {
-                let bounds = match what {
-                    "a token count" => format!("a whole number from 0 to {}", messages::MAX_TOKENS),
-                    _ => format!("a number from 0 to {}", messages::MAX_COST_USD),
-                };
-                return Err(FailureKind::MissingField(format!(
-                    "`usage.{name}` as {what}, {bounds} (got {value})"
-                )));
-            }
-        }
-        // What gacc reads of it (the fields above, and those its own model calls add).
-        if messages::read::<messages::ReportedUsage>(&response["usage"]).is_none() {
-            return Err(FailureKind::MissingField(
-                "`usage` with a number in each of its counts".into(),
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::messages;
     use serde_json::json;
 
     #[test]
