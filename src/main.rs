@@ -1,5 +1,6 @@
 //! The `gacc` command line: parses arguments, calls one command of `gacc::app`, and maps how it
-//! ended to an exit status (0 success, 1 failed jobs, 2 bad input, 3 stopped at the spending cap, 130 interrupted).
+//! ended to an exit status (0 success, 1 failed jobs, 2 bad input, 3 stopped at the spending cap,
+//! 130 interrupted).
 
 use std::process::ExitCode;
 

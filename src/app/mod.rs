@@ -48,8 +48,6 @@ pub enum Format {
     Json,
 }
 
-/// `gacc run`: prints the summary on stderr (unless quiet) and the run folder on stdout.
-/// Where past runs are looked for when `--runs` is not given.
 /// Raises the soft limit on open files to the hard limit (at most 65,536): each call in flight
 /// to a model endpoint holds a connection, and `max_concurrency` defaults to 1,024, the soft
 /// limit of many systems.
@@ -73,10 +71,12 @@ fn raise_open_files() {
     }
 }
 
+/// Where past runs are looked for when `--runs` is not given.
 pub fn default_runs() -> std::path::PathBuf {
     crate::inputs::manifest::default_runs()
 }
 
+/// `gacc run`: prints the summary on stderr (unless quiet) and the run folder on stdout.
 pub fn run(options: &RunOptions) -> Result<Ended, Error> {
     raise_open_files();
     let finished = run::run(options)?;

@@ -285,8 +285,9 @@ pub fn respond(name: &str, request: &Value) -> Result<Value, String> {
     }
 }
 
-/// The rule built-in `name` (its name as the table has it) and how it answers, when gacc answers it in process (SPEC §3: a pure
-/// function of the request); None for a program-only or unknown built-in.
+/// The rule built-in `name` (its name as the table has it) and how it answers, when gacc answers it
+/// in process (SPEC §3: a pure function of the request); None for a program-only or unknown
+/// built-in.
 pub(crate) fn in_process(name: &str) -> Option<(&'static str, Respond)> {
     BUILTINS
         .iter()

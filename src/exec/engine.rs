@@ -1,7 +1,8 @@
-//! Where a program's calls run (SPEC §2 `run.executor`): an `Engine` makes each program's
-//! launcher and tidies up when the run ends (the folders it works in are protected from
-//! sandboxed callbacks before it starts: `exec::engine_folders`). This machine's engine is `Here`; an engine that runs calls elsewhere is a folder of
-//! `exec/` registered in `exec/mod.rs`, and nothing outside them names it.
+//! Where a program's calls run (SPEC §2 `run.executor`): an `Engine` makes each program's launcher
+//! and tidies up when the run ends (the folders it works in are protected from sandboxed callbacks
+//! before it starts: `exec::engine_folders`). This machine's engine is `Here`; an engine that runs
+//! calls elsewhere is a folder of `exec/` registered in `exec/mod.rs`, and nothing outside them
+//! names it.
 
 use std::sync::Arc;
 

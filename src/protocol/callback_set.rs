@@ -21,7 +21,7 @@ pub(crate) struct CallbackSet<T> {
 
 impl<T> CallbackSet<T> {
     /// The same callbacks, each value made by `make` from the callback's manifest key
-    /// (`compressors.NAME`, `reader`, `judge`, `judges.NAME`), its role and its value here,
+    /// (`compressors.NAME`, `reader`, `judge`, `judges.NAME`, `readers.NAME`), its role and its value here,
     /// in that order.
     pub(crate) fn map<U>(&self, mut make: impl FnMut(String, Role, &T) -> U) -> CallbackSet<U> {
         CallbackSet {

@@ -38,7 +38,7 @@ use memory::{Measured, run_memory};
 pub(crate) type Callbacks = CallbackSet<Callback>;
 
 /// One callback per callback a run calls (`Manifest::callback_set`), each made by `make` from
-/// its key (`compressors.NAME`, `reader`, `judge`, `judges.NAME`), its role and its table.
+/// its key (`compressors.NAME`, `reader`, `judge`, `judges.NAME`, `readers.NAME`), its role and its table.
 pub(crate) fn callbacks_of_manifest(
     manifest: &Manifest,
     mut make: impl FnMut(String, Role, &CallbackSpec) -> Callback,

@@ -94,11 +94,9 @@ pub(crate) struct Finished {
 /// Where a cache keeps the records of its provider batches.
 pub(crate) const BATCHES: &str = "batches";
 
-/// `gacc run`: plan, run (resuming from the cache), write the run folder, report.
-// Its phases read in the order a run goes through them, each ended by `phases.end`; each
-// phase's work is a function of its own, and what is left is the hand-over between them, kept
-// in one place so a run's order reads top to bottom (hence its length).
-/// The run's phases in order, as run.json's `phases` name them.
+/// `gacc run`: plan, run (resuming from the cache), write the run folder, report. Its phases
+/// read in the order a run goes through them, each ended by `phases.end` (as run.json's
+/// `phases` name them); each phase's work is a function of its own.
 pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let started_at = SystemTime::now();
     let started = Instant::now();

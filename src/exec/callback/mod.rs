@@ -27,7 +27,8 @@ const CALLBACK_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// launcher that makes its attempts (which holds its program, when it has one).
 #[derive(Debug, Clone)]
 pub(crate) struct Callback {
-    /// The manifest key that declared it: `compressors.NAME`, `reader` or `judge`.
+    /// The manifest key that declared it: `compressors.NAME`, `reader`, `judge`, `judges.NAME`
+    /// or `readers.NAME`.
     pub name: String,
     pub role: Role,
     pub retries: u32,
@@ -153,7 +154,10 @@ pub(crate) struct Failure {
 }
 
 /// How one attempt of a call is made: in gacc (a rule built-in), in a process of this machine,
-/// as a task on a cluster (an `Engine`), over HTTP to a model endpoint, or (in tests) by a script. Retries, limits and accounting are the callback's, not the launcher's.
+/// as a task on a cluster (an `Engine`), over HTTP to a model endpoint, or (in tests) by a
+/// script. The callback retries what a launcher reports retryable and holds the callback's
+/// limit; a model endpoint's launcher also paces, limits, retries and prices its own requests
+/// (the provider's replies say how), so its callback is given no retries of its own.
 /// `key` is the call's cache key (a provider batch's `custom_id`).
 pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
     fn attempt<'a>(&'a self, callback: &'a Callback, key: &'a str, request: &'a [u8]) -> AttemptFuture<'a>;

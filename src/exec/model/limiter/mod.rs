@@ -1,15 +1,15 @@
 //! How many calls an endpoint has in flight (SPEC §8, "Concurrency"). The `Limiter` finds it,
-//! `max_concurrency` being only a ceiling. It grows while calls wait for a place and latency
-//! holds: by four per reply at first (five times as many a round trip, so a server that
-//! batches hundreds of sequences is full within a few round trips), then by a quarter per
-//! reply. The start ends at the first reply slower than the unloaded latency allows, and the
-//! limit goes back to what the server holds usefully (Little's law). Latency is compared per callback with the least it has been (its unloaded
-//! latency), so a server whose batch is full shows itself by latency that rises without
-//! throughput: past `TUNING.limiter.grow_below` times the unloaded latency growth stops, past `TUNING.limiter.cut_above` the
-//! limit is cut back toward `TUNING.limiter.settle` (once per round trip). A 429 halves it once per episode,
-//! never below the calls in flight the learned pace needs (pace × latency); a 5xx or a timeout
-//! pauses growth. While calls wait on the pace rather than for a place, the limit does not grow:
-//! the pace, not the limit, holds them back.
+//! `max_concurrency` being only a ceiling. It grows while calls wait for a place and latency holds:
+//! by four per reply at first (five times as many a round trip, so a server that batches hundreds
+//! of sequences is full within a few round trips), then by a quarter per reply. The start ends at
+//! the first reply slower than the unloaded latency allows, and the limit goes back to what the
+//! server holds usefully (Little's law). Latency is compared per callback with the least it has
+//! been (its unloaded latency), so a server whose batch is full shows itself by latency that rises
+//! without throughput: past `TUNING.limiter.grow_below` times the unloaded latency growth stops,
+//! past `TUNING.limiter.cut_above` the limit is cut back toward `TUNING.limiter.settle` (once per
+//! round trip). A 429 halves it once per episode, never below the calls in flight the learned pace
+//! needs (pace × latency); a 5xx or a timeout pauses growth. While calls wait on the pace rather
+//! than for a place, the limit does not grow: the pace, not the limit, holds them back.
 
 mod local;
 mod slot;
@@ -92,7 +92,8 @@ struct State {
 
 #[derive(Debug, Clone, Copy)]
 struct Latency {
-    /// The mean over the last `TUNING.limiter.recent` replies (all of them, before), and over the last `TUNING.limiter.long`.
+    /// The mean over the last `TUNING.limiter.recent` replies (all of them, before), and over the
+    /// last `TUNING.limiter.long`.
     mean: f64,
     long: f64,
     replies: u32,

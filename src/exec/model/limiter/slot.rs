@@ -140,7 +140,8 @@ impl Slot<'_> {
         // full, within the round trip the jump filled it), and worth it only where they are slow.
         let first_round = state.startup && state.validated <= TUNING.limiter.start && steady_and_slow;
         if first_round {
-            // The start's calls came back at speed: it may fill `TUNING.limiter.first_room` times them at once.
+            // The start's calls came back at speed: it may fill `TUNING.limiter.first_room` times
+            // them at once.
             let target = (state.validated * TUNING.limiter.first_room).max(state.limit);
             limiter.set_limit(state, target);
             state.jumped = true;
