@@ -3,6 +3,7 @@
 mod callback_set;
 mod cell;
 pub(crate) mod messages;
+pub(crate) mod probes;
 mod role;
 mod values;
 

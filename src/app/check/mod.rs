@@ -3,7 +3,6 @@
 //! of a run; what works, what breaks the protocol, how long it takes, and what the sandbox
 //! blocked.
 
-mod probes;
 mod text;
 
 use std::path::Path;
@@ -26,7 +25,7 @@ use crate::protocol::{Mode, Role};
 use super::Ended;
 use super::prepare::{cache_root, callbacks, models, prepare};
 use super::terminal::{emit, informative_lines};
-use probes::{Probe, probes};
+use crate::protocol::probes::{Probe, probes};
 use text::{advice, describe, millis};
 
 /// How one probe went.
@@ -173,7 +172,7 @@ async fn check_one(
     let mut requests = Vec::new();
     let mut first_failure = None;
     // A model built-in's calls are paid: it gets the small requests only.
-    let probes = probes(callback)
+    let probes = probes(callback.role, &callback.params)
         .into_iter()
         .filter(|p| callback.launcher.uses_local_cores() || !p.what.starts_with("a 1 MB"));
     for probe in probes {

@@ -1,38 +1,35 @@
-//! The synthetic requests a check sends each callback: the protocol's edge cases for its role (an
+//! The synthetic requests `gacc callback check` sends each callback: the protocol's edge cases for its role (an
 //! empty context, a zero budget, a large context, text that needs escaping), never the dataset's
 //! questions.
 
 use serde_json::Value;
 
-use crate::exec::callback::Callback;
-use crate::protocol::Role;
-use crate::protocol::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+use super::Role;
+use super::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
 
 /// The size of the large-context probe: a long paper or a book chapter.
-pub(super) const LARGE_CONTEXT_BYTES: usize = 1 << 20;
+pub(crate) const LARGE_CONTEXT_BYTES: usize = 1 << 20;
 
 /// A synthetic request and what it is for.
-pub(super) struct Probe {
-    pub(super) what: &'static str,
-    pub(super) role: Role,
-    pub(super) request: Value,
+pub(crate) struct Probe {
+    pub(crate) what: &'static str,
+    pub(crate) role: Role,
+    pub(crate) request: Value,
 }
 
 /// The seed every probe carries.
-pub(super) const PROBE_SEED: u64 = 42;
+pub(crate) const PROBE_SEED: u64 = 42;
 
-/// The synthetic requests for a callback's role. A persistent callback gets them all on one
-/// worker, one after another, as a run sends them.
-pub(super) fn probes(callback: &Callback) -> Vec<Probe> {
+/// The synthetic requests for a callback of `role` with `params` (`gacc callback check`). A
+/// persistent callback gets them all on one worker, one after another, as a run sends them.
+pub(crate) fn probes(role: Role, params: &Value) -> Vec<Probe> {
     let sentence = "The harbour master logs every ship that docks after dusk. ";
     let plain: String = sentence.repeat(8);
     let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
                    arrived at 23:40; naïve café façade, Ελληνικά, עברית, 😀👍🏽.";
     let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
-    let params = &callback.params;
-    let role = callback.role;
     let probe = |what, request| Probe { what, role, request };
-    match callback.role {
+    match role {
         Role::Compressor => {
             let compressor = |context: &str, goal: Option<&str>, budget: usize| {
                 messages::to_value(&CompressorRequest::new(context, goal, budget, PROBE_SEED, params))
