@@ -9,6 +9,7 @@ pub(crate) mod markdown;
 pub(crate) mod metrics;
 pub(crate) mod pairs;
 mod recount;
+pub(crate) mod sequence;
 pub(crate) mod stats;
 pub(crate) mod stored;
 pub(crate) mod trust;
@@ -49,6 +50,9 @@ pub(crate) struct Report {
     pub(crate) dataset: DatasetSummary,
     /// True when every job succeeded.
     pub(crate) complete: bool,
+    /// Why and where `[run] stop` ended the run before every goal was read (SPEC §13).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) stopped_early: Option<sequence::StoppedEarly>,
     pub(crate) cells: Vec<Cell>,
     /// Per compressor and ratio, the conditions side by side and the goal-conditioning gaps.
     pub(crate) by_condition: Vec<ConditionRow>,
@@ -328,6 +332,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
             questions: dataset.question_count(),
         },
         complete: outcome.failures.is_empty() && outcome.cancelled == 0,
+        stopped_early: None,
         by_condition: by_condition(&cells),
         cells,
         pairs,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+mod batches;
 mod calls;
 mod exposure;
 mod memory;
@@ -16,6 +17,7 @@ mod question;
 mod rows;
 mod stop;
 
+pub(crate) use batches::Batches;
 pub(crate) use progress::{CallCounts, Progress, Usage};
 pub(crate) use stop::Stop;
 
@@ -74,6 +76,8 @@ pub(crate) struct Setup {
     /// The failures a replayed run recorded, by job key (`gacc verify`): a job the replay
     /// cannot run because its call failed then (and so was never cached) fails as it did.
     pub replayed_failures: HashMap<String, FailureRow>,
+    /// Goals read in batches, a check after each (`[run] stop`); None: plan order, no check.
+    pub batches: Option<Batches>,
 }
 
 /// What a run produced, in plan order.
@@ -205,6 +209,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     // Held here, not in what tasks share, so it is closed when the run is over.
     let memories = run.memories.take();
     let mut rows = run.rows.take();
+    let mut reading = batches::Reading::of(run.batches.take(), run.plan.memories.len());
     count_jobs(&run.progress, &run.plan);
     let count_identity = crate::plan::keys::count_identity(run.tokenizer.as_ref());
     let shared = Arc::new(RunState {
@@ -236,15 +241,24 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     };
     let mut distinct = DistinctCalls::sized_for(&shared.setup.plan);
     loop {
-        while next < total && tasks.len() < window {
+        while next < reading.limit() && tasks.len() < window {
             let shared = shared.clone();
-            let index = next;
+            let index = reading.job(next);
             tasks.spawn(async move { (index, run_memory(&shared, index).await) });
             next += 1;
         }
         match tasks.join_next().await {
-            None => break,
-            Some(Ok((index, memory))) => outcomes[index] = Some(memory),
+            None if next >= reading.total() => break,
+            None => {
+                // A batch of goals is read: the check may stop the run before the next starts.
+                let Some(why) = reading.batch_read() else { continue };
+                shared.stop(Stop::Early(why));
+                break;
+            }
+            Some(Ok((index, memory))) => {
+                reading.saw(&memory);
+                outcomes[index] = Some(memory);
+            }
             Some(Err(error)) => tracing::error!(%error, "a job task stopped unexpectedly"),
         }
         let mut folding = Folding {
@@ -253,7 +267,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             memories: memories.as_ref(),
             rows: rows.as_mut(),
         };
-        while folded < next && outcomes[folded].is_some() {
+        while folded < total && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
                 folding.fold(&shared.setup.plan.memories[folded].id, memory);
             }
@@ -601,6 +615,7 @@ mod tests {
             rows: None,
             offline: None,
             replayed_failures: HashMap::new(),
+            batches: None,
         }
     }
 

@@ -11,6 +11,8 @@ pub(crate) enum Stop {
     Rejected(String),
     /// A cache entry or a row could not be written (a full disk, a quota, a place made
     /// read-only): no call starts after it, since its answer could not be kept.
+    /// `[run] stop`: the listed pairs were decided before every goal was read (why, said so).
+    Early(String),
     LostWrite {
         /// The path and the error, as the write failed.
         what: String,
@@ -29,6 +31,7 @@ impl std::fmt::Display for Stop {
                  raise it and run again to go on (the cache keeps what was paid for)"
             ),
             Stop::Rejected(why) => write!(f, "the run stopped: {why}"),
+            Stop::Early(why) => write!(f, "stopped early: {why}"),
             Stop::LostWrite { what, lost } => write!(
                 f,
                 "the run stopped at its first lost write: {what}. No call started after it{}; every \

@@ -306,3 +306,110 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
     assert_eq!(status, 1, "{printed}");
     assert!(printed.contains("pairs[0].p_holm"), "{printed}");
 }
+
+/// 60 sources of two goals, one question each: `goal-line` keeps the line that answers (always
+/// right), `prefix` at r = 0.3 keeps only filler (never right).
+fn stopping_experiment(scratch: &Scratch, stop: &str) {
+    let mut lines = String::new();
+    for s in 0..60 {
+        let filler: String = (0..6)
+            .map(|i| format!("Note {i}: the weather at site {s} was calm and the gate was quiet today.\n"))
+            .collect();
+        let text = format!(
+            "{filler}gauge{s}a: reading={} status=ok\ngauge{s}b: reading={} status=ok\n",
+            100 + s,
+            500 + s
+        );
+        let goals: Vec<Value> = [("a", 100 + s), ("b", 500 + s)]
+            .iter()
+            .map(|(g, value)| {
+                serde_json::json!({"id": format!("s{s}-{g}"), "text": format!("Know the reading of gauge{s}{g}"),
+                    "questions": [{"id": format!("s{s}-{g}-q"), "question": format!("What is the reading of the gauge{s}{g}?"), "reference": value.to_string()}]})
+            })
+            .collect();
+        lines.push_str(&serde_json::json!({"id": format!("s{s}"), "text": text, "goals": goals}).to_string());
+        lines.push('\n');
+    }
+    scratch.write("experiments/data/goals.jsonl", &lines);
+    let manifest = format!(
+        "name = \"stopping\"\nseeds = [1]\nratios = [0.3]\nconditions = [\"own-goal\"]\n\n[dataset]\npath = \"data/goals.jsonl\"\n\n\
+         [compressors.goal-line]\nbuiltin = \"goal-line\"\n\n[compressors.prefix]\nbuiltin = \"prefix\"\n\n\
+         [reader]\nbuiltin = \"field-lookup\"\n\n[judge]\nbuiltin = \"exact\"\n\n[run]\n{stop}\n"
+    );
+    scratch.write("experiments/stopping.toml", &manifest);
+}
+
+fn compressor_calls(folder: &std::path::Path) -> u64 {
+    read_json(&folder.join("run.json"))["calls"]["compressor"]["made"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_run_stops_once_its_pair_is_separated_and_its_resume_reports_as_a_full_run() {
+    let scratch = Scratch::new();
+    let stop =
+        "stop = { when = \"separated\", pairs = [[\"prefix\", \"goal-line\"]], min_goals = 40, every = 20 }";
+    stopping_experiment(&scratch, stop);
+    let (status, stopped, stderr) = scratch.run("experiments/stopping.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stderr.contains("stop check after 40 of 120 goals"), "{stderr}");
+    assert!(
+        stderr.contains("separated") && stderr.contains("stopped early"),
+        "{stderr}"
+    );
+    // At 20 goals the sequence already excludes 0, but no check comes before min_goals.
+    assert!(!stderr.contains("after 20 of 120"), "{stderr}");
+    let report = read_json(&stopped.join("report.json"));
+    let early = &report["stopped_early"];
+    assert_eq!(
+        (early["goals_read"].as_u64(), early["goals"].as_u64()),
+        (Some(40), Some(120))
+    );
+    assert_eq!(early["memories_not_run"], 160);
+    assert!(
+        early["pairs"][0].as_str().unwrap().contains("[+0.522, +1.000]"),
+        "{early}"
+    );
+    let made = compressor_calls(&stopped);
+    assert!(made <= 240 / 2, "{made} of 240 compressor calls");
+    assert_eq!(made, 80);
+    let markdown = std::fs::read_to_string(stopped.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("**Stopped early**") && markdown.contains("Not run: 160 memories"),
+        "{markdown}"
+    );
+    // The replay stops where the run did: every figure, the stop's included, follows.
+    let (status, said) = scratch.verify_bare(&stopped);
+    assert_eq!(status, 0, "{said}");
+
+    // Resumed without `stop`: only what was skipped is called, and the report is a full run's.
+    stopping_experiment(&scratch, "");
+    let (status, resumed, stderr) = scratch.run("experiments/stopping.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    let fresh = Scratch::new();
+    stopping_experiment(&fresh, "");
+    let (status, full, stderr) = fresh.run("experiments/stopping.toml", &[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(made + compressor_calls(&resumed), compressor_calls(&full));
+    assert_eq!(compressor_calls(&full), 240);
+    let resumed_report = std::fs::read(resumed.join("report.json")).unwrap();
+    assert!(resumed_report == std::fs::read(full.join("report.json")).unwrap());
+    assert!(
+        read_json(&resumed.join("report.json"))
+            .get("stopped_early")
+            .is_none()
+    );
+
+    // A pair that names no compressor is refused, naming the key.
+    stopping_experiment(
+        &scratch,
+        "stop = { when = \"separated\", pairs = [[\"prefix\", \"nope\"]] }",
+    );
+    let (status, _, stderr) = scratch.run("experiments/stopping.toml", &[]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(
+        stderr.contains("run.stop") && stderr.contains("`nope`"),
+        "{stderr}"
+    );
+}

@@ -116,6 +116,7 @@ pub(super) fn plan_status(
         rows: None,
         offline: None,
         replayed_failures: Default::default(),
+        batches: None,
     };
     let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;
     runtime.block_on(crate::runner::execute(setup));

@@ -3,6 +3,7 @@
 
 mod folder;
 mod record;
+mod stopping;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -136,7 +137,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         costs: Some(models.costs.clone()),
         ..Progress::default()
     });
+    let read = Arc::new(stopping::Read::default());
+    let stop = prepared.loaded.manifest.run.stop.as_ref();
+    let batches = stop.map(|spec| stopping::batches(&prepared, spec, options.quiet, &read));
     let setup = runner::Setup {
+        batches,
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
         callbacks: opened.callbacks,
@@ -196,6 +201,9 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         &prepared,
     );
     report.holdout = opened.holdout;
+    if let Some(runner::Stop::Early(why)) = &outcome.stop {
+        report.stopped_early = Some(stopping::stopped_early(&prepared, &outcome, &read, why));
+    }
     phases.end("write ledger and results, build report (with the recount)");
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let report_text = pretty(&report);

@@ -251,6 +251,13 @@ fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Probl
             message: "must be a non-negative number of US dollars".into(),
         });
     }
+    if let Some(stop) = &loaded.manifest.run.stop {
+        let compressors = |name: &str| loaded.manifest.compressors.contains_key(name);
+        problems.extend(stop.problems(compressors).into_iter().map(|message| Problem {
+            place: format!("{}: key `run.stop`", loaded.path.display()),
+            message,
+        }));
+    }
     problems
 }
 

@@ -20,7 +20,7 @@ use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
 pub(crate) use load::{load, load_as};
-pub(crate) use run::{LOCAL_ENGINE, RunSpec};
+pub(crate) use run::{LOCAL_ENGINE, RunSpec, StopSpec};
 pub(crate) use sandbox::SandboxSpec;
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
