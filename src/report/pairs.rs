@@ -191,9 +191,9 @@ pub(crate) struct Pair {
 /// A cell's scored questions by goal and seed: (right, scored). In goal order, so that every
 /// sum over goals is made in the same order (the same report, to the last bit, whatever the
 /// hash seed).
-type Scores<'r> = BTreeMap<&'r str, BTreeMap<u64, (usize, usize)>>;
+pub(crate) type Scores<'r> = BTreeMap<&'r str, BTreeMap<u64, (usize, usize)>>;
 
-fn scores<'r>(rows: &[&'r ResultRow]) -> Scores<'r> {
+pub(crate) fn scores<'r>(rows: &[&'r ResultRow]) -> Scores<'r> {
     let mut goals: Scores = BTreeMap::new();
     for row in rows.iter().filter(|r| r.failure.is_none()) {
         let Some(correct) = row.correct else { continue };

@@ -5,7 +5,7 @@
 //! the normal-mixture boundary of Howard et al. (2021), whose coverage holds however often it is
 //! looked at (docs/statistics.md, "Stopping early").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::stats::Interval;
 use crate::store::ledger::ResultRow;
@@ -95,22 +95,20 @@ pub(crate) fn check_pairs(
     rho: f64,
     margin: f64,
 ) -> Vec<PairCheck> {
-    // Per (cell, compressor), per goal, per seed: (right, scored).
-    type Scores<'r> = BTreeMap<(String, &'r str), BTreeMap<&'r str, BTreeMap<u64, (u32, u32)>>>;
-    let mut scores: Scores = BTreeMap::new();
-    for row in rows.iter().filter(|r| r.failure.is_none()) {
-        let Some(correct) = row.correct else { continue };
+    // Per (cell, compressor), its rows, then per goal, per seed: (right, scored).
+    let mut by_cell: BTreeMap<(String, &str), Vec<&ResultRow>> = BTreeMap::new();
+    for row in rows {
         let id = row.cell();
         let cell = format!("{} · {}", id.condition, id.rule);
-        let seed = (scores.entry((cell, row.compressor.as_str())).or_default())
-            .entry(row.goal_id.as_str())
+        by_cell
+            .entry((cell, row.compressor.as_str()))
             .or_default()
-            .entry(row.seed)
-            .or_default();
-        seed.0 += u32::from(correct);
-        seed.1 += 1;
+            .push(row);
     }
-    let cells: std::collections::BTreeSet<&String> = scores.keys().map(|(cell, _)| cell).collect();
+    let scores: BTreeMap<_, _> = (by_cell.into_iter())
+        .map(|(key, rows)| (key, super::pairs::scores(&rows)))
+        .collect();
+    let cells: BTreeSet<&String> = scores.keys().map(|(cell, _)| cell).collect();
     let mut checks = Vec::new();
     for cell in cells {
         for (a, b) in pairs {
@@ -125,7 +123,7 @@ pub(crate) fn check_pairs(
                 let (Some(seeds_b), Some(&at)) = (sb.get(goal), order.get(*goal)) else {
                     continue;
                 };
-                let share = |(right, scored): (u32, u32)| f64::from(right) / f64::from(scored);
+                let share = |(right, scored): (usize, usize)| right as f64 / scored as f64;
                 let both: Vec<f64> = (seeds_a.iter())
                     .filter_map(|(seed, &x)| Some(share(*seeds_b.get(seed)?) - share(x)))
                     .collect();
