@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::report::pairs::{Z_SUM, goals_needed, largest_sd};
 use crate::store::ledger::ResultRow;
 use crate::store::run_folder::{RESULTS, resolve};
+use crate::store::run_record::newest_first;
 
 /// What `gacc plan --power` is asked: the effect to size for, and a pilot run.
 #[derive(Debug, Clone)]
@@ -26,7 +27,8 @@ pub fn plan(
     format: super::Format,
     (runs, asked): (&Path, Option<&PowerAsked>),
 ) -> Result<super::Ended, Error> {
-    let (status, bounds, goals) = super::preview::plan_status(manifest, sets)?;
+    let preview = super::preview::plan_status(manifest, sets)?;
+    let goals = preview.goals;
     let power = match asked {
         Some(asked) => Some(power(
             goals,
@@ -34,10 +36,13 @@ pub fn plan(
             asked.pilot.as_deref(),
             runs,
         )?),
+        // Unasked, the text says it too when the experiment's last run compares a pair.
+        None if format == super::Format::Text => (newest_first(&preview.runs).into_iter().next())
+            .and_then(|(last, _)| power(goals, DEFAULT_EFFECT, Some(&last), runs).ok()),
         None => None,
     };
     let power = power.map(|p| (serde_json::to_value(&p).unwrap_or_default(), text(&p)));
-    super::terminal::print_plan(&status, &bounds, power, format);
+    super::terminal::print_plan(&preview.stages, &preview.bounds, power, format);
     Ok(super::Ended::Success)
 }
 

@@ -251,6 +251,13 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         let needed = (z * largest[k] / 0.05).powi(2).ceil();
         assert_eq!(pilot["goals_needed"][metric].as_f64().unwrap(), needed, "{pilot}");
     }
+    // Unasked, the text of `gacc plan` sizes from the experiment's last run as its pilot; the
+    // JSON keeps to what is asked.
+    let text = scratch.gacc().args(["plan", manifest]).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    let expected = format!("Micro {:.3}", z * largest[0] / 18f64.sqrt());
+    assert!(text.contains("pilot run") && text.contains(&expected), "{text}");
+    assert!(scratch.json(["plan", manifest, "--json"]).get("power").is_none());
     // `gacc export --pairs`: a row per pair, its interval in two columns.
     let csv = scratch
         .gacc()

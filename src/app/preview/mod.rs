@@ -90,10 +90,7 @@ pub(super) struct UsdPerMillion {
 /// `gacc plan`'s figures: jobs per stage, the uncached calls' bounds per endpoint, and the
 /// goals each cell scores. A dry run of the runner (`bounding`): the plan walked through a
 /// read-only cache, every call it would make bounded instead of made.
-pub(super) fn plan_status(
-    path: &Path,
-    sets: &[String],
-) -> Result<(Stages, BTreeMap<String, CallBounds>, usize), Error> {
+pub(super) fn plan_status(path: &Path, sets: &[String]) -> Result<Preview, Error> {
     let prepared = super::prepare::prepare_without_keys(path, sets)?;
     for (reruns, change) in super::prepare::changed_scripts(&prepared.loaded) {
         eprintln!("{}: {change}", if reruns { "note" } else { "warning" });
@@ -134,11 +131,25 @@ pub(super) fn plan_status(
         })
         .collect();
     let mut bounds = book.bounds();
+    let runs = prepared.loaded.project.join("runs").join(&manifest.name);
     for (name, bound) in &mut bounds {
         if let Some(spec) = manifest.models.get(name) {
-            let runs = prepared.loaded.project.join("runs").join(&manifest.name);
             time::estimate_time(bound, name, spec, &runs);
         }
     }
-    Ok((status, bounds, prepared.dataset.goals().count()))
+    Ok(Preview {
+        stages: status,
+        bounds,
+        goals: prepared.dataset.goals().count(),
+        runs,
+    })
+}
+
+/// What `gacc plan` found: jobs per stage, the uncached calls' bounds per endpoint, the goals
+/// each cell scores, and where this experiment's runs are.
+pub(super) struct Preview {
+    pub stages: Stages,
+    pub bounds: BTreeMap<String, CallBounds>,
+    pub goals: usize,
+    pub runs: std::path::PathBuf,
 }
