@@ -420,3 +420,135 @@ fn a_run_stops_once_its_pair_is_separated_and_its_resume_reports_as_a_full_run()
         "{stderr}"
     );
 }
+
+/// The 12-goal example of docs/statistics.md: 12 sources of one goal and 8 questions; `prefix`
+/// (at r = 0.5) keeps a source's data line only where it comes first, `goal-line` only where the
+/// goal's last word is `readings`. Prefix is right on 3 goals goal-line is not, goal-line on 1
+/// goal prefix is not, both on the other 8: 24 questions gained, 8 lost, inside 4 goals.
+fn twelve_goals(scratch: &Scratch) {
+    let fields = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
+    let mut lines = String::new();
+    for g in 0..12 {
+        let data = format!(
+            "site{g} readings: {}\n",
+            fields
+                .iter()
+                .map(|f| format!("{f}={f}{g}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let filler: String = (0..12)
+            .map(|i| format!("Note {i}: the weather at site {g} was calm and the gate was quiet.\n"))
+            .collect();
+        // Goals 0–2: prefix right, goal-line wrong; 3: the reverse; 4–11: both right.
+        let text = if g == 3 {
+            format!("{filler}{data}")
+        } else {
+            format!("{data}{filler}")
+        };
+        let goal = if g < 3 {
+            "Know the weather"
+        } else {
+            "Know the readings"
+        };
+        let questions: Vec<Value> = (fields.iter())
+            .map(|f| serde_json::json!({"id": format!("g{g}-{f}"), "question": format!("What is the {f} here?"), "reference": format!("{f}{g}")}))
+            .collect();
+        let goals = serde_json::json!([{"id": format!("g{g}"), "text": goal, "questions": questions}]);
+        lines.push_str(&serde_json::json!({"id": format!("s{g}"), "text": text, "goals": goals}).to_string());
+        lines.push('\n');
+    }
+    scratch.write("experiments/data/twelve.jsonl", &lines);
+    let manifest = |compressors: &str| {
+        format!(
+            "name = \"twelve\"\nseeds = [1]\nratios = [0.5]\nconditions = [\"own-goal\"]\n\n[dataset]\npath = \"data/twelve.jsonl\"\n\n\
+             {compressors}\n[reader]\nbuiltin = \"field-lookup\"\n\n[judge]\nbuiltin = \"exact\"\n"
+        )
+    };
+    let both =
+        "[compressors.goal-line]\nbuiltin = \"goal-line\"\n\n[compressors.prefix]\nbuiltin = \"prefix\"\n";
+    scratch.write("experiments/twelve.toml", &manifest(both));
+    // One compressor name, two behaviours: what `gacc diff` compares.
+    scratch.write(
+        "experiments/keep-prefix.toml",
+        &manifest("[compressors.keep]\nbuiltin = \"prefix\"\n"),
+    );
+    scratch.write(
+        "experiments/keep-goal-line.toml",
+        &manifest("[compressors.keep]\nbuiltin = \"goal-line\"\n"),
+    );
+}
+
+#[test]
+fn the_twelve_goal_example_is_within_noise_in_the_report_and_in_diff() {
+    let scratch = Scratch::new();
+    twelve_goals(&scratch);
+    let (status, folder, stderr) = scratch.run("experiments/twelve.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&folder.join("report.json"));
+    let pairs = report["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2, "{pairs:?}");
+    for pair in pairs {
+        assert_eq!(
+            (pair["a"].as_str(), pair["b"].as_str()),
+            (Some("goal-line"), Some("prefix"))
+        );
+        assert!(
+            (pair["diff"].as_f64().unwrap() - 2.0 / 12.0).abs() < 1e-12,
+            "{pair}"
+        );
+        assert_eq!(pair["p"], 0.625, "{pair}");
+        // Holm over the report's two pairs (Micro and Macro): min(1, 2 · 0.625).
+        assert_eq!(pair["p_holm"], 1.0, "{pair}");
+        assert_eq!(pair["separated"], false);
+        assert_eq!(pair["goals"], 12);
+    }
+    let results = read_lines(&folder.join("results.jsonl"));
+    let right = |compressor: &str| {
+        (results.iter())
+            .filter(|r| r["compressor"] == compressor && r["correct"] == true)
+            .count()
+    };
+    assert_eq!((right("goal-line"), right("prefix")), (72, 88));
+    let markdown = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(markdown.contains("within noise"), "{markdown}");
+
+    let (status, prefix, _) = scratch.run("experiments/keep-prefix.toml", &["-q"]);
+    assert_eq!(status, 0);
+    let (status, goal_line, _) = scratch.run("experiments/keep-goal-line.toml", &["-q"]);
+    assert_eq!(status, 0);
+    let diff = scratch
+        .gacc()
+        .arg("diff")
+        .arg(&prefix)
+        .arg(&goal_line)
+        .arg("--fail-on-regression")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(0), "{said}");
+    assert!(said.contains("within noise"), "{said}");
+    let diff = scratch.json([
+        std::ffi::OsStr::new("diff"),
+        prefix.as_os_str(),
+        goal_line.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+    ]);
+    let cell = &diff["cells"][0];
+    let mcnemar = &cell["mcnemar"];
+    assert_eq!(
+        (
+            mcnemar["right_to_wrong"].as_u64(),
+            mcnemar["wrong_to_right"].as_u64()
+        ),
+        (Some(24), Some(8))
+    );
+    // McNemar over questions (0.007) decides nothing; the test over goals gives 0.625.
+    assert!(mcnemar["p_value"].as_f64().unwrap() < 0.01, "{cell}");
+    assert_eq!(cell["micro_test"]["p_value"], 0.625, "{cell}");
+    assert_eq!(cell["verdict"], "within noise", "{cell}");
+    assert_eq!(diff["regressions"], 0);
+}
