@@ -80,7 +80,14 @@ pub(super) fn batches(prepared: &Prepared, spec: &StopSpec, quiet: bool, read: &
             spec.margin,
         );
         if !quiet {
-            eprintln!("stop check after {goals} of {total} goals:");
+            // On a terminal, over the progress line, which is drawn again below.
+            use std::io::IsTerminal;
+            let clear = if std::io::stderr().is_terminal() {
+                "\r\x1b[K"
+            } else {
+                ""
+            };
+            eprintln!("{clear}stop check after {goals} of {total} goals:");
             for check in &checks {
                 eprintln!("  {}", shown(check));
             }
