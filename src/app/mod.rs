@@ -24,6 +24,7 @@ use crate::review::trace::Filter;
 use crate::store::run_folder::resolve;
 
 pub use power::{PowerAsked, plan};
+pub use report::{Tables, report, report_tables};
 pub use run::{Layer, RunOptions};
 pub use terminal::init_tracing;
 pub use travel::{pack, unpack};
@@ -124,14 +125,6 @@ pub fn run(options: &RunOptions) -> Result<Ended, Error> {
 /// `gacc validate`.
 pub fn validate(manifest: &Path, sets: &[String]) -> Result<Ended, Error> {
     println!("{}", preview::validate(manifest, sets)?);
-    Ok(Ended::Success)
-}
-
-/// `gacc report RUN`: rewrites a run's views, or renders `template` to stdout.
-pub fn report(runs: &Path, run: &Path, template: Option<&Path>) -> Result<Ended, Error> {
-    if let Some(text) = report::rerender(resolve(run, runs)?.path(), template)? {
-        terminal::emit(&text);
-    }
     Ok(Ended::Success)
 }
 

@@ -43,8 +43,22 @@ pub(crate) struct ReportArgs {
     #[arg(allow_hyphen_values = true, value_hint = clap::ValueHint::DirPath)]
     pub(crate) run_dir: PathBuf,
     /// Render this template to stdout instead of rewriting report.md.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "format")]
     pub(crate) template: Option<PathBuf>,
+    /// Print the results as paper tables instead of rewriting the views: latex (booktabs, one
+    /// table per condition) or csv (one row per cell).
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) format: Option<TablesFormat>,
+    /// Write the tables to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE", requires = "format")]
+    pub(crate) output: Option<PathBuf>,
+}
+
+/// `gacc report --format`'s values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum TablesFormat {
+    Latex,
+    Csv,
 }
 
 /// `gacc diff`'s arguments.

@@ -7,8 +7,8 @@ use gacc::app::{self, Ended};
 use gacc::error::Error;
 
 use super::args::{
-    DiffArgs, ExportArgs, PackArgs, PlanArgs, ReportArgs, TraceArgs, UnpackArgs, ValidateArgs, VerifyArgs,
-    ViewArgs,
+    DiffArgs, ExportArgs, PackArgs, PlanArgs, ReportArgs, TablesFormat, TraceArgs, UnpackArgs, ValidateArgs,
+    VerifyArgs, ViewArgs,
 };
 use super::{
     BatchesCommand, CacheCommand, CallbackCommand, Cli, Command, DatasetCommand, ExportFormat, RunsCommand,
@@ -74,7 +74,14 @@ impl PlanArgs {
 
 impl ReportArgs {
     fn call(self, runs: &Path) -> Result<Ended, Error> {
-        app::report(runs, &self.run_dir, self.template.as_deref())
+        let tables = |format| match format {
+            TablesFormat::Latex => app::Tables::Latex,
+            TablesFormat::Csv => app::Tables::Csv,
+        };
+        match self.format {
+            Some(format) => app::report_tables(runs, &self.run_dir, tables(format), self.output.as_deref()),
+            None => app::report(runs, &self.run_dir, self.template.as_deref()),
+        }
     }
 }
 

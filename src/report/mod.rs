@@ -12,6 +12,7 @@ mod recount;
 pub(crate) mod sequence;
 pub(crate) mod stats;
 pub(crate) mod stored;
+pub(crate) mod tables;
 pub(crate) mod trust;
 use endpoints::endpoints;
 pub(crate) use endpoints::{EndpointUsage, ModelCallbacks};

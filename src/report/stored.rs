@@ -102,6 +102,16 @@ pub(crate) struct StoredCell {
     pub ceiling_micro: Option<f64>,
     pub gap_closed: Option<f64>,
     pub attribution: Option<StoredAttribution>,
+    /// The best and worst rank it can hold in its column (SPEC §13), where the run has them.
+    pub rank: Option<StoredRank>,
+}
+
+/// A cell's rank interval as report.json writes it.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub(crate) struct StoredRank {
+    pub best: u64,
+    pub worst: u64,
 }
 
 /// A cell's answers by evidence kept or lost (SPEC §11).

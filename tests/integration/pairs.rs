@@ -270,6 +270,7 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
         lines[0].starts_with("condition,ratio,budget_tokens,a,b,metric,diff,ci95_low,ci95_high,p,p_holm")
     );
     assert_eq!(lines.len(), pairs.len() + 1);
+    paper_tables(&scratch, &folder, &report);
     let html = std::fs::read_to_string(folder.join("report.html")).unwrap();
     assert!(
         html.contains("<section id=\"pairs\">") && html.contains(">rank<"),
@@ -551,4 +552,52 @@ fn the_twelve_goal_example_is_within_noise_in_the_report_and_in_diff() {
     assert_eq!(cell["micro_test"]["p_value"], 0.625, "{cell}");
     assert_eq!(cell["verdict"], "within noise", "{cell}");
     assert_eq!(diff["regressions"], 0);
+}
+
+/// `gacc report RUN --format latex|csv`: a booktabs table per condition holding every cell's
+/// Micro, bold exactly where a cell's rank is 1–1 (separated from every other compressor of its
+/// column), and the same cells flat in CSV; `-o FILE` writes what stdout shows.
+fn paper_tables(scratch: &Scratch, folder: &std::path::Path, report: &Value) {
+    let run = folder.to_str().unwrap();
+    let tables = |format: &str| scratch.stdout(["report", run, "--format", format]);
+    let latex = tables("latex");
+    let cells = report["cells"].as_array().unwrap();
+    let separated_best = |cell: &Value| cell["rank"]["best"] == 1 && cell["rank"]["worst"] == 1;
+    let conditions: std::collections::BTreeSet<&str> =
+        cells.iter().map(|c| c["condition"].as_str().unwrap()).collect();
+    assert_eq!(
+        latex.matches("\\begin{table}").count(),
+        conditions.len(),
+        "{latex}"
+    );
+    for rule in ["\\toprule", "\\midrule", "\\bottomrule"] {
+        assert_eq!(latex.matches(rule).count(), conditions.len(), "{rule}");
+    }
+    for table in latex.split("\\begin{table}").skip(1) {
+        let condition = conditions
+            .iter()
+            .find(|c| table.contains(&format!("condition {c}:")))
+            .expect("each table names its condition");
+        for cell in cells.iter().filter(|c| c["condition"] == *condition) {
+            let row = (table.lines())
+                .find(|line| line.starts_with(&format!("{} & ", cell["compressor"].as_str().unwrap())))
+                .unwrap();
+            let micro = format!("{:.3}", cell["micro"]["mean"].as_f64().unwrap());
+            assert!(row.contains(&micro), "{row} lacks {micro}");
+            if separated_best(cell) {
+                assert!(row.contains(&format!("\\textbf{{{micro}}}")), "{row}");
+            }
+        }
+    }
+    let bold = cells.iter().filter(|c| separated_best(c)).count();
+    assert_eq!(latex.matches("\\textbf{").count(), bold, "{latex}");
+    let csv = tables("csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("condition,compressor,ratio,budget_tokens,micro,micro_low,micro_high"));
+    assert_eq!(lines.len(), cells.len() + 1);
+    assert_eq!(csv.matches(",true\n").count(), bold);
+    let written = scratch.path("tables.tex");
+    let to = written.to_str().unwrap();
+    assert_eq!(scratch.stdout(["report", run, "--format", "latex", "-o", to]), "");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), latex);
 }

@@ -125,13 +125,30 @@ impl Scratch {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        serde_json::from_str(&self.stdout_with_env(args, env)).unwrap()
+    }
+
+    /// Runs gacc with `args`, expects success, and gives what it printed on stdout.
+    pub fn stdout<I, S>(&self, args: I) -> String
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.stdout_with_env(args, &[])
+    }
+
+    fn stdout_with_env<I, S>(&self, args: I, env: &[(&str, &str)]) -> String
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let output = self.gacc().args(args).envs(env.iter().copied()).output().unwrap();
         assert!(
             output.status.success(),
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        serde_json::from_slice(&output.stdout).unwrap()
+        String::from_utf8(output.stdout).unwrap()
     }
 
     /// The number of lines in a file a test callback appends to, one per call.
