@@ -190,6 +190,11 @@ pub(crate) const EVENT_TARGET: &str = "gacc::event";
 /// run records most of a million jobs, and formatting each through the layer cost more than a
 /// cached job itself.
 pub(crate) fn record(event: &TraceEvent) {
+    // No trace file (`gacc plan`'s dry run, a replay): nothing to format.
+    if TRACE_FILE.locked().is_none() {
+        show(event);
+        return;
+    }
     let timestamp = crate::clock::utc_timestamp_micros(std::time::SystemTime::now());
     let line = event.line(&timestamp);
     let line = redacted(&line);
