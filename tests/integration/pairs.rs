@@ -387,6 +387,8 @@ fn a_run_stops_once_its_pair_is_separated_and_its_resume_reports_as_a_full_run()
         markdown.contains("**Stopped early**") && markdown.contains("Not run: 160 memories"),
         "{markdown}"
     );
+    let html = std::fs::read_to_string(stopped.join("report.html")).unwrap();
+    assert!(html.contains("Stopped early") && html.contains("goal-line − prefix in [+0.522, +1.000]"));
     // The replay stops where the run did: every figure, the stop's included, follows.
     let (status, said) = scratch.verify_bare(&stopped);
     assert_eq!(status, 0, "{said}");
