@@ -15,18 +15,22 @@ pub(crate) fn text(tokens: u64, key: &str) -> String {
     format!("{HEAD}{tokens} {key}\u{0}")
 }
 
+/// An unknown text's most tokens and the key of the call that made it.
+fn parse(text: &str) -> Option<(u64, &str)> {
+    let rest = text.strip_prefix(HEAD)?.strip_suffix('\u{0}')?;
+    let (tokens, key) = rest.split_once(' ')?;
+    Some((tokens.parse().ok()?, key))
+}
+
 /// The most tokens `text` holds, when it is an unknown text.
 pub(crate) fn tokens(text: &str) -> Option<u64> {
-    let rest = text.strip_prefix(HEAD)?.strip_suffix('\u{0}')?;
-    let (tokens, _key) = rest.split_once(' ')?;
-    tokens.parse().ok()
+    parse(text).map(|(tokens, _)| tokens)
 }
 
 /// `text`, when it is an unknown text, of at most `most` tokens (the call that made it may not
 /// have known its budget).
 pub(crate) fn capped(text: &str, most: u64) -> Option<String> {
-    let tokens = tokens(text)?;
-    let (_, key) = text.strip_prefix(HEAD)?.strip_suffix('\u{0}')?.split_once(' ')?;
+    let (tokens, key) = parse(text)?;
     Some(self::text(tokens.min(most), key))
 }
 
