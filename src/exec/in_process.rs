@@ -25,8 +25,8 @@ impl InProcess {
 }
 
 impl Launcher for InProcess {
-    fn waits_for_others(&self) -> bool {
-        false
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
     fn attempt<'a>(&'a self, callback: &'a Callback, _key: &'a str, request: &'a [u8]) -> AttemptFuture<'a> {

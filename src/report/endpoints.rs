@@ -1,10 +1,11 @@
-//! Per model endpoint: what the calls the results rest on cost, per role, and which models
-//! served them (SPEC §8).
+//! What the calls the results rest on came to: per role, and per model endpoint with the
+//! models that served them (SPEC §8).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::Calls;
 use crate::protocol::Role;
 use crate::runner::{Outcome, Usage};
 
@@ -61,4 +62,31 @@ pub(super) fn endpoints(
         account.several_models_served = account.usage.served_models.len() > 1;
     }
     endpoints
+}
+
+/// Per role, its jobs and the calls made, cached and shared, and the usage they reported.
+pub(super) fn calls_and_usage(outcome: &Outcome) -> (BTreeMap<Role, Calls>, BTreeMap<Role, Usage>) {
+    let mut calls = BTreeMap::new();
+    let mut usage = BTreeMap::new();
+    for role in [Role::Compressor, Role::Reader, Role::Judge] {
+        let distinct = outcome.calls.get(&role);
+        let made = distinct.map_or(0, |c| c.calls);
+        let jobs = outcome.jobs.get(&role).copied().unwrap_or(0);
+        let failed = outcome.failures.iter().filter(|f| f.stage.role() == role).count();
+        calls.insert(
+            role,
+            Calls {
+                jobs,
+                made,
+                cached: jobs.saturating_sub(made + failed),
+                shared_across_seeds: distinct.map_or(0, |c| c.across_seeds),
+            },
+        );
+        let mut sum = Usage::default();
+        for usage in distinct.into_iter().flat_map(|c| &c.usage) {
+            sum.plus(usage);
+        }
+        usage.insert(role, sum);
+    }
+    (calls, usage)
 }

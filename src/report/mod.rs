@@ -3,6 +3,7 @@
 pub(crate) mod audit;
 pub(crate) mod charts;
 mod conditions;
+pub(crate) mod costs;
 mod endpoints;
 pub mod html;
 pub(crate) mod markdown;
@@ -14,8 +15,8 @@ pub(crate) mod stats;
 pub(crate) mod stored;
 pub(crate) mod tables;
 pub(crate) mod trust;
-use endpoints::endpoints;
 pub(crate) use endpoints::{EndpointUsage, ModelCallbacks};
+use endpoints::{calls_and_usage, endpoints};
 pub(crate) mod view;
 pub(crate) mod why;
 
@@ -60,6 +61,9 @@ pub(crate) struct Report {
     /// Per condition and budget, every pair of compressors on the same goals and seeds: how
     /// sure their difference is (SPEC §13).
     pub(crate) pairs: Vec<pairs::Pair>,
+    /// Per condition, every cell with a Micro as a point of cost per question against Micro,
+    /// with its Pareto rank (SPEC §15).
+    pub(crate) frontier: Vec<costs::FrontierPoint>,
     pub(crate) integrity: Integrity,
     /// Per role, whether the hold-out was enforced (callbacks sandboxed), set by the run.
     pub(crate) holdout: BTreeMap<Role, crate::exec::sandbox::HoldoutEnforcement>,
@@ -165,6 +169,10 @@ pub(crate) struct Cell {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) noise: Option<pairs::Noise>,
     pub(crate) ledger: LedgerSums,
+    /// What the cell's memories cost and took (SPEC §15).
+    pub(crate) compression: costs::Compression,
+    /// What reading its memories cost against reading the sources, and when a memory pays.
+    pub(crate) read_cost: costs::ReadCost,
     /// Answers by whether the memory kept their evidence (SPEC §11).
     pub(crate) attribution: why::Attribution,
     /// The cell between its floor and ceiling (`[anchors]`).
@@ -245,37 +253,13 @@ pub(crate) struct Inputs<'a> {
     /// The panel readers and the share each re-reads (SPEC §11).
     pub(crate) panel: Vec<(String, f64)>,
     pub(crate) labels: Option<&'a crate::inputs::labels::Labels>,
+    /// The reader's input price in USD per token (its batch price through a batch API), where
+    /// it has one: what a memory saves in reading (SPEC §15).
+    pub(crate) reader_price: Option<f64>,
 }
 
 pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
     sha256(serde_json::to_string(dataset).unwrap_or_default())
-}
-
-/// Per role, its jobs and the calls made, cached and shared, and the usage they reported.
-fn calls_and_usage(outcome: &Outcome) -> (BTreeMap<Role, Calls>, BTreeMap<Role, Usage>) {
-    let mut calls = BTreeMap::new();
-    let mut usage = BTreeMap::new();
-    for role in [Role::Compressor, Role::Reader, Role::Judge] {
-        let distinct = outcome.calls.get(&role);
-        let made = distinct.map_or(0, |c| c.calls);
-        let jobs = outcome.jobs.get(&role).copied().unwrap_or(0);
-        let failed = outcome.failures.iter().filter(|f| f.stage.role() == role).count();
-        calls.insert(
-            role,
-            Calls {
-                jobs,
-                made,
-                cached: jobs.saturating_sub(made + failed),
-                shared_across_seeds: distinct.map_or(0, |c| c.across_seeds),
-            },
-        );
-        let mut sum = Usage::default();
-        for usage in distinct.into_iter().flat_map(|c| &c.usage) {
-            sum.plus(usage);
-        }
-        usage.insert(role, sum);
-    }
-    (calls, usage)
 }
 
 /// Builds the report; deterministic in its inputs.
@@ -295,7 +279,11 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         cell.noise = pairs::noise(rows);
         let micro = cell.micro.map(|m| m.mean);
         cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
+        let cost = outcome.cell_costs.get(&cell.id).cloned().unwrap_or_default();
+        cell.compression = costs::Compression::of(&cost);
+        cell.read_cost = costs::ReadCost::of(&cost, &cell.ledger, rows.len(), inputs.reader_price);
     }
+    let frontier = costs::frontier(&cells);
     let pairs = pairs::pairs(&cells, &rows);
     let ranks = pairs::ranks(&cells, &pairs);
     for cell in &mut cells {
@@ -337,6 +325,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         by_condition: by_condition(&cells),
         cells,
         pairs,
+        frontier,
         integrity: Integrity {
             exposure_violations: outcome.exposure_violations,
             budget_violations,
@@ -479,6 +468,8 @@ fn cell(id: &CellId, goals: &Goals, ledger: &LedgerSums) -> Cell {
         noise: None,
         seeds,
         ledger: ledger.clone(),
+        compression: costs::Compression::default(),
+        read_cost: costs::ReadCost::default(),
         attribution: why::Attribution::default(),
         anchors: None,
     }

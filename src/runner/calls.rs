@@ -26,8 +26,22 @@ pub(super) enum Origin {
     Skipped,
 }
 
-/// A call in flight: its response and whether it came from the cache, or its failure, once known.
-pub(super) type InFlight = Arc<OnceCell<Result<(Value, bool), Failure>>>;
+/// A call's response, and the wall time in milliseconds of the attempt that made it where it
+/// is known (an entry written before gacc recorded it has none).
+#[derive(Debug, Clone)]
+pub(super) struct Answer {
+    pub(super) response: Value,
+    pub(super) wall_ms: Option<u64>,
+}
+
+impl Answer {
+    fn of((response, wall_ms): (Value, Option<u64>)) -> Answer {
+        Answer { response, wall_ms }
+    }
+}
+
+/// A call in flight: its answer and whether it came from the cache, or its failure, once known.
+pub(super) type InFlight = Arc<OnceCell<Result<(Answer, bool), Failure>>>;
 
 /// The run's calls: identical calls in flight share one entry, so each is made once; and
 /// what was made, found and paid, per role.
@@ -104,10 +118,22 @@ pub(super) async fn obtain(
     description: impl Fn() -> Value,
     request: impl Fn() -> Vec<u8>,
 ) -> Result<(Value, Origin), Failure> {
+    let (answer, origin) = obtain_answer(shared, callback, key, description, request).await?;
+    Ok((answer.response, origin))
+}
+
+/// `obtain`, with the wall time of the call that made the answer (SPEC §15).
+pub(super) async fn obtain_answer(
+    shared: &RunState,
+    callback: &Callback,
+    key: &str,
+    description: impl Fn() -> Value,
+    request: impl Fn() -> Vec<u8>,
+) -> Result<(Answer, Origin), Failure> {
     let role = callback.role;
-    if let Some(response) = shared.setup.cache.get(role.into(), key) {
+    if let Some(found) = shared.setup.cache.get_timed(role.into(), key) {
         shared.calls.found(role, callback.audits());
-        return Ok((response, Origin::Cache));
+        return Ok((Answer::of(found), Origin::Cache));
     }
     let offline = (shared.setup.offline.as_ref()).is_some_and(|allowed| !allowed.contains(&callback.name));
     if shared.stopped.load(Ordering::Relaxed) || offline {
@@ -124,28 +150,33 @@ pub(super) async fn obtain(
             origin = Origin::Called;
             async {
                 let cache = &shared.setup.cache;
-                if let Some(response) = cache.get(role.into(), key) {
-                    return Ok((response, true));
+                if let Some(found) = cache.get_timed(role.into(), key) {
+                    return Ok((Answer::of(found), true));
                 }
                 // Another gacc process on this cache may be making the same call: wait for it
                 // and take its answer rather than pay again. Held until the answer is cached.
-                let lease = match callback.launcher.waits_for_others() {
-                    true => cache.lease(role.into(), key).await,
-                    false => None,
+                let lease = match callback.launcher.answers_at_once() {
+                    false => cache.lease(role.into(), key).await,
+                    true => None,
                 };
                 if lease.is_some() {
                     cache.refresh();
-                    if let Some(response) = cache.get(role.into(), key) {
-                        return Ok((response, true));
+                    if let Some(found) = cache.get_timed(role.into(), key) {
+                        return Ok((Answer::of(found), true));
                     }
                 }
                 // What is logged while the call is made (-vvv) names its cache key.
                 let span = tracing::info_span!("call", key = %key);
-                let answer = callback
+                let (response, took) = callback
                     .call(key, request, &shared.run_limit)
                     .instrument(span)
                     .await?;
-                if let Err(error) = shared.setup.cache.put(role.into(), key, &description(), &answer) {
+                let answer = Answer {
+                    response,
+                    wall_ms: (!callback.launcher.answers_at_once()).then_some(took.as_millis() as u64),
+                };
+                let put = cache.put_timed(role.into(), key, &description(), &answer.response, answer.wall_ms);
+                if let Err(error) = put {
                     shared.lost_write(
                         &format!(
                             "could not write the cache entry of a {} call ({error})",
@@ -171,24 +202,24 @@ pub(super) async fn obtain(
 fn account(
     shared: &RunState,
     (role, audits): (Role, bool),
-    result: &Result<(Value, bool), Failure>,
+    result: &Result<(Answer, bool), Failure>,
     mut origin: Origin,
-) -> Result<(Value, Origin), Failure> {
-    let result: Result<Value, Failure> = match (result, origin) {
-        (Ok((response, from_cache)), Origin::Called) => {
+) -> Result<(Answer, Origin), Failure> {
+    let result: Result<Answer, Failure> = match (result, origin) {
+        (Ok((answer, from_cache)), Origin::Called) => {
             if *from_cache {
                 origin = Origin::Cache;
                 shared.calls.count(role, audits, |c| c.cached += 1);
             } else {
                 shared.calls.count(role, audits, |c| c.made += 1);
                 let mut paid = shared.calls.paid.locked();
-                paid.entry(role).or_default().add(response);
+                paid.entry(role).or_default().add(&answer.response);
             }
-            Ok(response.clone())
+            Ok(answer.clone())
         }
-        (Ok((response, _)), _) => {
+        (Ok((answer, _)), _) => {
             shared.calls.count(role, audits, |c| c.shared += 1);
-            Ok(response.clone())
+            Ok(answer.clone())
         }
         (Err(failure), origin) => {
             // A call the spending cap kept from starting is not a failure: its job is not run.

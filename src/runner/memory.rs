@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use super::calls::{Origin, obtain};
+use super::calls::{Origin, obtain_answer};
 use super::exposure::exposes;
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
@@ -59,18 +59,20 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
         failures: Vec::new(),
         exposure_violation,
         calls: Vec::new(),
+        compressor_wall_ms: None,
         jobs: Vec::new(),
         lines: None,
     };
 
     let started = Instant::now();
     let made = if job.budget == 0 {
-        Ok((
-            Arc::new(Measured::empty()),
-            Origin::Skipped,
-            Usage::default(),
-            CallKeys::new(),
-        ))
+        Ok(Made {
+            measured: Arc::new(Measured::empty()),
+            origin: Origin::Skipped,
+            usage: Usage::default(),
+            wall_ms: None,
+            calls: CallKeys::new(),
+        })
     } else {
         outcome.jobs.push(Role::Compressor);
         make_memory(shared, callback, job, request).await
@@ -78,7 +80,7 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
     let progress = setup.progress.stage(Role::Compressor);
     let ended = made
         .as_ref()
-        .map(|(_, origin, ..)| *origin)
+        .map(|made| made.origin)
         .map_err(|(failure, _)| failure);
     finished(
         progress,
@@ -89,7 +91,7 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
         started,
         ended,
     );
-    let (measured, origin, usage, calls) = match made {
+    let made = match made {
         Ok(made) => made,
         Err((failure, culprit)) => {
             let failure = super::calls::as_recorded(shared, &job.key, failure);
@@ -109,14 +111,15 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
             return outcome;
         }
     };
-    if origin != Origin::Skipped {
-        outcome
-            .calls
-            .push((Role::Compressor, job.cache_key.clone(), usage));
+    if made.origin != Origin::Skipped {
+        let call = (Role::Compressor, job.cache_key.clone(), made.usage);
+        outcome.calls.push(call);
+        outcome.compressor_wall_ms = made.wall_ms;
     }
-    outcome.ledger = Some((ledger_row(job, &measured, setup.truncation, origin), calls));
+    let row = ledger_row(job, &made.measured, setup.truncation, made.origin);
+    outcome.ledger = Some((row, made.calls));
 
-    answer_questions(shared, index, &measured, &mut outcome).await;
+    answer_questions(shared, index, &made.measured, &mut outcome).await;
     outcome
 }
 
@@ -239,7 +242,7 @@ impl Measured {
         }
     }
 
-    fn to_json(&self, usage: &Usage) -> Value {
+    fn to_json(&self, usage: &Usage, wall_ms: Option<u64>) -> Value {
         // The text itself is stored once under its hash (kind `text`): memories repeat.
         let mut entry = json!({
             "memory_sha256": self.memory_sha256,
@@ -253,10 +256,14 @@ impl Measured {
         if self.stopped_at_max_tokens {
             entry["stopped_at_max_tokens"] = json!(true);
         }
+        // The compressor call's, as its own entry records it (SPEC §15).
+        if let Some(wall_ms) = wall_ms {
+            entry["wall_ms"] = json!(wall_ms);
+        }
         entry
     }
 
-    fn from_json(shared: &RunState, entry: &Value) -> Option<(Measured, Usage)> {
+    fn from_json(shared: &RunState, entry: &Value) -> Option<(Measured, Usage, Option<u64>)> {
         let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
         // The recount verifies this hash when the report is built.
         let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
@@ -272,7 +279,7 @@ impl Measured {
         };
         let mut usage = Usage::default();
         usage.add(entry);
-        Some((measured, usage))
+        Some((measured, usage, entry.get("wall_ms").and_then(Value::as_u64)))
     }
 }
 
@@ -297,9 +304,16 @@ fn memory_calls(shared: &RunState, job: &MemoryJob, memory_key: String, measured
     calls
 }
 
-/// A memory made: its counts, where it came from, what its call reported, and the cache
-/// entries it rests on.
-type Made = (Arc<Measured>, Origin, Usage, CallKeys);
+/// A memory made: its counts, where it came from, what its call reported and took, and the
+/// cache entries it rests on.
+pub(super) struct Made {
+    measured: Arc<Measured>,
+    origin: Origin,
+    usage: Usage,
+    /// The compressor call's wall time in milliseconds, where known.
+    wall_ms: Option<u64>,
+    calls: CallKeys,
+}
 
 /// Makes a memory: from the cache of truncated memories, or by obtaining the generation
 /// (cache or call) and cutting it to its budget, which is then stored for next time.
@@ -311,7 +325,7 @@ pub(super) async fn make_memory<'a>(
 ) -> Result<Made, (Failure, &'a str)> {
     let setup = &shared.setup;
     let memory_key = setup.plan.memory_key(job, setup.truncation);
-    if let Some((measured, usage)) = setup
+    if let Some((measured, usage, wall_ms)) = setup
         .cache
         .get(Kind::Memory, &memory_key)
         .as_ref()
@@ -319,13 +333,20 @@ pub(super) async fn make_memory<'a>(
     {
         shared.calls.found(Role::Compressor, false);
         let calls = memory_calls(shared, job, memory_key, &measured);
-        return Ok((Arc::new(measured), Origin::Cache, usage, calls));
+        return Ok(Made {
+            measured: Arc::new(measured),
+            origin: Origin::Cache,
+            usage,
+            wall_ms,
+            calls,
+        });
     }
     let request = || messages::to_bytes(&request);
     let description = || json!({"job": "compress", "cache_key": job.cache_key});
-    let (response, origin) = obtain(shared, callback, &job.cache_key, description, request)
+    let (answer, origin) = obtain_answer(shared, callback, &job.cache_key, description, request)
         .await
         .map_err(|failure| (failure, callback.name.as_str()))?;
+    let (response, wall_ms) = (answer.response, answer.wall_ms);
     let mut usage = Usage::default();
     usage.add(&response);
     let mut measured = measure(shared, &response, job.budget)
@@ -355,17 +376,25 @@ pub(super) async fn make_memory<'a>(
             );
         }
     }
-    if let Err(error) = setup
-        .cache
-        .put(Kind::Memory, &memory_key, &description, &measured.to_json(&usage))
-    {
+    if let Err(error) = setup.cache.put(
+        Kind::Memory,
+        &memory_key,
+        &description,
+        &measured.to_json(&usage, wall_ms),
+    ) {
         shared.lost_write(
             &format!("could not write a memory's measure to the cache ({error})"),
             0,
         );
     }
     let calls = memory_calls(shared, job, memory_key, &measured);
-    Ok((measured, origin, usage, calls))
+    Ok(Made {
+        measured,
+        origin,
+        usage,
+        wall_ms,
+        calls,
+    })
 }
 
 /// The text of the goal `job`'s compressor is shown, if any.

@@ -10,6 +10,8 @@ use tokio::task::JoinSet;
 
 mod batches;
 mod calls;
+mod costs;
+mod distinct;
 mod exposure;
 mod memory;
 mod progress;
@@ -22,7 +24,7 @@ pub(crate) use progress::{CallCounts, Progress, Usage};
 pub(crate) use stop::Stop;
 
 use crate::exec::callback::{Callback, FailureKind};
-use crate::hash::{DigestMap, key_bytes};
+use crate::hash::key_bytes;
 use crate::inputs::dataset::Dataset;
 use crate::inputs::manifest::{CallbackSpec, Manifest};
 use crate::inputs::tokenizer::Tokenizer;
@@ -34,6 +36,9 @@ use crate::store::cache::{Cache, Kind};
 use crate::store::ledger::{CallKeys, FailureRow, LedgerRow, ResultRow};
 use crate::store::row_sink::{RowLines, RowSink, Written};
 use calls::CallBook;
+pub(crate) use costs::CellCost;
+use distinct::DistinctCalls;
+pub(crate) use distinct::{CallKey, Distinct};
 use memory::{Measured, run_memory};
 
 /// The callbacks of one run, ready to call.
@@ -100,6 +105,8 @@ pub(crate) struct Outcome {
     pub cancelled: usize,
     /// Each compressor's distinct calls, with their usage.
     pub compressor_calls: BTreeMap<String, Distinct>,
+    /// What each cell's memories and reads cost (SPEC §15).
+    pub cell_costs: HashMap<crate::protocol::CellId, CellCost>,
     /// Why the run stopped before its plan was done, if it did.
     pub stop: Option<Stop>,
     /// What the row sink wrote, when there was one.
@@ -201,6 +208,8 @@ pub(super) struct MemoryOutcome {
     failures: Vec<FailureRow>,
     exposure_violation: bool,
     calls: Vec<(Role, String, Usage)>,
+    /// The wall time of the compressor call among `calls`, where known.
+    compressor_wall_ms: Option<u64>,
     jobs: Vec<Role>,
 }
 
@@ -311,22 +320,6 @@ fn count_jobs(progress: &Progress, plan: &Plan) {
     }
 }
 
-impl DistinctCalls {
-    /// Sized once for the plan: a paper-scale run folds most of a million calls.
-    fn sized_for(plan: &Plan) -> DistinctCalls {
-        let mut distinct = DistinctCalls::default();
-        let questions = plan.question_jobs();
-        for (role, calls) in [
-            (Role::Compressor, plan.memories.len()),
-            (Role::Reader, questions),
-            (Role::Judge, questions),
-        ] {
-            distinct.calls.entry(role).or_default().keys.reserve(calls);
-        }
-        distinct
-    }
-}
-
 /// What the run as a whole comes to, once every memory is folded: this run's calls, what it
 /// paid, why it stopped, and the distinct calls the results rest on.
 fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
@@ -344,6 +337,7 @@ fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
         .into_iter()
         .map(|(name, calls)| (name, calls.finish()))
         .collect();
+    outcome.cell_costs = distinct.costs.finish();
 }
 
 /// Each stage's summary in the trace: what its jobs came to, those served without a call
@@ -371,65 +365,6 @@ pub(crate) fn trace_stages(progress: &progress::Progress) {
             failed: count(failed),
         });
     }
-}
-
-/// A call's cache key as its 32 bytes (sorted as its hex is).
-pub(crate) type CallKey = [u8; 32];
-
-/// The distinct calls of a role (or of one compressor) that the results rest on: how many, and
-/// the usage of those that reported any, in the order of their keys (so the same calls always
-/// sum to the same bytes).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Distinct {
-    pub calls: usize,
-    pub usage: Vec<Usage>,
-    /// Jobs of one seed that rest on a call another seed made (SPEC §8: identical requests).
-    pub across_seeds: usize,
-}
-
-/// Distinct calls as they are gathered: each key once, and the usage of those with any (a
-/// paper-scale run without usage keeps no usage at all).
-#[derive(Default)]
-struct Gathering {
-    /// Each key, with the seed of the first job that rested on it.
-    keys: DigestMap<CallKey, u64>,
-    usage: Vec<(CallKey, Usage)>,
-    across_seeds: usize,
-}
-
-impl Gathering {
-    fn insert(&mut self, key: CallKey, seed: u64, usage: &Usage) {
-        match self.keys.entry(key) {
-            std::collections::hash_map::Entry::Occupied(first) => {
-                self.across_seeds += usize::from(*first.get() != seed);
-            }
-            std::collections::hash_map::Entry::Vacant(place) => {
-                place.insert(seed);
-                if *usage != Usage::default() {
-                    self.usage.push((key, usage.clone()));
-                }
-            }
-        }
-    }
-
-    fn finish(mut self) -> Distinct {
-        self.usage.sort_unstable_by_key(|(key, _)| *key);
-        Distinct {
-            calls: self.keys.len(),
-            usage: self.usage.into_iter().map(|(_, usage)| usage).collect(),
-            across_seeds: self.across_seeds,
-        }
-    }
-}
-
-/// The distinct calls the results rest on, gathered with the outcomes: hashed, then sorted
-/// once at the end.
-#[derive(Default)]
-struct DistinctCalls {
-    calls: BTreeMap<Role, Gathering>,
-    compressor_calls: BTreeMap<String, Gathering>,
-    /// Memory texts handed over already, by address (rows of one memory share its `Arc`).
-    memories: std::collections::HashSet<usize>,
 }
 
 /// Where finished memories go, in plan order: the outcome, the distinct calls, the recount
@@ -466,6 +401,7 @@ fn fold(
     {
         let _ = memories.send(row.memory.clone());
     }
+    let found = memory.ledger.as_ref().is_some_and(|(row, _)| row.cached);
     outcome.ledger.extend(memory.ledger.map(|(row, _)| row));
     outcome
         .results
@@ -481,6 +417,19 @@ fn fold(
     let (compressor, seed) = (id.cell.compressor.as_str(), id.seed);
     for (role, key, usage) in memory.calls {
         let key = key_bytes(&key);
+        match role {
+            Role::Compressor => distinct.costs.compressor(
+                &id.cell,
+                costs::CompressorCall {
+                    key,
+                    usage: &usage,
+                    wall_ms: memory.compressor_wall_ms,
+                    cached: found,
+                },
+            ),
+            Role::Reader => distinct.costs.read(&id.cell, key, &usage),
+            Role::Judge => {}
+        }
         if role == Role::Compressor {
             let calls = match distinct.compressor_calls.get_mut(compressor) {
                 Some(calls) => calls,
@@ -754,6 +703,7 @@ mod tests {
             anchors: plan.anchors,
             targets: manifest.targets(),
             panel: plan.panel_shares.clone(),
+            reader_price: None,
         };
         let recount =
             crate::report::Recount::start(tokenizer.clone(), &dataset, Cache::open(&cache).unwrap());

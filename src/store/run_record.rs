@@ -18,6 +18,10 @@ pub(crate) struct RunRecord {
     pub cache: String,
     /// Per role: calls made, taken from the cache, shared and failed; the audit's apart.
     pub calls: super::usage::RunCalls,
+    /// Per cell, its distinct compressor calls and how many of them this run found in the
+    /// cache (SPEC §15; what they cost is in report.json's `compression`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compression_cached: Vec<CompressionCached>,
     /// Per model endpoint: what it did.
     pub endpoints: BTreeMap<String, EndpointRecord>,
     pub failures: usize,
@@ -56,6 +60,15 @@ pub(crate) struct RunRecord {
     /// `scripts`, what a replay (`gacc verify`) needs of the callbacks' files.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub templates: BTreeMap<String, String>,
+}
+
+/// A cell's compressor calls, and those of them this run found in the cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CompressionCached {
+    #[serde(flatten)]
+    pub cell: crate::protocol::CellId,
+    pub calls: usize,
+    pub cached: usize,
 }
 
 /// What one model endpoint did in a run (SPEC §8): its requests, retries and 429s, the live

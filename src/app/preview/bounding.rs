@@ -99,8 +99,8 @@ impl Launcher for Bounding {
         false
     }
 
-    fn waits_for_others(&self) -> bool {
-        false
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
     /// A request is read only where a bound depends on it: a model built-in's, once per

@@ -181,6 +181,10 @@ pub(super) fn write_rows(
         targets: manifest.targets(),
         panel: prepared.plan.panel_shares.clone(),
         labels: prepared.labels.as_deref(),
+        reader_price: (manifest.callbacks().into_iter())
+            .find(|(key, ..)| key == "reader")
+            .and_then(|(_, _, spec)| spec.model.as_ref()?.spec.billed_price())
+            .map(|price| price.input / 1e6),
     };
     let stopped = |name: &str| Error::Stopped {
         what: format!("the writer of {}", folder.file(name).display()),

@@ -213,6 +213,16 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let repeating = (outcome.failures.iter())
         .filter(|f| f.reason.contains(crate::exec::model::verdict::SAME_AGAIN))
         .count();
+    let compression_cached = (report.cells.iter())
+        .filter_map(|cell| {
+            let cost = outcome.cell_costs.get(&cell.id)?;
+            Some(crate::store::run_record::CompressionCached {
+                cell: cell.id.clone(),
+                calls: cost.calls,
+                cached: cost.cached,
+            })
+        })
+        .collect();
     let (this_run, audit, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
         outcome.audit_calls.clone(),
@@ -233,6 +243,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         progress: None,
         calls: run_calls(&this_run, &audit),
         paid: paid.clone(),
+        compression_cached,
         failures,
         stopped: stop.as_ref().map(ToString::to_string),
         endpoints: endpoint_record(&models),

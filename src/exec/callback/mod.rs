@@ -178,10 +178,12 @@ pub(crate) trait Launcher: Send + Sync + std::fmt::Debug {
         true
     }
 
-    /// Whether an identical call another gacc process is making is worth waiting for rather
-    /// than making again: every call but a rule built-in's, which costs less than the wait.
-    fn waits_for_others(&self) -> bool {
-        true
+    /// Whether gacc answers the call itself, at once (a rule built-in, in process): such a
+    /// call is not worth waiting for when another gacc process makes it (it costs less than
+    /// the wait), and its wall time is gacc's own, not a compressor's, so none is recorded
+    /// (SPEC §15; the reference fixture's report stays the same bytes run after run).
+    fn answers_at_once(&self) -> bool {
+        false
     }
 }
 
@@ -202,13 +204,14 @@ pub(crate) struct Attempt {
 impl Callback {
     /// Calls the callback, retrying retryable failures with backoff; waits for a free slot
     /// of both this callback's and the run's concurrency for each attempt. The request's
-    /// bytes are written only once a slot is free, so waiting calls hold no payload.
+    /// bytes are written only once a slot is free, so waiting calls hold no payload. Gives the
+    /// response and the wall time of the attempt that gave it (SPEC §15: what a memory took).
     pub(crate) async fn call(
         &self,
         key: &str,
         request: impl Fn() -> Vec<u8>,
         run_limit: &Semaphore,
-    ) -> Result<Value, Failure> {
+    ) -> Result<(Value, Duration), Failure> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -231,12 +234,13 @@ impl Callback {
                 let bytes = if reads { request() } else { Vec::new() };
                 let started = Instant::now();
                 let mut outcome = self.launcher.attempt(self, key, &bytes).await;
+                let took = started.elapsed();
                 // Whatever the launcher kept, nothing a callback says is stored unredacted.
                 redact_attempt(&mut outcome);
                 crate::trace::record(&TraceEvent::CallbackAttempt {
                     callback: Cow::Borrowed(&self.name),
                     attempt,
-                    duration_ms: started.elapsed().as_millis() as u64,
+                    duration_ms: took.as_millis() as u64,
                     request_bytes: bytes.len() as u64,
                     ok: outcome.result.is_ok(),
                     stderr: Cow::Borrowed(&outcome.stderr_tail),
@@ -249,10 +253,11 @@ impl Callback {
                         .map(|kind| Cow::Owned(kind.to_string())),
                     key: Some(Cow::Borrowed(key)),
                 });
-                outcome
+                (outcome, took)
             };
+            let (outcome, took) = outcome;
             match outcome.result {
-                Ok(response) => return Ok(response),
+                Ok(response) => return Ok((response, took)),
                 // A persistent worker that dies is replaced and its request tried again.
                 Err(kind)
                     if kind.retryable()

@@ -225,11 +225,7 @@ impl ModelLauncher {
 
     /// The price a call is billed at: the batch price for a batch endpoint.
     fn price(&self) -> Option<crate::inputs::models::Price> {
-        match (self.endpoint.spec.price, self.endpoint.spec.batch.spec()) {
-            (Some(price), Some(_)) => Some(price.for_batch()),
-            (price, None) => price,
-            (None, Some(_)) => None,
-        }
+        self.endpoint.spec.billed_price()
     }
 
     /// The USD per million input and output tokens an upper bound of a call's cost uses: input

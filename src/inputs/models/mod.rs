@@ -190,6 +190,15 @@ fn default_model_retries() -> u32 {
 }
 
 impl ModelSpec {
+    /// The price a call is billed at: the batch price for a batch endpoint.
+    pub(crate) fn billed_price(&self) -> Option<Price> {
+        match (self.price, self.batch.spec()) {
+            (Some(price), Some(_)) => Some(price.for_batch()),
+            (price, None) => price,
+            (None, Some(_)) => None,
+        }
+    }
+
     /// What of an endpoint determines its answers (SPEC §8): the rest is operational.
     pub(crate) fn identity(&self) -> Value {
         json!({"api": self.api.as_str(), "base_url": self.base_url, "model": self.model})

@@ -225,6 +225,12 @@ impl Cache {
 
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub(crate) fn get(&self, kind: Kind, key: &str) -> Option<Value> {
+        self.get_timed(kind, key).map(|(response, _)| response)
+    }
+
+    /// The stored response for `key` of `kind`, with the wall time in milliseconds of the call
+    /// that made it where the entry records one (`put_timed`).
+    pub(crate) fn get_timed(&self, kind: Kind, key: &str) -> Option<(Value, Option<u64>)> {
         let (location, checksum) = *self.read_index().get(&slot(kind, key)?)?;
         let payload = self.payload(location)?;
         // A payload held in memory was checked once, when its segment was scanned (`scan`).
@@ -291,13 +297,30 @@ impl Cache {
         description: &Value,
         response: &Value,
     ) -> std::io::Result<()> {
+        self.put_timed(kind, key, description, response, None)
+    }
+
+    /// `put`, recording beside the response the wall time of the call that made it (SPEC §15:
+    /// a cached run reports what its memories originally took).
+    pub(crate) fn put_timed(
+        &self,
+        kind: Kind,
+        key: &str,
+        description: &Value,
+        response: &Value,
+        wall_ms: Option<u64>,
+    ) -> std::io::Result<()> {
         let Some(entry_slot) = slot(kind, key) else {
             return Err(std::io::Error::other(format!("`{key}` is not a cache key")));
         };
         if self.read_only {
             return Ok(());
         }
-        let payload = json!({"description": description, "response": response}).to_string();
+        let mut payload = json!({"description": description, "response": response});
+        if let Some(wall_ms) = wall_ms {
+            payload["wall_ms"] = json!(wall_ms);
+        }
+        let payload = payload.to_string();
         let digest: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
             payload.as_bytes(),
         ))
@@ -410,14 +433,17 @@ pub(super) fn intact(payload: &[u8], checksum: &[u8; 32]) -> bool {
 }
 
 /// An entry's response; only it is needed: the description is skipped, not built.
-fn parse_response(payload: &[u8]) -> Option<Value> {
+fn parse_response(payload: &[u8]) -> Option<(Value, Option<u64>)> {
     #[derive(serde::Deserialize)]
     struct Entry {
         response: Value,
+        // Read leniently: a wall time that is not a count makes the entry no less an answer.
+        #[serde(default)]
+        wall_ms: Value,
     }
     serde_json::from_slice::<Entry>(payload)
         .ok()
-        .map(|entry| entry.response)
+        .map(|entry| (entry.response, entry.wall_ms.as_u64()))
 }
 
 /// Where a payload found at `offset` of a segment is kept (a small one checked already): in
@@ -448,6 +474,34 @@ mod tests {
     use super::scan::SCAN_BLOCK;
     use super::*;
     use crate::hash::sha256;
+
+    #[test]
+    fn a_call_s_wall_time_is_kept_with_its_entry_and_an_odd_one_costs_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = sha256("timed");
+        let cache = Cache::open(dir.path()).unwrap();
+        let answer = json!({"memory": "m"});
+        cache
+            .put_timed(Kind::Compressor, &key, &json!({}), &answer, Some(153))
+            .unwrap();
+        assert_eq!(
+            cache.get_timed(Kind::Compressor, &key),
+            Some((answer.clone(), Some(153)))
+        );
+        assert_eq!(cache.get(Kind::Compressor, &key), Some(answer.clone()));
+        // A payload from anyone: a wall time that is not a count is no wall time, and the
+        // entry is still the answer (a miss would pay for the call again).
+        for odd in ["-5", "\"150\"", "1.5e300", "null", "{}"] {
+            let payload = format!(r#"{{"description":{{}},"response":{{"memory":"m"}},"wall_ms":{odd}}}"#);
+            assert_eq!(
+                parse_response(payload.as_bytes()),
+                Some((answer.clone(), None)),
+                "{odd}"
+            );
+        }
+        let huge = br#"{"response":{"memory":"m"},"wall_ms":18446744073709551615}"#;
+        assert_eq!(parse_response(huge), Some((answer, Some(u64::MAX))));
+    }
 
     #[test]
     fn round_trip_across_processes_of_the_cache() {
