@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use super::stored::{StoredCell, StoredReport, text};
+use super::stored::{StoredCell, StoredPoint, StoredReport, text};
 
 /// Each chart file a report gets, with the title report.md shows it under.
 pub(crate) const CHARTS: &[(&str, &str)] = &[
@@ -16,6 +16,10 @@ pub(crate) const CHARTS: &[(&str, &str)] = &[
     ("micro-tokens.svg", "Micro against the budget in tokens"),
     ("macro-tokens.svg", "Macro against the budget in tokens"),
     ("budget.svg", "Budget: tokens retained and left unused"),
+    (
+        "frontier.svg",
+        "Micro against cost per question, the frontier marked",
+    ),
 ];
 
 const PANEL: (u32, u32) = (420, 340);
@@ -68,10 +72,121 @@ pub(crate) fn write(folder: &Path, report: &Value) -> Result<(), String> {
             .map_err(|e| format!("{file}: {e}"))?;
         }
     }
-    budget_chart(&folder.join("budget.svg"), cells).map_err(|e| format!("budget.svg: {e}"))
+    budget_chart(&folder.join("budget.svg"), cells).map_err(|e| format!("budget.svg: {e}"))?;
+    let frontier = folder.join("frontier.svg");
+    match frontier_svg(&report, &conditions)? {
+        Some(svg) => std::fs::write(&frontier, svg).map_err(|e| format!("frontier.svg: {e}")),
+        // An older report has no frontier: no chart, and none left from before.
+        None => match std::fs::remove_file(&frontier) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("frontier.svg: {e}")),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Micro against cost per question (SPEC §15), a panel per condition: cost on a log axis (a
+/// free setting at its left edge), each compressor in its colour, the frontier's points joined
+/// and ringed. None when the report has no frontier.
+pub(crate) fn frontier_svg(report: &StoredReport, conditions: &[String]) -> Result<Option<String>, String> {
+    if report.frontier.is_empty() {
+        return Ok(None);
+    }
+    let mut svg = String::new();
+    frontier_chart(&mut svg, &report.frontier, conditions).map_err(|e| format!("frontier.svg: {e}"))?;
+    Ok(Some(svg))
+}
+
+fn frontier_chart(svg: &mut String, points: &[StoredPoint], conditions: &[String]) -> Chart {
+    let mut panels: Vec<(String, Vec<&StoredPoint>)> = Vec::new();
+    for point in points {
+        let condition = text(&point.condition);
+        match panels.iter_mut().find(|(c, _)| *c == condition) {
+            Some((_, here)) => here.push(point),
+            None => panels.push((condition, vec![point])),
+        }
+    }
+    panels.sort_by_key(|(c, _)| conditions.iter().position(|have| have == c).unwrap_or(usize::MAX));
+    let mut compressors: Vec<String> = points.iter().map(|p| text(&p.compressor)).collect();
+    compressors.sort();
+    compressors.dedup();
+    // The log axis spans the costs that are not free, with room either side; a free point is
+    // drawn at its left edge.
+    let costs = points
+        .iter()
+        .map(|p| p.usd_per_question)
+        .filter(|c| c.is_finite() && *c > 0.0);
+    let (low, high) = costs.fold((f64::MAX, 0f64), |(low, high), c| (low.min(c), high.max(c)));
+    let (low, high) = if high > 0.0 {
+        (low / 3.0, high * 3.0)
+    } else {
+        (1e-6, 1e-3)
+    };
+    let count = panels.len().max(1) as u32;
+    let root = SVGBackend::with_string(svg, (PANEL.0 * count, PANEL.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    for (area, (condition, here)) in root.split_evenly((1, count as usize)).iter().zip(&panels) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("frontier · {condition}"), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((low..high).log_scale(), 0f64..1f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("USD per question (compression + reading), log; free at the left edge")
+            .y_desc("Micro")
+            .x_label_formatter(&|x| format!("{x:.1e}"))
+            .draw()?;
+        let at = |p: &StoredPoint| (p.usd_per_question.clamp(low, high), p.micro.clamp(0.0, 1.0));
+        let mut front: Vec<(f64, f64)> = here.iter().filter(|p| p.on_frontier()).map(|p| at(p)).collect();
+        front.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(front.clone(), BLACK.stroke_width(1)))?
+            .label("frontier")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(1)));
+        chart.draw_series(
+            front
+                .iter()
+                .map(|point| Circle::new(*point, 7, BLACK.stroke_width(1))),
+        )?;
+        for (index, name) in compressors.iter().enumerate() {
+            let colour = Palette99::pick(index).to_rgba();
+            let mine: Vec<&&StoredPoint> = here.iter().filter(|p| text(&p.compressor) == *name).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(mine.iter().map(|p| Circle::new(at(p), 4, colour.filled())))?
+                .label(name.clone())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, colour.filled()));
+            let labels = mine
+                .iter()
+                .map(|p| Text::new(p.budget(), at(p), ("sans-serif", 11).into_font().color(&colour)));
+            chart.draw_series(labels)?;
+        }
+        legend(&mut chart)?;
+    }
+    root.present()?;
+    Ok(())
 }
 
 type Chart = Result<(), Box<dyn std::error::Error>>;
+
+/// A panel's legend, in its lower right corner on a light ground.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Chart
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
 
 /// What a metric chart's x axis shows: a cell's budget, described, from 0 to `end`.
 struct Axis {
@@ -169,12 +284,7 @@ fn metric_chart(
         if metric == "micro" {
             anchor_lines(&mut chart, cells, condition, axis.end)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart)?;
     }
     root.present()?;
     Ok(())

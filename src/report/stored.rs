@@ -22,6 +22,8 @@ pub(crate) struct StoredReport {
     pub cells: Vec<StoredCell>,
     /// Every pair of compressors of a condition and budget (SPEC §13).
     pub pairs: Vec<StoredPair>,
+    /// Every cell as a point of cost against Micro, with its Pareto rank (SPEC §15).
+    pub frontier: Vec<StoredPoint>,
     /// Passed on as written (`gacc run --json`).
     pub integrity: Value,
     /// Counted only.
@@ -153,6 +155,37 @@ pub(crate) struct StoredPair {
     pub separated: bool,
 }
 
+/// A point of the cost–quality frontier as report.json writes it (SPEC §15).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredPoint {
+    pub condition: Value,
+    pub compressor: Value,
+    pub ratio: Option<Value>,
+    pub budget_tokens: Option<Value>,
+    #[serde(deserialize_with = "number")]
+    pub usd_per_question: f64,
+    #[serde(deserialize_with = "number")]
+    pub micro: f64,
+    /// 0 where it is not a count.
+    #[serde(deserialize_with = "count")]
+    pub pareto_rank: u64,
+}
+
+impl StoredPoint {
+    /// Its budget as a column names it: `r=0.1` or `L=500`.
+    pub(crate) fn budget(&self) -> String {
+        match &self.budget_tokens {
+            Some(tokens) => format!("L={}", text(tokens)),
+            None => format!("r={}", self.ratio.as_ref().map_or_else(String::new, text)),
+        }
+    }
+
+    pub(crate) fn on_frontier(&self) -> bool {
+        self.pareto_rank == 1
+    }
+}
+
 /// An interval as report.json writes it.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(default)]
@@ -182,6 +215,10 @@ pub(crate) struct StoredUsage {
 /// A number as written; anything else (a score of no questions is null) reads as 0.
 fn number<'de, D: Deserializer<'de>>(from: D) -> Result<f64, D::Error> {
     Ok(Value::deserialize(from)?.as_f64().unwrap_or(0.0))
+}
+
+fn count<'de, D: Deserializer<'de>>(from: D) -> Result<u64, D::Error> {
+    Ok(Value::deserialize(from)?.as_u64().unwrap_or(0))
 }
 
 /// A name as a person reads it: a string as it is, anything else as JSON.
@@ -223,6 +260,7 @@ fn lenient(value: &Value) -> StoredReport {
         dataset: part(value, "dataset"),
         cells,
         pairs: part(value, "pairs"),
+        frontier: part(value, "frontier"),
         integrity: value.get("integrity").cloned().unwrap_or_default(),
         failures: part(value, "failures"),
         usage: part(value, "usage"),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::stored::{StoredCell, StoredReport};
+use super::stored::{StoredCell, StoredPoint, StoredReport};
 
 /// A cell's column: its ratio, or its token budget.
 fn column(cell: &StoredCell) -> String {
@@ -140,6 +140,50 @@ pub(crate) fn latex(report: &StoredReport) -> String {
             escape(&condition)
         ));
     }
+    out.push_str(&latex_frontier(report, &name));
+    out
+}
+
+/// Per condition, a booktabs table of every point of cost against Micro by Pareto rank, the
+/// frontier (rank 1) first and starred (SPEC §15).
+fn latex_frontier(report: &StoredReport, name: &str) -> String {
+    let mut out = String::new();
+    let mut conditions: Vec<String> = Vec::new();
+    for point in &report.frontier {
+        let condition = text(&point.condition);
+        if !conditions.contains(&condition) {
+            conditions.push(condition);
+        }
+    }
+    for condition in conditions {
+        let mut points: Vec<&StoredPoint> = (report.frontier.iter())
+            .filter(|p| text(&p.condition) == condition)
+            .collect();
+        points.sort_by(|a, b| {
+            (a.pareto_rank.cmp(&b.pareto_rank)).then(a.usd_per_question.total_cmp(&b.usd_per_question))
+        });
+        out.push_str(
+            "\n\\begin{table}[t]\n\\centering\n\\begin{tabular}{llrrr}\n\\toprule\n\
+             Compressor & Budget & USD / question & Micro & Pareto rank \\\\\n\\midrule\n",
+        );
+        for point in points {
+            let star = if point.on_frontier() { "$\\star$ " } else { "" };
+            out.push_str(&format!(
+                "{star}{} & ${}$ & {:.6} & {:.3} & {} \\\\\n",
+                escape(&text(&point.compressor)),
+                escape(&point.budget())
+                    .replace("L=", "L = ")
+                    .replace("r=", "r = "),
+                point.usd_per_question,
+                point.micro,
+                point.pareto_rank,
+            ));
+        }
+        out.push_str(&format!(
+            "\\bottomrule\n\\end{{tabular}}\n\\caption{{{name}, condition {}: cost per question (compression and reading) against Micro; $\\star$ on the frontier (no other setting costs no more and scores no less).}}\n\\end{{table}}\n",
+            escape(&condition)
+        ));
+    }
     out
 }
 
@@ -163,11 +207,19 @@ pub(crate) fn csv(report: &StoredReport) -> String {
         "rank_best",
         "rank_worst",
         "separated_best",
+        "usd_per_question",
+        "pareto_rank",
     ];
     let number = |value: Option<f64>| value.map_or_else(String::new, |v| format!("{v}"));
     let mut rows = vec![header.map(str::to_owned)];
     for cell in &report.cells {
         let (micro_ci, macro_ci) = (cell.micro_ci95, cell.macro_ci95);
+        let point = (report.frontier.iter()).find(|p| {
+            p.compressor == cell.compressor
+                && p.condition == cell.condition
+                && p.budget_tokens == cell.budget_tokens
+                && (cell.budget_tokens.is_some() || p.ratio.as_ref() == Some(&cell.ratio))
+        });
         rows.push([
             text(&cell.condition),
             text(&cell.compressor),
@@ -185,6 +237,8 @@ pub(crate) fn csv(report: &StoredReport) -> String {
             cell.rank.map_or_else(String::new, |r| r.best.to_string()),
             cell.rank.map_or_else(String::new, |r| r.worst.to_string()),
             separated_best(cell).to_string(),
+            number(point.map(|p| p.usd_per_question)),
+            point.map_or_else(String::new, |p| p.pareto_rank.to_string()),
         ]);
     }
     for row in rows {

@@ -68,7 +68,7 @@ fn the_fixture_page_is_self_contained_and_holds_every_question_once() {
         html.contains("default-src 'none'"),
         "a content policy forbids every request"
     );
-    assert_eq!(html.matches("<svg").count(), 3, "the three charts are inlined");
+    assert_eq!(html.matches("<svg").count(), 4, "the four charts are inlined");
     for tag in html
         .match_indices("<script")
         .map(|(at, _)| &html[at..at + html[at..].find('>').unwrap() + 1])

@@ -10,6 +10,7 @@ mod callback_check;
 mod callbacks;
 mod common;
 mod conditions;
+mod costs;
 mod crash;
 mod dataset;
 mod diff;

@@ -212,6 +212,14 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
         "{verdicts} verdicts shown for {} pairs",
         pairs.len()
     );
+    // The cost–quality frontier (SPEC §15): plotted, and every point with its rank.
+    let points = report["frontier"].as_array().unwrap();
+    assert!(dom.contains("<h2>Frontier</h2>") && dom.contains("frontier · own-goal"));
+    let ranks = values(&dom, "frontier_micro");
+    assert_eq!(ranks.len(), points.len());
+    for (shown, point) in ranks.iter().zip(points) {
+        assert!(close(*shown, point["micro"].as_f64()), "{point}");
+    }
 
     // Two runs compared: each side's Micro, and the flipped questions recounted from the rows.
     let dom = page(&format!("/compare?a={}&b={}", query(&id_a), query(&id_b)));

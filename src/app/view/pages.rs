@@ -164,6 +164,7 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
     }
     body.push_str("</table>\n");
     body.push_str(&pairs(&report.pairs));
+    body.push_str(&frontier(report));
     let _ = writeln!(
         body,
         "<p>{} failures · cost {:.4} USD</p>",
@@ -183,6 +184,43 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
         body.push_str("</select> <button>compare</button></form>\n");
     }
     page(&format!("Run {id}"), &body)
+}
+
+/// The cost–quality frontier (SPEC §15): the chart, and the points on it per condition.
+fn frontier(report: &crate::report::stored::StoredReport) -> String {
+    let conditions: Vec<String> = report.experiment.conditions.iter().map(text).collect();
+    let Ok(Some(svg)) = crate::report::charts::frontier_svg(report, &conditions) else {
+        return String::new();
+    };
+    let mut out = String::from("<h2>Frontier</h2>\n");
+    out.push_str(&crate::report::html::figure(
+        "Micro against USD per question (log axis); the frontier joined and ringed",
+        &svg,
+    ));
+    out.push_str(
+        "<table id=\"frontier\"><tr><th>condition</th><th>compressor</th><th>budget</th>\
+         <th class=\"n\">USD / question</th><th class=\"n\">Micro</th><th class=\"n\">Pareto rank</th></tr>\n",
+    );
+    for point in &report.frontier {
+        let _ = writeln!(
+            out,
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td class=\"n\" data-field=\"usd_per_question\" \
+             data-value=\"{usd}\">{usd:.6}</td>{}<td class=\"n\">{}</td></tr>",
+            if point.on_frontier() {
+                " class=\"front\""
+            } else {
+                ""
+            },
+            escape_html(&text(&point.condition)),
+            escape_html(&text(&point.compressor)),
+            escape_html(&point.budget()),
+            figure("frontier_micro", Some(point.micro)),
+            point.pareto_rank,
+            usd = point.usd_per_question,
+        );
+    }
+    out.push_str("</table>\n");
+    out
 }
 
 /// A run's pairs of compressors (SPEC §13), each with its verdict: separated, or within noise.

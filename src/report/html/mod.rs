@@ -254,16 +254,21 @@ fn charts(folder: &Path) -> String {
         let Ok(svg) = std::fs::read_to_string(folder.join(file)) else {
             continue;
         };
-        let start = svg.find("<svg").unwrap_or(0);
-        // Inline SVG needs no namespace, and without it the page names no URL at all.
-        let svg = svg[start..].replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1);
-        out.push_str(&format!(
-            "<figure><figcaption>{}</figcaption>{}</figure>\n",
-            escape_html(title),
-            svg.replace("<script", "&lt;script")
-        ));
+        out.push_str(&figure(title, &svg));
     }
     out
+}
+
+/// A chart's SVG inlined in a page as a `<figure>` under `title`.
+pub(crate) fn figure(title: &str, svg: &str) -> String {
+    let start = svg.find("<svg").unwrap_or(0);
+    // Inline SVG needs no namespace, and without it the page names no URL at all.
+    let svg = svg[start..].replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1);
+    format!(
+        "<figure><figcaption>{}</figcaption>{}</figure>\n",
+        escape_html(title),
+        svg.replace("<script", "&lt;script")
+    )
 }
 
 /// `text` safe in HTML text and in a quoted attribute (either quote): gacc's one HTML escape,

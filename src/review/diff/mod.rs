@@ -56,6 +56,8 @@ pub(crate) struct Diff {
     pub judge_audit: Vec<AuditDiff>,
     /// Per shared cell, its attribution and gap closed in both runs (SPEC §11).
     pub why: Vec<WhyDiff>,
+    /// The points that joined or left the cost–quality frontier (SPEC §15).
+    pub frontier: why::FrontierDiff,
 }
 
 /// An audit judge's agreement with the scoring judge in each run (SPEC §10).
@@ -263,7 +265,12 @@ fn settings(a: &Run, b: &Run) -> Vec<SettingChange> {
 
 impl CellLabel {
     /// A cell by the fields that name it, in a report's cell or a results row.
-    fn new(compressor: &Value, condition: &Value, ratio: &Value, budget_tokens: Option<&Value>) -> Self {
+    pub(super) fn new(
+        compressor: &Value,
+        condition: &Value,
+        ratio: &Value,
+        budget_tokens: Option<&Value>,
+    ) -> Self {
         CellLabel {
             compressor: text(compressor),
             condition: text(condition),
@@ -361,6 +368,7 @@ pub(crate) fn diff(path_a: &Path, path_b: &Path) -> Result<Diff, Error> {
         only_in_b,
         flipped,
         judge_audit: audit_diff(&a.report, &b.report),
+        frontier: why::FrontierDiff::of(&a.report, &b.report),
         why,
     })
 }

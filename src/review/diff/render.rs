@@ -127,6 +127,7 @@ pub(crate) fn render(diff: &Diff, colour: bool) -> String {
         }
     }
     out.push_str(&super::why::table(&diff.why));
+    out.push_str(&diff.frontier.table());
     out.push_str(&audit_table(&diff.judge_audit));
     let count = |d: Direction| diff.flipped.iter().filter(|f| f.direction == d).count();
     out.push_str(&format!(

@@ -4,7 +4,63 @@
 use serde::Serialize;
 
 use super::CellLabel;
-use crate::report::stored::{StoredAttribution, StoredCell};
+use crate::report::stored::{StoredAttribution, StoredCell, StoredPoint, StoredReport};
+
+/// The cost–quality frontier's change (SPEC §15): the points on B's frontier that were not on
+/// A's, and those on A's that are not on B's (a point in one run only counts as off the other's).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub(crate) struct FrontierDiff {
+    pub joined: Vec<CellLabel>,
+    pub left: Vec<CellLabel>,
+}
+
+impl FrontierDiff {
+    pub(super) fn of(a: &StoredReport, b: &StoredReport) -> FrontierDiff {
+        let on = |report: &StoredReport| -> Vec<CellLabel> {
+            (report.frontier.iter())
+                .filter(|point| point.on_frontier())
+                .map(label)
+                .collect()
+        };
+        let (on_a, on_b) = (on(a), on(b));
+        FrontierDiff {
+            joined: on_b.iter().filter(|c| !on_a.contains(c)).cloned().collect(),
+            left: on_a.iter().filter(|c| !on_b.contains(c)).cloned().collect(),
+        }
+    }
+
+    /// As a Markdown section (nothing when the frontier did not change).
+    pub(super) fn table(&self) -> String {
+        if self.joined.is_empty() && self.left.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "\n## Frontier\n\nThe settings no other beats on both USD per question and Micro (SPEC §15), A → B.\n\n",
+        );
+        for (what, cells) in [
+            ("joined the frontier", &self.joined),
+            ("left the frontier", &self.left),
+        ] {
+            for c in cells {
+                out.push_str(&format!(
+                    "- {} · {} · {}: {what}\n",
+                    c.compressor, c.condition, c.ratio
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A frontier point named as its cell is.
+fn label(point: &StoredPoint) -> CellLabel {
+    CellLabel::new(
+        &point.compressor,
+        &point.condition,
+        point.ratio.as_ref().unwrap_or(&serde_json::Value::Null),
+        point.budget_tokens.as_ref(),
+    )
+}
 
 /// One cell's attribution and gap closed, A beside B.
 #[derive(Debug, Clone, Serialize)]
