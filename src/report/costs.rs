@@ -1,4 +1,4 @@
-//! What compression costs (SPEC §15): per cell, what its memories cost and took and when a
+//! What compression costs (SPEC §15): per cell, what its memories cost and when a
 //! memory pays for itself against reading the source; per condition, the cost–quality frontier.
 
 use serde::Serialize;
@@ -7,10 +7,11 @@ use super::{Cell, LedgerSums};
 use crate::protocol::CellId;
 use crate::runner::CellCost;
 
-/// A cell's compressor calls: each distinct call once, from its own record (kept with its
-/// cache entry, so a cached run reports what the memories originally cost and took). How many
-/// this run found in the cache is the run's, not the experiment's: run.json's
-/// `compression_cached` (report.json stays byte-identical whatever the cache held, SPEC §12).
+/// A cell's compressor calls: each distinct call once, with what its own record says it cost
+/// (kept with its cache entry, so a cached run reports what the memories originally cost). How
+/// long they took and how many this run found in the cache are the run's, not the answers':
+/// run.json's `compression` (`store::usage::CallTimes`), so report.json stays the same bytes for the same
+/// answers, whatever the cache held, the machine or the executor (SPEC §12).
 #[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub(crate) struct Compression {
     pub(crate) calls: usize,
@@ -18,10 +19,6 @@ pub(crate) struct Compression {
     pub(crate) output_tokens: u64,
     /// What the calls cost, from the compressor's `price` or its `usage`.
     pub(crate) usd: f64,
-    /// Median and 95th percentile (nearest rank) of a call's wall time in seconds; null when
-    /// no call's time is recorded.
-    pub(crate) p50_s: Option<f64>,
-    pub(crate) p95_s: Option<f64>,
 }
 
 /// What reading the cell's memories cost against reading the whole sources.
@@ -54,24 +51,13 @@ pub(crate) struct FrontierPoint {
     pub(crate) pareto_rank: usize,
 }
 
-/// The `p`-th percentile of `sorted` by nearest rank: the value at rank `ceil(p·n)`.
-fn nearest_rank(sorted: &[u64], p: f64) -> Option<f64> {
-    let n = sorted.len();
-    let rank = ((p * n as f64).ceil() as usize).clamp(1, n.max(1));
-    sorted.get(rank - 1).map(|&ms| ms as f64 / 1000.0)
-}
-
 impl Compression {
     pub(crate) fn of(cost: &CellCost) -> Compression {
-        let mut times = cost.wall_ms.clone();
-        times.sort_unstable();
         Compression {
             calls: cost.calls,
             input_tokens: cost.input_tokens,
             output_tokens: cost.output_tokens,
             usd: cost.usd,
-            p50_s: nearest_rank(&times, 0.5),
-            p95_s: nearest_rank(&times, 0.95),
         }
     }
 }
@@ -202,15 +188,6 @@ mod tests {
         // free-bad is beaten by free-good (same cost, higher); dear-worse by dear-best; the
         // two ties dominate neither each other nor are dominated.
         assert_eq!(ranked(points), vec![2, 1, 1, 2, 1, 1, 3, 1]);
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank_in_seconds() {
-        let times: Vec<u64> = (1..=20).map(|n| n * 10).collect();
-        assert_eq!(nearest_rank(&times, 0.5), Some(0.1));
-        assert_eq!(nearest_rank(&times, 0.95), Some(0.19));
-        assert_eq!(nearest_rank(&[150], 0.95), Some(0.15));
-        assert_eq!(nearest_rank(&[], 0.5), None);
     }
 
     #[test]

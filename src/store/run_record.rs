@@ -18,10 +18,11 @@ pub(crate) struct RunRecord {
     pub cache: String,
     /// Per role: calls made, taken from the cache, shared and failed; the audit's apart.
     pub calls: super::usage::RunCalls,
-    /// Per cell, its distinct compressor calls and how many of them this run found in the
-    /// cache (SPEC §15; what they cost is in report.json's `compression`).
+    /// Per cell of report.json, in its order: its distinct compressor calls, how many of them
+    /// this run found in the cache, and how long they took (SPEC §15; what they cost is in
+    /// report.json's `compression`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub compression_cached: Vec<CompressionCached>,
+    pub compression: Vec<CompressionRecord>,
     /// Per model endpoint: what it did.
     pub endpoints: BTreeMap<String, EndpointRecord>,
     pub failures: usize,
@@ -62,13 +63,16 @@ pub(crate) struct RunRecord {
     pub templates: BTreeMap<String, String>,
 }
 
-/// A cell's compressor calls, and those of them this run found in the cache.
+/// A cell's compressor calls: how many, those this run found in the cache, and their wall time
+/// as each call's cache entry records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CompressionCached {
+pub(crate) struct CompressionRecord {
     #[serde(flatten)]
     pub cell: crate::protocol::CellId,
     pub calls: usize,
     pub cached: usize,
+    #[serde(flatten)]
+    pub times: super::usage::CallTimes,
 }
 
 /// What one model endpoint did in a run (SPEC §8): its requests, retries and 429s, the live

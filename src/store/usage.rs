@@ -121,3 +121,44 @@ impl RunCalls {
         self.roles.values().chain([&self.audit]).map(count).sum()
     }
 }
+
+/// How long a cell's compressor calls took, each as its cache entry records it: the median and
+/// 95th percentile (nearest rank) in seconds, null when no call's time is recorded.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub(crate) struct CallTimes {
+    pub(crate) p50_s: Option<f64>,
+    pub(crate) p95_s: Option<f64>,
+}
+
+impl CallTimes {
+    /// The times of calls that took `wall_ms` milliseconds each.
+    pub(crate) fn of(wall_ms: &[u64]) -> CallTimes {
+        let mut times = wall_ms.to_vec();
+        times.sort_unstable();
+        CallTimes {
+            p50_s: nearest_rank(&times, 0.5),
+            p95_s: nearest_rank(&times, 0.95),
+        }
+    }
+}
+
+/// The `p`-th percentile of `sorted` by nearest rank: the value at rank `ceil(p·n)`.
+fn nearest_rank(sorted: &[u64], p: f64) -> Option<f64> {
+    let n = sorted.len();
+    let rank = ((p * n as f64).ceil() as usize).clamp(1, n.max(1));
+    sorted.get(rank - 1).map(|&ms| ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_in_seconds() {
+        let times: Vec<u64> = (1..=20).map(|n| n * 10).collect();
+        assert_eq!(nearest_rank(&times, 0.5), Some(0.1));
+        assert_eq!(nearest_rank(&times, 0.95), Some(0.19));
+        assert_eq!(nearest_rank(&[150], 0.95), Some(0.15));
+        assert_eq!(nearest_rank(&[], 0.5), None);
+    }
+}

@@ -88,7 +88,7 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
     let memories = read_lines(&folder.join("memories.jsonl"));
 
     // Each call's wall time, from the trace: the attempt that answered it, by its cache key.
-    let took: HashMap<String, u64> = read_lines(&folder.join("trace.jsonl"))
+    let wall: HashMap<String, u64> = read_lines(&folder.join("trace.jsonl"))
         .iter()
         .filter(|e| {
             e["message"] == "callback attempt" && e["callback"] == "compressors.paid" && e["ok"] == true
@@ -100,12 +100,20 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
             )
         })
         .collect();
-    assert!(!took.is_empty() && took.values().all(|&ms| ms >= 150), "{took:?}");
+    assert!(!wall.is_empty() && wall.values().all(|&ms| ms >= 150), "{wall:?}");
 
     let reader_price = 1.0 / 1e6;
     let cells = report["cells"].as_array().unwrap();
+    // How long the calls took is run.json's, a cell each in report.json's order.
+    let timed = read_json(&folder.join("run.json"))["compression"].clone();
+    assert_eq!(timed.as_array().unwrap().len(), cells.len());
     let mut paid_calls = 0;
-    for cell in cells {
+    for (at, cell) in cells.iter().enumerate() {
+        let took = &timed[at];
+        assert_eq!(
+            (&took["compressor"], &took["ratio"]),
+            (&cell["compressor"], &cell["ratio"])
+        );
         let (compressor, ratio) = (cell["compressor"].as_str().unwrap(), &cell["ratio"]);
         let rows: Vec<&Value> = (memories.iter())
             .filter(|m| {
@@ -123,18 +131,10 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
             paid_calls += rows.len();
             let mut times: Vec<u64> = rows
                 .iter()
-                .map(|m| took[m["cache_key"].as_str().unwrap()])
+                .map(|m| wall[m["cache_key"].as_str().unwrap()])
                 .collect();
-            assert_eq!(
-                compression["p50_s"],
-                nearest_rank(&mut times, 0.5),
-                "{compression}"
-            );
-            assert_eq!(
-                compression["p95_s"],
-                nearest_rank(&mut times, 0.95),
-                "{compression}"
-            );
+            assert_eq!(took["p50_s"], nearest_rank(&mut times, 0.5), "{took}");
+            assert_eq!(took["p95_s"], nearest_rank(&mut times, 0.95), "{compression}");
             let usd = CALL_USD * rows.len() as f64;
             assert!(close(compression["usd"].as_f64().unwrap(), usd), "{compression}");
             assert_eq!(compression["input_tokens"], 100 * rows.len());
@@ -142,6 +142,10 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
             let stated = read_cost["break_even_questions"].as_f64().unwrap();
             assert!(close(stated, break_even), "{stated} != {break_even}");
         } else {
+            assert!(
+                took["p50_s"].is_null(),
+                "an in-process built-in's time is gacc's own"
+            );
             assert_eq!(compression["usd"], 0.0);
             assert!(
                 read_cost["break_even_questions"].is_null(),
@@ -157,7 +161,7 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
     }
     assert_eq!(
         paid_calls,
-        took.len(),
+        wall.len(),
         "one call per memory of the paid compressor"
     );
     // The reader's cost per cell: each distinct read once, together what the endpoint billed
@@ -177,7 +181,7 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
     // A cached re-run: no call, the same cost and wall time (the same report.json, byte for
     // byte); its run.json says every call came from the cache, the first's that none did.
     let cached = |folder: &std::path::Path| -> Vec<(u64, u64)> {
-        (read_json(&folder.join("run.json"))["compression_cached"]
+        (read_json(&folder.join("run.json"))["compression"]
             .as_array()
             .unwrap()
             .iter())
@@ -202,6 +206,19 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
         std::fs::read(again.join("report.json")).unwrap()
     );
     assert!(cached(&again).iter().all(|&(calls, found)| calls == found));
+    let times = |folder: &std::path::Path| -> Vec<(Value, Value)> {
+        (read_json(&folder.join("run.json"))["compression"]
+            .as_array()
+            .unwrap()
+            .iter())
+        .map(|c| (c["p50_s"].clone(), c["p95_s"].clone()))
+        .collect()
+    };
+    assert_eq!(
+        times(&folder),
+        times(&again),
+        "the calls' own times, from their entries"
+    );
     let markdown = std::fs::read_to_string(again.join("report.md")).unwrap();
     let calls: u64 = cached(&again).iter().map(|&(calls, _)| calls).sum();
     let line = format!("This run found {calls} of these {calls} compressor calls in the cache");

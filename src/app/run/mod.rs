@@ -213,14 +213,15 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let repeating = (outcome.failures.iter())
         .filter(|f| f.reason.contains(crate::exec::model::verdict::SAME_AGAIN))
         .count();
-    let compression_cached = (report.cells.iter())
-        .filter_map(|cell| {
-            let cost = outcome.cell_costs.get(&cell.id)?;
-            Some(crate::store::run_record::CompressionCached {
+    let compression = (report.cells.iter())
+        .map(|cell| {
+            let cost = outcome.cell_costs.get(&cell.id).cloned().unwrap_or_default();
+            crate::store::run_record::CompressionRecord {
                 cell: cell.id.clone(),
                 calls: cost.calls,
                 cached: cost.cached,
-            })
+                times: crate::store::usage::CallTimes::of(&cost.wall_ms),
+            }
         })
         .collect();
     let (this_run, audit, paid, failures, cancelled, stop) = (
@@ -243,7 +244,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
         progress: None,
         calls: run_calls(&this_run, &audit),
         paid: paid.clone(),
-        compression_cached,
+        compression,
         failures,
         stopped: stop.as_ref().map(ToString::to_string),
         endpoints: endpoint_record(&models),
