@@ -24,6 +24,11 @@ the role's one field (the memory, the answer, the verdict) or a whole response o
 - An exception becomes `{"error": "Type: message", "retryable": false}` (its traceback goes to
   stderr); raise `Retryable` for a transient failure that gacc should retry.
 - `@setup` functions run once per process, before the first request (load a model once).
+- `@compressor(ladder=True)`: a budget ladder (the manifest entry says `ladder = true`). The
+  function receives `token_budgets`, every budget gacc needs of this source, goal and seed,
+  ascending, and returns a list of memories, one per budget (or `{"memories": [...]}`): rank or
+  score the source once, cut it for each budget. A single-budget request reaches it as a ladder
+  of one.
 - `@compressor(batch_size=32)` (any role): the function receives a list of requests (dicts of
   their fields) and returns a list of replies; under `mode = "persistent"` with
   `max_inflight = N`, each batch is the requests that arrive within `batch_wait` (default
@@ -76,6 +81,7 @@ _FIELD = {"compressor": "memory", "reader": "answer", "judge": "correct"}
 _handlers = {}
 _batch_sizes = {}
 _batch_waits = {}
+_ladders = set()
 
 # How long a batch waits, after its first request, for more to arrive (seconds).
 BATCH_WAIT = 0.005
@@ -148,16 +154,24 @@ class Retryable(Exception):
 
 
 def _register(role):
-    def decorate(function=None, *, batch_size=1, batch_wait=BATCH_WAIT):
+    def decorate(function=None, *, batch_size=1, batch_wait=BATCH_WAIT, ladder=False):
         """`@compressor`, or `@compressor(batch_size=32)`: the function then receives a list of
-        requests (each a dict of the fields) and returns a list of replies, one per request."""
+        requests (each a dict of the fields) and returns a list of replies, one per request.
+        `@compressor(ladder=True)`: the function receives `token_budgets` (every budget gacc needs
+        of this source and goal, ascending) and returns one memory per budget, in order."""
 
         def register(function):
             if batch_size < 1:
                 raise ValueError("batch_size must be at least 1")
+            if ladder and role != "compressor":
+                raise ValueError("only a compressor serves a budget ladder")
             _handlers[role] = function
             _batch_sizes[role] = batch_size
             _batch_waits[role] = batch_wait
+            if ladder:
+                _ladders.add(role)
+            else:
+                _ladders.discard(role)
             return function
 
         return register(function) if function is not None else register
@@ -204,6 +218,8 @@ def _arguments(function, request):
 def _as_reply(role, result):
     if isinstance(result, dict):
         return result
+    if role in _ladders and isinstance(result, (list, tuple)):
+        return {"memories": list(result)}
     if role in _FIELD:
         return {_FIELD[role]: result}
     raise TypeError(f"a {role} function returns a response object, not {type(result).__name__}")
@@ -224,6 +240,29 @@ def _set_up():
         _ready = True
 
 
+def _as_ladder(role, request):
+    """The request as its function takes it: a ladder function gets a single budget as a ladder
+    of one; a single-budget function refuses a ladder (its manifest entry says `ladder = true`)."""
+    if not isinstance(request, dict):
+        return request, False
+    if role in _ladders and "token_budgets" not in request and "token_budget" in request:
+        request = dict(request)
+        request["token_budgets"] = [request.pop("token_budget")]
+        return request, True
+    if role not in _ladders and "token_budgets" in request:
+        raise TypeError("this compressor serves one budget a call: decorate it @compressor(ladder=True), or drop `ladder = true` from its manifest entry")
+    return request, False
+
+
+def _single(reply):
+    """A ladder's reply to a single budget: its one memory."""
+    memories = reply.get("memories") if isinstance(reply, dict) else None
+    if isinstance(memories, list) and len(memories) == 1:
+        reply = {key: value for key, value in reply.items() if key != "memories"}
+        reply["memory"] = memories[0]
+    return reply
+
+
 def _respond(role, request):
     """The reply to one request: the function's answer, or the error it raised."""
     try:
@@ -231,7 +270,9 @@ def _respond(role, request):
         function = _handlers[role]
         if _batch_sizes.get(role, 1) > 1:
             return _respond_batch(role, [request])[0]
-        return _as_reply(role, function(**_arguments(function, request)))
+        request, single = _as_ladder(role, request)
+        reply = _as_reply(role, function(**_arguments(function, request)))
+        return _single(reply) if single else reply
     except Exception as error:  # every failure is explained, never a broken reply
         return _failure(error)
 
@@ -240,10 +281,12 @@ def _respond_batch(role, requests):
     """The replies to a batch: the function takes the list of requests, returns a list."""
     try:
         _set_up()
-        results = _handlers[role](requests)
+        asked = [_as_ladder(role, request) for request in requests]
+        results = _handlers[role]([request for request, _ in asked])
         if not isinstance(results, (list, tuple)) or len(results) != len(requests):
             raise TypeError(f"a batch function returns a list of {len(requests)} replies, not {type(results).__name__}")
-        return [_as_reply(role, result) for result in results]
+        replies = [_as_reply(role, result) for result in results]
+        return [_single(reply) if single else reply for reply, (_, single) in zip(replies, asked)]
     except Exception as error:  # the whole batch failed: each request says why
         reply = _failure(error)
         return [dict(reply) for _ in requests]

@@ -191,6 +191,38 @@ class Failures(unittest.TestCase):
         replies, _, _ = callback.run(items, mode="persistent", role="reader")
         self.assertEqual(replies[1], {"answer": "M"})
 
+    def test_a_ladder_answers_every_budget_and_a_single_budget_as_a_ladder_of_one(self):
+        callback = Callback("""
+            from gacc_callback import compressor, serve
+
+            @compressor(ladder=True)
+            def compress(context, token_budgets, **_):
+                ranked = context.split()          # ranked once, cut for each budget
+                return [" ".join(ranked[:budget]) for budget in token_budgets]
+
+            serve()
+        """)
+        base = {"protocol": "gacc/1", "role": "compressor", "context": "a b c d", "goal": None, "seed": 0, "params": {}}
+        ladder = dict(base, token_budgets=[1, 3], id=7)
+        single = dict(base, token_budget=2, id=8)
+        replies, _, _ = callback.run([ladder, single], mode="persistent")
+        self.assertEqual(replies, [{"memories": ["a", "a b c"], "id": 7}, {"memory": "a b", "id": 8}])
+
+    def test_a_single_budget_compressor_refuses_a_ladder(self):
+        callback = Callback("""
+            from gacc_callback import compressor, serve
+
+            @compressor
+            def compress(context, token_budget, **_):
+                return context
+
+            serve()
+        """)
+        request = {"protocol": "gacc/1", "role": "compressor", "context": "x", "goal": None, "seed": 0, "params": {}, "token_budgets": [1, 2]}
+        replies, _, _ = callback.run([request])
+        self.assertEqual(replies[0]["retryable"], False)
+        self.assertIn("ladder", replies[0]["error"])
+
     def test_a_request_that_is_not_json_is_answered_with_an_error(self):
         callback = Callback(self.SCRIPT)
         env = {"PATH": os.environ.get("PATH", ""), "GACC_ROLE": "reader", "GACC_MODE": "oneshot"}

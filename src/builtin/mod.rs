@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::protocol::Role;
 use crate::protocol::messages::{
-    self, CompressorRequest, CompressorResponse, JudgeRequest, JudgeResponse, ReaderRequest, ReaderResponse,
-    TokenizerRequest,
+    self, CompressorRequest, CompressorResponse, JudgeRequest, JudgeResponse, LadderRequest, LadderResponse,
+    ReaderRequest, ReaderResponse, TokenizerRequest,
 };
 use callbacks::{
     bench_judge, bench_reader, bench_window, contains, exact, extractive, field_lookup, goal_bm25, goal_line,
@@ -75,6 +75,9 @@ impl Respond {
     pub(crate) fn answer(self, request: &Value) -> Result<Value, String> {
         let role = self.role();
         match self {
+            Respond::Compressor(respond) if request.get("token_budgets").is_some() => {
+                ladder(respond, &messages::request(request, role)?)
+            }
             Respond::Compressor(respond) => {
                 Ok(messages::to_value(&respond(&messages::request(request, role)?)?))
             }
@@ -89,9 +92,14 @@ impl Respond {
         let role = self.role();
         let not = |error: serde_json::Error| format!("the request is not a {role} request: {error}");
         match self {
-            Respond::Compressor(respond) => Ok(messages::to_value(&respond(
-                &serde_json::from_slice(bytes).map_err(not)?,
-            )?)),
+            // A single budget's request is the usual one: a ladder's is read only when it is not.
+            Respond::Compressor(respond) => match serde_json::from_slice::<CompressorRequest>(bytes) {
+                Ok(request) => Ok(messages::to_value(&respond(&request)?)),
+                Err(error) => match serde_json::from_slice::<LadderRequest>(bytes) {
+                    Ok(request) => ladder(respond, &request),
+                    Err(_) => Err(not(error)),
+                },
+            },
             Respond::Reader(respond) => Ok(messages::to_value(&respond(
                 &serde_json::from_slice(bytes).map_err(not)?,
             )?)),
@@ -100,6 +108,18 @@ impl Respond {
             )?)),
         }
     }
+}
+
+/// A ladder request served by a single-budget built-in (SPEC §14): each budget answered as its
+/// own request would be, so each memory is the one a single-budget call makes.
+fn ladder(
+    respond: fn(&CompressorRequest) -> Result<CompressorResponse<'static>, String>,
+    request: &LadderRequest,
+) -> Result<Value, String> {
+    let memories = (request.token_budgets.iter())
+        .map(|&budget| respond(&CompressorRequest::rung(request, budget)).map(|reply| reply.memory))
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(messages::to_value(&LadderResponse { memories }))
 }
 
 const BUILTINS: &[Builtin] = &[

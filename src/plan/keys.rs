@@ -69,22 +69,33 @@ pub(crate) fn seed_rule(spec: &CallbackSpec) -> SeedRule {
 }
 
 /// A compressor call's key (SPEC §4), written from the callback's and tokenizer's identities
-/// already serialised: the bytes serde_json writes for the canonical description.
+/// already serialised: the bytes serde_json writes for the canonical description. Without a
+/// budget, its budget ladder's key (SPEC §14): the rest of the call's key, which the memory jobs
+/// of one source, goal shown and seed share whatever their budgets.
 pub(crate) fn compressor_key(
     identity_json: &str,
     tokenizer_json: &str,
     source_sha256: &str,
     goal_sha256: Option<&str>,
-    budget: usize,
+    budget: Option<usize>,
     seed: KeySeed,
 ) -> String {
     let goal = match goal_sha256 {
         Some(sha) => format!("\"{sha}\""),
         None => "null".to_owned(),
     };
+    let (budget, role) = match budget {
+        Some(budget) => (format!(r#""budget":{budget},"#), "compressor"),
+        None => (String::new(), "compressor-ladder"),
+    };
     key_of_canonical(&format!(
-        r#"{{"budget":{budget},"callback":{identity_json},"goal_sha256":{goal},"role":"compressor","seed":{seed},"source_sha256":"{source_sha256}","tokenizer":{tokenizer_json}}}"#
+        r#"{{{budget}"callback":{identity_json},"goal_sha256":{goal},"role":"{role}","seed":{seed},"source_sha256":"{source_sha256}","tokenizer":{tokenizer_json}}}"#
     ))
+}
+
+/// The key of one ladder call: its group and the budgets it asks for (ascending).
+pub(crate) fn ladder_call(group: &str, budgets: &[usize]) -> String {
+    key(&json!({"kind": "ladder-call", "ladder": group, "token_budgets": budgets}))
 }
 
 /// A reader call's key (SPEC §4), written from the identity already serialised: the same bytes
@@ -334,7 +345,7 @@ mod tests {
                 &tokenizer.to_string(),
                 "s",
                 goal,
-                12,
+                Some(12),
                 seven,
             );
             assert_eq!(fast, described, "goal {goal:?}");

@@ -49,6 +49,10 @@ pub(crate) struct MemoryJob {
     pub shown_goal: Option<(usize, usize)>,
     #[serde(skip)]
     pub questions: Vec<QuestionJob>,
+    /// A ladder compressor's (SPEC §14): the key it shares with the jobs of its source, goal
+    /// shown and seed at every other budget, which one call serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ladder: Option<String>,
 }
 
 /// A question read from a memory, then judged. Its read and judge jobs' keys follow from
@@ -325,14 +329,14 @@ impl Expansion<'_> {
         let budget = cell.rule.tokens(self.source_tokens[s]);
         let shown_goal = shown.map(|(ss, gg)| &self.dataset.sources[ss].goals[gg]);
         let goal_sha = shown.map(|(ss, gg)| self.goal_sha256[ss][gg].as_str());
-        let cache_key = keys::compressor_key(
-            identity,
+        let (tokenizer, sha, seed_key) = (
             &self.tokenizer_identity_json,
             &self.source_sha256[s],
-            goal_sha,
-            budget,
             seed_rule.key_term(seed),
         );
+        let key = |budget| keys::compressor_key(identity, tokenizer, sha, goal_sha, budget, seed_key);
+        let laddered = (self.manifest.compressors.get(&cell.compressor)).is_some_and(|spec| spec.ladder);
+        let (cache_key, ladder) = (key(Some(budget)), (laddered && budget > 0).then(|| key(None)));
         let goal_id = goal.map(|g| source.goals[g].id.clone());
         let key = keys::memory_job(
             seed,
@@ -366,6 +370,7 @@ impl Expansion<'_> {
             source: s,
             shown_goal: shown,
             questions,
+            ladder,
         }
     }
 }
@@ -516,6 +521,7 @@ mod tests {
             source: 0,
             shown_goal: None,
             questions: Vec::new(),
+            ladder: None,
         };
         // What plan.json held before entries were written directly: the job as a JSON object.
         let mut expected = serde_json::to_value(&job).unwrap();

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub(crate) use super::ladder::{LadderRequest, LadderResponse};
 use super::{PROTOCOL, Role};
 
 /// A compressor's request: the source, the goal (none under `no-goal`), L and the seed.
@@ -76,6 +77,18 @@ impl<'a> CompressorRequest<'a> {
             seed,
             token_budget,
         }
+    }
+
+    /// The single-budget request of `ladder`'s `budget`: what a compressor serving no ladder is
+    /// asked (SPEC §14).
+    pub(crate) fn rung(ladder: &'a LadderRequest, budget: usize) -> Self {
+        CompressorRequest::new(
+            &ladder.context,
+            ladder.goal.as_deref(),
+            budget,
+            ladder.seed,
+            &ladder.params,
+        )
     }
 
     /// The request without its source: what the exposure audit reads (SPEC §5).

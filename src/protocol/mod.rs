@@ -2,6 +2,7 @@
 
 mod callback_set;
 mod cell;
+mod ladder;
 pub(crate) mod messages;
 pub(crate) mod probes;
 mod role;

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::Role;
-use super::messages::{self, CompressorRequest, JudgeRequest, ReaderRequest};
+use super::messages::{self, CompressorRequest, JudgeRequest, LadderRequest, ReaderRequest};
 
 /// The size of the large-context probe: a long paper or a book chapter.
 pub(crate) const LARGE_CONTEXT_BYTES: usize = 1 << 20;
@@ -20,9 +20,10 @@ pub(crate) struct Probe {
 /// The seed every probe carries.
 pub(crate) const PROBE_SEED: u64 = 42;
 
-/// The synthetic requests for a callback of `role` with `params` (`gacc callback check`). A
-/// persistent callback gets them all on one worker, one after another, as a run sends them.
-pub(crate) fn probes(role: Role, params: &Value) -> Vec<Probe> {
+/// The synthetic requests for a callback of `role` with `params` (`gacc callback check`); a
+/// ladder compressor's ask for several budgets at once (SPEC §14). A persistent callback gets
+/// them all on one worker, one after another, as a run sends them.
+pub(crate) fn probes(role: Role, params: &Value, ladder: bool) -> Vec<Probe> {
     let sentence = "The harbour master logs every ship that docks after dusk. ";
     let plain: String = sentence.repeat(8);
     let foreign = "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. Ship \u{1F6A2} \u{1F30A} \
@@ -30,6 +31,7 @@ pub(crate) fn probes(role: Role, params: &Value) -> Vec<Probe> {
     let large: String = sentence.repeat(LARGE_CONTEXT_BYTES / sentence.len() + 1);
     let probe = |what, request| Probe { what, role, request };
     match role {
+        Role::Compressor if ladder => ladder_probes(params, (&plain, foreign, &large)),
         Role::Compressor => {
             let compressor = |context: &str, goal: Option<&str>, budget: usize| {
                 messages::to_value(&CompressorRequest::new(context, goal, budget, PROBE_SEED, params))
@@ -92,4 +94,42 @@ pub(crate) fn probes(role: Role, params: &Value) -> Vec<Probe> {
             ]
         }
     }
+}
+
+/// A ladder compressor's probes (SPEC §14): ladders of one to three budgets over the same texts.
+fn ladder_probes(params: &Value, (plain, foreign, large): (&str, &str, &str)) -> Vec<Probe> {
+    let probe = |what, request| Probe {
+        what,
+        role: Role::Compressor,
+        request,
+    };
+    let ladder = |context: &str, goal: Option<&str>, budgets: &[usize]| {
+        messages::to_value(&LadderRequest::new(
+            context,
+            goal,
+            budgets.to_vec(),
+            PROBE_SEED,
+            params,
+        ))
+    };
+    vec![
+        probe(
+            "a ladder of three budgets, with a goal",
+            ladder(plain, Some("learn which ships dock after dusk"), &[10, 30, 60]),
+        ),
+        probe("no goal (goal = null)", ladder(plain, None, &[10, 30])),
+        probe("a ladder of one budget, 1", ladder(plain, Some("ships"), &[1])),
+        probe(
+            "non-ASCII and emoji text",
+            ladder(foreign, Some("Schiffe 🚢 und Häfen"), &[5, 20]),
+        ),
+        probe(
+            "a 1 MB context",
+            ladder(large, Some("ships after dusk"), &[500, 2000]),
+        ),
+        probe(
+            "the first request again",
+            ladder(plain, Some("learn which ships dock after dusk"), &[10, 30, 60]),
+        ),
+    ]
 }

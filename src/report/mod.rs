@@ -201,6 +201,12 @@ pub(crate) struct LedgerSums {
     pub(crate) truncated: usize,
     pub(crate) utf8_split: usize,
     pub(crate) budget_violations: usize,
+    /// Memories a budget ladder made (SPEC §14), and of those, the ones that are a token
+    /// prefix of the next larger budget's memory of their call (absent without a ladder).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) ladder_rows: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) nested: usize,
 }
 
 impl LedgerSums {
@@ -216,6 +222,8 @@ impl LedgerSums {
         self.truncated += usize::from(row.truncated);
         self.utf8_split += usize::from(row.utf8_split);
         self.budget_violations += usize::from(row.budget_violation);
+        self.ladder_rows += usize::from(row.ladder_call.is_some());
+        self.nested += usize::from(row.nested == Some(true));
     }
 }
 

@@ -257,6 +257,8 @@ mod tests {
             memory_sha256: sha256(&**memory),
             key: "k".into(),
             cache_key: "c".into(),
+            ladder_call: None,
+            nested: None,
             cached: false,
             memory: memory.clone(),
         }

@@ -35,7 +35,7 @@ pub(super) struct Answer {
 }
 
 impl Answer {
-    fn of((response, wall_ms): (Value, Option<u64>)) -> Answer {
+    pub(super) fn of((response, wall_ms): (Value, Option<u64>)) -> Answer {
         Answer { response, wall_ms }
     }
 }
@@ -135,14 +135,7 @@ pub(super) async fn obtain_answer(
         shared.calls.found(role, callback.audits());
         return Ok((Answer::of(found), Origin::Cache));
     }
-    let offline = (shared.setup.offline.as_ref()).is_some_and(|allowed| !allowed.contains(&callback.name));
-    if shared.stopped.load(Ordering::Relaxed) || offline {
-        return Err(Failure {
-            kind: FailureKind::Cancelled,
-            stderr_tail: String::new(),
-            attempts: 0,
-        });
-    }
+    refused(shared, callback)?;
     let slot = shared.calls.slot(role, key);
     let mut origin = Origin::RunState;
     let result = slot
@@ -197,9 +190,22 @@ pub(super) async fn obtain_answer(
     account(shared, (role, callback.audits()), result, origin)
 }
 
+/// A call that may not start: the run is stopping, or a replay allows no call of `callback`.
+pub(super) fn refused(shared: &RunState, callback: &Callback) -> Result<(), Failure> {
+    let offline = (shared.setup.offline.as_ref()).is_some_and(|allowed| !allowed.contains(&callback.name));
+    if shared.stopped.load(Ordering::Relaxed) || offline {
+        return Err(Failure {
+            kind: FailureKind::Cancelled,
+            stderr_tail: String::new(),
+            attempts: 0,
+        });
+    }
+    Ok(())
+}
+
 /// Counts a call that went through its slot (made, found by the call that made it, or shared
 /// with it) and what it paid; a failure may stop the run.
-fn account(
+pub(super) fn account(
     shared: &RunState,
     (role, audits): (Role, bool),
     result: &Result<(Answer, bool), Failure>,

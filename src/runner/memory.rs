@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use super::calls::{Origin, obtain_answer};
 use super::exposure::exposes;
+use super::ladder::{LadderMark, obtain_rung};
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
 use super::rows::{failure_row, finished, result_row};
@@ -66,13 +67,7 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
 
     let started = Instant::now();
     let made = if job.budget == 0 {
-        Ok(Made {
-            measured: Arc::new(Measured::empty()),
-            origin: Origin::Skipped,
-            usage: Usage::default(),
-            wall_ms: None,
-            calls: CallKeys::new(),
-        })
+        Ok(Made::skipped())
     } else {
         outcome.jobs.push(Role::Compressor);
         make_memory(shared, callback, job, request).await
@@ -112,11 +107,11 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
         }
     };
     if made.origin != Origin::Skipped {
-        let call = (Role::Compressor, job.cache_key.clone(), made.usage);
+        let call = (Role::Compressor, job.cache_key.clone(), made.usage.clone());
         outcome.calls.push(call);
         outcome.compressor_wall_ms = made.wall_ms;
     }
-    let row = ledger_row(job, &made.measured, setup.truncation, made.origin);
+    let row = ledger_row(job, &made, setup.truncation);
     outcome.ledger = Some((row, made.calls));
 
     answer_questions(shared, index, &made.measured, &mut outcome).await;
@@ -124,7 +119,9 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
 }
 
 /// The ledger row of a memory made (or found) for `job`.
-fn ledger_row(job: &MemoryJob, measured: &Measured, truncation: TruncationMode, origin: Origin) -> LedgerRow {
+fn ledger_row(job: &MemoryJob, made: &Made, truncation: TruncationMode) -> LedgerRow {
+    let (measured, origin) = (&made.measured, made.origin);
+    let ladder = made.ladder.as_ref();
     LedgerRow {
         memory_id: job.id.clone(),
         source_tokens: job.source_tokens,
@@ -144,6 +141,8 @@ fn ledger_row(job: &MemoryJob, measured: &Measured, truncation: TruncationMode, 
         key: job.key.clone(),
         cache_key: job.cache_key.clone(),
         cached: origin != Origin::Called,
+        ladder_call: ladder.map(|mark| mark.call.clone()),
+        nested: ladder.and_then(|mark| mark.nested),
         memory: measured.memory.clone(),
     }
 }
@@ -242,7 +241,7 @@ impl Measured {
         }
     }
 
-    fn to_json(&self, usage: &Usage, wall_ms: Option<u64>) -> Value {
+    fn to_json(&self, usage: &Usage, wall_ms: Option<u64>, ladder: Option<&LadderMark>) -> Value {
         // The text itself is stored once under its hash (kind `text`): memories repeat.
         let mut entry = json!({
             "memory_sha256": self.memory_sha256,
@@ -260,10 +259,14 @@ impl Measured {
         if let Some(wall_ms) = wall_ms {
             entry["wall_ms"] = json!(wall_ms);
         }
+        if let Some(mark) = ladder {
+            entry["ladder"] = json!(mark);
+        }
         entry
     }
 
     fn from_json(shared: &RunState, entry: &Value) -> Option<(Measured, Usage, Option<u64>)> {
+        // (Its ladder mark, if any, is read beside: `LadderMark::of`.)
         let count = |name: &str| entry.get(name).and_then(Value::as_u64).map(|n| n as usize);
         // The recount verifies this hash when the report is built.
         let memory_sha256 = entry.get("memory_sha256")?.as_str()?.to_owned();
@@ -312,7 +315,39 @@ pub(super) struct Made {
     usage: Usage,
     /// The compressor call's wall time in milliseconds, where known.
     wall_ms: Option<u64>,
+    /// The ladder call that made it, where one did (SPEC §14).
+    ladder: Option<LadderMark>,
     calls: CallKeys,
+}
+
+impl Made {
+    /// `L = 0`: nothing called, nothing kept.
+    fn skipped() -> Made {
+        Made {
+            measured: Arc::new(Measured::empty()),
+            origin: Origin::Skipped,
+            usage: Usage::default(),
+            wall_ms: None,
+            ladder: None,
+            calls: CallKeys::new(),
+        }
+    }
+
+    /// The memory as the cache of cut memories holds it under `memory_key`, if it does.
+    fn found(shared: &RunState, job: &MemoryJob, memory_key: &str) -> Option<Made> {
+        let entry = shared.setup.cache.get(Kind::Memory, memory_key)?;
+        let (measured, usage, wall_ms) = Measured::from_json(shared, &entry)?;
+        shared.calls.found(Role::Compressor, false);
+        let calls = memory_calls(shared, job, memory_key.to_owned(), &measured);
+        Some(Made {
+            measured: Arc::new(measured),
+            origin: Origin::Cache,
+            usage,
+            wall_ms,
+            ladder: LadderMark::of(&entry),
+            calls,
+        })
+    }
 }
 
 /// Makes a memory: from the cache of truncated memories, or by obtaining the generation
@@ -325,28 +360,24 @@ pub(super) async fn make_memory<'a>(
 ) -> Result<Made, (Failure, &'a str)> {
     let setup = &shared.setup;
     let memory_key = setup.plan.memory_key(job, setup.truncation);
-    if let Some((measured, usage, wall_ms)) = setup
-        .cache
-        .get(Kind::Memory, &memory_key)
-        .as_ref()
-        .and_then(|entry| Measured::from_json(shared, entry))
-    {
-        shared.calls.found(Role::Compressor, false);
-        let calls = memory_calls(shared, job, memory_key, &measured);
-        return Ok(Made {
-            measured: Arc::new(measured),
-            origin: Origin::Cache,
-            usage,
-            wall_ms,
-            calls,
-        });
+    if let Some(made) = Made::found(shared, job, &memory_key) {
+        return Ok(made);
     }
-    let request = || messages::to_bytes(&request);
-    let description = || json!({"job": "compress", "cache_key": job.cache_key});
-    let (answer, origin) = obtain_answer(shared, callback, &job.cache_key, description, request)
-        .await
-        .map_err(|failure| (failure, callback.name.as_str()))?;
+    let culprit = |failure| (failure, callback.name.as_str());
+    let (answer, origin) = match job.ladder.as_deref() {
+        Some(ladder) => obtain_rung(shared, callback, job, ladder).await,
+        None => {
+            let request = || messages::to_bytes(&request);
+            let description = || json!({"job": "compress", "cache_key": job.cache_key});
+            obtain_answer(shared, callback, &job.cache_key, description, request).await
+        }
+    }
+    .map_err(culprit)?;
     let (response, wall_ms) = (answer.response, answer.wall_ms);
+    if job.ladder.is_none() {
+        super::ladder::no_memories(&response).map_err(culprit)?;
+    }
+    let ladder = LadderMark::of(&response);
     let mut usage = Usage::default();
     usage.add(&response);
     let mut measured = measure(shared, &response, job.budget)
@@ -380,7 +411,7 @@ pub(super) async fn make_memory<'a>(
         Kind::Memory,
         &memory_key,
         &description,
-        &measured.to_json(&usage, wall_ms),
+        &measured.to_json(&usage, wall_ms, ladder.as_ref()),
     ) {
         shared.lost_write(
             &format!("could not write a memory's measure to the cache ({error})"),
@@ -393,6 +424,7 @@ pub(super) async fn make_memory<'a>(
         origin,
         usage,
         wall_ms,
+        ladder,
         calls,
     })
 }
@@ -454,28 +486,4 @@ pub(super) async fn measure(
         stderr_tail: String::new(),
         attempts: 1,
     })
-}
-
-/// The most normalised memory text a run keeps (`RunState::normalised`). The paper-scale bench's
-/// 64,050 memories are 9,554 texts, 48 MB normalised; a run whose every memory differs keeps
-/// the first 64 MB and normalises the rest once each, as it must.
-const NORMALISED_BYTES: usize = 64 << 20;
-
-impl RunState {
-    /// A memory's text normalised for its evidence (SPEC §11): this run's copy, else made (and
-    /// kept while the copies stay under `NORMALISED_BYTES`).
-    fn normalised(&self, sha256: &str, text: &str) -> Arc<[u8]> {
-        if let Some(normalised) = self.normalised.locked().0.get(sha256) {
-            return normalised.clone();
-        }
-        let mut bytes = Vec::new();
-        crate::builtin::text::normalize_into(text, &mut bytes);
-        let normalised: Arc<[u8]> = bytes.into();
-        let mut kept = self.normalised.locked();
-        if kept.1 + normalised.len() <= NORMALISED_BYTES {
-            kept.1 += normalised.len();
-            kept.0.insert(sha256.to_owned(), normalised.clone());
-        }
-        normalised
-    }
 }

@@ -89,6 +89,13 @@ pub(crate) struct LedgerRow {
     pub cache_key: String,
     /// Served without calling the compressor in this run.
     pub cached: bool,
+    /// The key of the ladder call that made this memory (SPEC §14), when a ladder did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ladder_call: Option<String>,
+    /// Whether this memory is a token prefix of the memory of the next larger budget of its
+    /// ladder call (absent for the largest, and without a ladder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<bool>,
     /// The memory the reader received (shared by rows with the same memory); written once
     /// per distinct memory to `memory_texts.jsonl`, keyed by `memory_sha256`.
     #[serde(skip_serializing, default)]

@@ -22,6 +22,7 @@ mod formats;
 mod hostile;
 mod html;
 mod interface;
+mod ladder;
 mod layers;
 mod limits;
 mod live;

@@ -19,7 +19,9 @@ use crate::exec::process::ProcessLauncher;
 use crate::exec::program::Program;
 use crate::exec::sandbox::{self, Protected, Sandboxing};
 use crate::inputs::tokenizer::Tokenizer;
-use crate::protocol::messages::{self, CompressorResponse, ReaderResponse, Request};
+use crate::protocol::messages::{
+    self, CompressorResponse, LadderRequest, LadderResponse, ReaderResponse, Request,
+};
 use crate::protocol::{Mode, Role};
 
 use super::Ended;
@@ -106,8 +108,11 @@ pub(crate) fn check(
                 };
                 eprintln!("checking {} ({}, {how})…", callback.name, callback.role);
             }
+            let ladder = (callback.name.strip_prefix("compressors."))
+                .and_then(|name| loaded.manifest.compressors.get(name))
+                .is_some_and(|spec| spec.ladder);
             let mut one = check_one(
-                callback,
+                (callback, ladder),
                 sandboxed,
                 tokenizer.as_ref(),
                 &sandboxing,
@@ -163,7 +168,7 @@ fn chosen<'a>(
 }
 
 async fn check_one(
-    callback: &Callback,
+    (callback, ladder): (&Callback, bool),
     sandboxed: bool,
     tokenizer: &dyn Tokenizer,
     sandboxing: &Sandboxing,
@@ -172,7 +177,7 @@ async fn check_one(
     let mut requests = Vec::new();
     let mut first_failure = None;
     // A model built-in's calls are paid: it gets the small requests only.
-    let probes = probes(callback.role, &callback.params)
+    let probes = probes(callback.role, &callback.params, ladder)
         .into_iter()
         .filter(|p| callback.launcher.uses_local_cores() || !p.what.starts_with("a 1 MB"));
     for probe in probes {
@@ -211,7 +216,8 @@ async fn check_one(
         }
         requests.push(answered);
     }
-    let works = first_failure.is_none();
+    // A reply the protocol takes but that answers wrongly (a ladder's count) fails too.
+    let works = first_failure.is_none() && requests.iter().all(|r| r.ok);
     let sandbox = match first_failure {
         Some((probe, kind)) if sandboxed && !violation(&kind) && !matches!(kind, FailureKind::Timeout(_)) => {
             Some(unsandboxed(callback, &probe, &requests, sandboxing, folder).await)
@@ -272,6 +278,59 @@ async fn unsandboxed(
     }
 }
 
+/// A ladder probe's verdict (none for another probe).
+fn ladder_answered(
+    probe: &Probe,
+    response: &Value,
+    latency: Duration,
+    tokenizer: &dyn Tokenizer,
+) -> Option<Answered> {
+    let asked = messages::read::<LadderRequest>(&probe.request)?;
+    let (error, notes) = ladder_verdict(&asked.token_budgets, response, tokenizer);
+    Some(Answered {
+        request: probe.what,
+        ok: error.is_none(),
+        sent: true,
+        latency_ms: millis(latency),
+        error,
+        stderr: Vec::new(),
+        tail: String::new(),
+        notes,
+        verdict: None,
+    })
+}
+
+/// A ladder's reply (SPEC §14): a memory per budget, in order, or what is wrong with it; and
+/// a note for each memory longer than its budget.
+fn ladder_verdict(
+    budgets: &[usize],
+    response: &Value,
+    tokenizer: &dyn Tokenizer,
+) -> (Option<String>, Vec<String>) {
+    let Some(reply) = messages::read::<LadderResponse>(response) else {
+        let error = "answered without `memories`: a compressor with `ladder = true` answers `token_budgets` with a list of memories, one per budget, in order (the Python helper: @compressor(ladder=True))";
+        return (Some(error.into()), Vec::new());
+    };
+    if reply.memories.len() != budgets.len() {
+        let got = reply.memories.len();
+        let error = format!(
+            "answered {got} {} for the {} budgets {budgets:?}: one per budget, in order",
+            if got == 1 { "memory" } else { "memories" },
+            budgets.len()
+        );
+        return (Some(error), Vec::new());
+    }
+    let notes = (reply.memories.iter().zip(budgets))
+        .filter_map(|(memory, &budget)| {
+            let tokens = tokenizer.count(memory).ok()?;
+            (tokens > budget).then(|| {
+                format!("the memory for budget {budget} is {tokens} tokens: gacc cuts it to {budget}")
+            })
+        })
+        .collect();
+    (None, notes)
+}
+
 /// Turns an attempt into a verdict, with notes on what works but looks wrong.
 fn judge_attempt(
     probe: &Probe,
@@ -307,6 +366,9 @@ fn judge_attempt(
         }
         Ok(response) => response,
     };
+    if let Some(answered) = ladder_answered(probe, response, latency, tokenizer) {
+        return answered;
+    }
     let mut notes = unknown_fields(probe.role, response);
     let text = match probe.role {
         Role::Compressor => messages::read::<CompressorResponse>(response).map(|r| r.memory),

@@ -57,6 +57,10 @@ pub(super) struct StageStatus {
     pub cached: usize,
     /// Jobs that need no call (`L = 0` memories).
     pub skipped: usize,
+    /// With a budget ladder (SPEC §14), the calls its jobs not cached need: one per ladder,
+    /// however many budgets it serves (absent without a ladder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<usize>,
 }
 
 /// Per stage, its jobs and how many the cache answers.
@@ -115,6 +119,7 @@ pub(super) fn plan_status(path: &Path, sets: &[String]) -> Result<Preview, Error
         replayed_failures: Default::default(),
         batches: None,
     };
+    let laddered = prepared.plan.memories.iter().any(|job| job.ladder.is_some());
     let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;
     runtime.block_on(crate::runner::execute(setup));
     let status = Stage::ALL
@@ -122,10 +127,18 @@ pub(super) fn plan_status(path: &Path, sets: &[String]) -> Result<Preview, Error
         .map(|stage| {
             let counted = progress.stage(stage.role());
             let count = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed);
+            let (cached, shared, skipped) = (
+                count(&counted.cached),
+                count(&counted.shared),
+                count(&counted.skipped),
+            );
             let status = StageStatus {
                 jobs: count(&counted.total),
-                cached: count(&counted.cached),
-                skipped: count(&counted.skipped),
+                cached,
+                skipped,
+                // A ladder's other budgets share its call: what is left is one call each.
+                calls: (laddered && stage == Stage::Compress)
+                    .then(|| count(&counted.done).saturating_sub(cached + shared + skipped)),
             };
             (stage.as_str(), status)
         })

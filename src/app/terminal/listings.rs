@@ -46,6 +46,12 @@ pub(in crate::app) fn print_plan(
         let s = status.get(stage.as_str()).cloned().unwrap_or_default();
         s.jobs - s.cached - s.skipped
     };
+    if let Some(calls) = status.get(Stage::Compress.as_str()).and_then(|s| s.calls) {
+        text.push_str(&format!(
+            "(compress: {} memories from {calls} call(s): a ladder compressor's one call serves every budget of a source, goal and seed)\n",
+            to_run(Stage::Compress)
+        ));
+    }
     let (unread, unjudged) = (to_run(Stage::Read), to_run(Stage::Judge));
     if unread > 0 && unjudged > 0 {
         // A judgement's request holds the answer: until its read is made, it is only possible.

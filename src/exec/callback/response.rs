@@ -157,6 +157,13 @@ fn response_fields(role: Role) -> &'static [Field] {
     &fields[role as usize]
 }
 
+/// Whether `value` is a list of strings.
+fn is_texts(value: &Value) -> bool {
+    value
+        .as_array()
+        .is_some_and(|items| items.iter().all(Value::is_string))
+}
+
 /// The JSON type of `value`, as a schema names it.
 fn json_type(value: &Value) -> &'static str {
     match value {
@@ -184,7 +191,12 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
         None | Some(Value::Null) => Ok(()),
         Some(_) => require(name, is, what),
     };
-    for field in response_fields(role) {
+    // A ladder compressor's reply (SPEC §14): a memory per budget, counted by the runner.
+    let ladder = role == Role::Compressor && response.get("memories").is_some();
+    if ladder {
+        require("memories", is_texts, "a list of texts, one memory per budget")?;
+    }
+    for field in response_fields(role).iter().filter(|_| !ladder) {
         let name = &field.name;
         let value = match response.get(name) {
             None | Some(Value::Null) if !field.required => continue,

@@ -199,6 +199,20 @@ fn read_scripts(loaded: &mut Loaded) -> Vec<Problem> {
     problems
 }
 
+/// Why `ladder = true` cannot be served by the callback at `key`, if it cannot (SPEC §14).
+fn ladder_problem(key: &str, spec: &CallbackSpec) -> Option<String> {
+    if !spec.ladder {
+        return None;
+    }
+    if !key.starts_with("compressors.") {
+        return Some("`ladder` is for compressors: a reader or a judge has no budget".into());
+    }
+    let model = (spec.builtin.as_deref()).is_some_and(|b| crate::inputs::models::model_builtin(b).is_some());
+    model.then(|| {
+        "`ladder` is for compressors that serve every budget from one pass; a model built-in writes one text for one budget (drop `ladder`)".into()
+    })
+}
+
 fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let manifest = &mut loaded.manifest;
@@ -206,6 +220,12 @@ fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Probl
     let specs = callback_specs(manifest);
     for (key, spec) in specs {
         let place = format!("{}: key `{key}`", loaded.path.display());
+        if let Some(message) = ladder_problem(&key, spec) {
+            problems.push(Problem {
+                place: place.clone(),
+                message,
+            });
+        }
         let Some(builtin) = spec
             .builtin
             .as_deref()

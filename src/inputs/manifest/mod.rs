@@ -22,6 +22,7 @@ pub(crate) use check::warnings;
 pub(crate) use load::{load, load_as};
 pub(crate) use run::{LOCAL_ENGINE, RunSpec, StopSpec};
 pub(crate) use sandbox::SandboxSpec;
+pub(crate) use scripts::find_program;
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_RETRIES: u32 = 2;
@@ -261,6 +262,11 @@ pub(crate) struct CallbackSpec {
     /// each request then carries an `id` that its reply echoes, in any order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_inflight: Option<usize>,
+    /// A compressor that serves every budget of a source, goal shown and seed from one call
+    /// (SPEC §14): its request carries `token_budgets`, its reply `memories`, one per budget.
+    /// Not part of its identity: each memory is kept as a single-budget call's would be.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ladder: bool,
     /// A model built-in's user-message template (minijinja), relative to the manifest's folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<PathBuf>,
@@ -482,20 +488,6 @@ pub(crate) fn shown(path: &Path) -> String {
         .unwrap_or_else(|| path.to_path_buf())
         .display()
         .to_string()
-}
-
-/// Finds a callback's program: a path with a `/` relative to the manifest, else on PATH.
-pub(crate) fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
-    let is_file = |path: &Path| path.is_file();
-    if program.contains('/') {
-        let path = folder.join(program);
-        return is_file(&path).then_some(path);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| is_file(path))
-    })
 }
 
 #[cfg(test)]

@@ -171,6 +171,20 @@ fn imports(text: &str) -> Vec<String> {
     names
 }
 
+/// Finds a callback's program: a path with a `/` relative to the manifest, else on PATH.
+pub(crate) fn find_program(program: &str, folder: &Path) -> Option<PathBuf> {
+    let is_file = |path: &Path| path.is_file();
+    if program.contains('/') {
+        let path = folder.join(program);
+        return is_file(&path).then_some(path);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| is_file(path))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

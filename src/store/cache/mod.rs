@@ -223,6 +223,11 @@ impl Cache {
         }
     }
 
+    /// Whether what is put is dropped (`read_only`).
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// The stored response for `key` of `kind`, if any; a damaged entry counts as a miss.
     pub(crate) fn get(&self, kind: Kind, key: &str) -> Option<Value> {
         self.get_timed(kind, key).map(|(response, _)| response)
