@@ -97,6 +97,11 @@ fn one_call_serves_every_budget_and_its_memories_are_a_single_budget_call_s() {
     assert_eq!(plan["compress"]["calls"], 6, "{plan}");
     let text = scratch.stdout(["plan", &ladder]);
     assert!(text.contains("(compress: 24 memories from 6 call(s)"), "{text}");
+    let valid = scratch.stdout(["validate", &ladder]);
+    assert!(
+        valid.contains("24 memories (from 6 compressor calls: 6 of them ladders)"),
+        "{valid}"
+    );
 
     let (status, folder, stderr) = scratch.run(&ladder, &[]);
     assert_eq!(status, 0, "{stderr}");

@@ -21,13 +21,27 @@ use crate::runner::{Progress, Setup};
 pub(super) fn validate(path: &Path, sets: &[String]) -> Result<String, Error> {
     let prepared = prepare(path, sets)?;
     let dataset = &prepared.dataset;
+    let memories = &prepared.plan.memories;
+    // A budget ladder makes the memories of every budget of a source, goal and seed in one call.
+    let ladders: std::collections::HashSet<&str> =
+        memories.iter().filter_map(|m| m.ladder.as_deref()).collect();
+    let calls = match ladders.len() {
+        0 => String::new(),
+        n => {
+            let single = memories
+                .iter()
+                .filter(|m| m.ladder.is_none() && m.budget > 0)
+                .count();
+            format!(" (from {} compressor calls: {n} of them ladders)", n + single)
+        }
+    };
     Ok(format!(
-        "{}: valid: {} sources, {} goals, {} questions; {} memories, {} questions to read and judge",
+        "{}: valid: {} sources, {} goals, {} questions; {} memories{calls}, {} questions to read and judge",
         path.display(),
         dataset.sources.len(),
         dataset.goals().count(),
         dataset.question_count(),
-        prepared.plan.memories.len(),
+        memories.len(),
         prepared.plan.question_jobs(),
     ))
 }
