@@ -126,6 +126,15 @@ async fn call(
 ) -> Result<(Answer, bool), Failure> {
     let setup = &shared.setup;
     let cache = &setup.cache;
+    // Another gacc process on this cache may be calling the same ladder: wait for it and take
+    // what it made rather than pay again. Held until the memories are cached.
+    let lease = match callback.launcher.answers_at_once() {
+        false => cache.lease(Kind::Compressor, ladder).await,
+        true => None,
+    };
+    if lease.is_some() {
+        cache.refresh();
+    }
     let rungs: Vec<Rung> = (shared.ladders.get(ladder).into_iter().flatten())
         .filter(|rung| !cache.contains(Kind::Compressor, &rung.cache_key))
         .cloned()
@@ -177,6 +186,7 @@ async fn call(
         }
         made.insert(rung.cache_key.clone(), entry);
     }
+    drop(lease);
     // The whole call's usage at the top: what the run paid for it, counted once.
     let usage = response.get("usage").cloned().unwrap_or(Value::Null);
     let answer = Answer {

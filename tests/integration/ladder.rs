@@ -12,11 +12,12 @@ use crate::common;
 use common::{Scratch, made, read_json, read_lines};
 
 /// The fixture's dataset with `goal-bm25` behind a script that logs each request it is sent
-/// (`calls.log`) and drops the last memory of a ladder's reply when `short` exists.
+/// (`calls.log`), takes 0.3 s when `slow` exists, and drops the last memory of a ladder's reply
+/// when `short` exists.
 fn experiment(scratch: &Scratch, name: &str, ratios: &str, ladder: bool) -> String {
     scratch.script(
         "experiments/bm25.sh",
-        "#!/bin/sh\nrequest=$(cat)\nprintf '%s\\n' \"$request\" >> calls.log\nif [ -e short ]; then\n  printf '%s' \"$request\" | @GACC@ callback goal-bm25 | sed 's/,\"[^\"]*\"\\]/]/'\nelse\n  printf '%s' \"$request\" | exec @GACC@ callback goal-bm25\nfi\n",
+        "#!/bin/sh\nrequest=$(cat)\nprintf '%s\\n' \"$request\" >> calls.log\nif [ -e slow ]; then sleep 0.3; fi\nif [ -e short ]; then\n  printf '%s' \"$request\" | @GACC@ callback goal-bm25 | sed 's/,\"[^\"]*\"\\]/]/'\nelse\n  printf '%s' \"$request\" | exec @GACC@ callback goal-bm25\nfi\n",
     );
     let path = format!("experiments/{name}.toml");
     scratch.write(
@@ -296,5 +297,34 @@ fn callback_check_sends_a_ladder_its_budgets_and_counts_its_memories() {
     assert!(
         error.contains("answered 2 memories for the 3 budgets [10, 30, 60]"),
         "{error}"
+    );
+}
+
+#[test]
+fn two_runs_on_one_cache_call_each_ladder_once_between_them() {
+    let scratch = Scratch::new();
+    let ladder = experiment(&scratch, "ladder", "0.1, 0.3", true);
+    scratch.write("experiments/slow", "");
+    let start = || {
+        (scratch.gacc_process())
+            .args(["run", &ladder, "-q"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (start(), start());
+    let (a, b) = (
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    );
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    // One call per (source, goal shown) between the two: the second waited for the first's.
+    assert_eq!(calls(&scratch).len(), 6, "{:?}", calls(&scratch));
+    let folder = |out: &std::process::Output| scratch.path(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(
+        std::fs::read(folder(&a).join("report.json")).unwrap(),
+        std::fs::read(folder(&b).join("report.json")).unwrap()
     );
 }
