@@ -106,6 +106,24 @@ pub(crate) struct StoredCell {
     pub attribution: Option<StoredAttribution>,
     /// The best and worst rank it can hold in its column (SPEC §13), where the run has them.
     pub rank: Option<StoredRank>,
+    /// What its memories cost and when one pays for itself (SPEC §15), where the run has them.
+    pub compression: Option<StoredCompression>,
+    pub read_cost: Option<StoredReadCost>,
+}
+
+/// A cell's compressor calls' cost as report.json writes it (SPEC §15).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredCompression {
+    #[serde(deserialize_with = "number")]
+    pub usd: f64,
+}
+
+/// A cell's reading cost as report.json writes it (SPEC §15): null break-even where none.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StoredReadCost {
+    pub break_even_questions: Option<f64>,
 }
 
 /// A cell's rank interval as report.json writes it.

@@ -81,6 +81,8 @@ pub(crate) const MEMORY_COLUMNS: &[&str] = &[
     "key",
     "cache_key",
     "cached",
+    "ladder_call",
+    "nested",
     "memory",
 ];
 
@@ -345,7 +347,7 @@ mod tests {
             "generated_tokens": 2, "retained_tokens": 1, "unused_budget": 0, "truncated": true,
             "memory_tokens": 1, "padding_tokens": 0, "utf8_split": false, "truncation": "replace",
             "budget_violation": false, "stopped_at_max_tokens": true, "memory_sha256": "h", "key": "k",
-            "cache_key": "ck", "cached": false})
+            "cache_key": "ck", "cached": false, "ladder_call": "lc", "nested": true})
         .as_object()
         .unwrap()
         {

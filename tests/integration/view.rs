@@ -212,6 +212,19 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
         "{verdicts} verdicts shown for {} pairs",
         pairs.len()
     );
+    // Each cell's compression cost and break-even (SPEC §15), as report.json states them.
+    let (usd, break_even) = (
+        values(&dom, "compression_usd"),
+        values(&dom, "break_even_questions"),
+    );
+    assert_eq!((usd.len(), break_even.len()), (cells.len(), cells.len()));
+    for (i, cell) in cells.iter().enumerate() {
+        assert!(close(usd[i], cell["compression"]["usd"].as_f64()), "cell {i}");
+        assert!(
+            close(break_even[i], cell["read_cost"]["break_even_questions"].as_f64()),
+            "cell {i}"
+        );
+    }
     // The cost–quality frontier (SPEC §15): plotted, and every point with its rank.
     let points = report["frontier"].as_array().unwrap();
     assert!(dom.contains("<h2>Frontier</h2>") && dom.contains("frontier · own-goal"));

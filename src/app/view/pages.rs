@@ -140,14 +140,15 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
     body.push_str(
         "<table id=\"cells\"><tr><th>compressor</th><th>condition</th><th>budget</th>\
          <th class=\"n\">questions</th><th class=\"n\">Micro</th><th class=\"n\">± std</th>\
-         <th class=\"n\">Macro</th><th class=\"n\">retained tokens</th><th></th></tr>\n",
+         <th class=\"n\">Macro</th><th class=\"n\">retained tokens</th><th class=\"n\">compression USD</th>\
+         <th class=\"n\">break-even questions</th><th></th></tr>\n",
     );
     for (index, cell) in report.cells.iter().enumerate() {
         let questions = rows_of(loaded, cell).count();
         let mean = |s: Option<StoredSpread>| s.map(|s| s.mean);
         let _ = writeln!(
             body,
-            "<tr data-cell=\"{index}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{questions}</td>{}{}{}{}\
+            "<tr data-cell=\"{index}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{questions}</td>{}{}{}{}{}{}\
              <td><a href=\"/cell?run={}&amp;cell={index}\">questions</a></td></tr>",
             escape_html(&text(&cell.compressor)),
             escape_html(&text(&cell.condition)),
@@ -159,6 +160,11 @@ pub(super) fn run(id: &str, loaded: &Loaded, others: &[Listed]) -> String {
             figure("micro_std", cell.micro.map(|s| s.std)),
             figure("macro", mean(cell.macro_)),
             figure("retained_tokens", Some(cell.ledger.retained_tokens)),
+            figure("compression_usd", cell.compression.map(|c| c.usd)),
+            figure(
+                "break_even_questions",
+                cell.read_cost.and_then(|r| r.break_even_questions)
+            ),
             query(id),
         );
     }
