@@ -6,15 +6,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{PROTOCOL, Role};
-
-fn protocol() -> Cow<'static, str> {
-    Cow::Borrowed(PROTOCOL)
-}
-
-fn compressor() -> Role {
-    Role::Compressor
-}
+use super::{Role, default_compressor as compressor, default_protocol as protocol};
 
 /// A ladder compressor's request (SPEC §14): one source and goal, and every budget the run needs
 /// of them, ascending and distinct, in place of `token_budget`.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub(crate) use super::ladder::{LadderRequest, LadderResponse};
-use super::{PROTOCOL, Role};
+use super::{PROTOCOL, Role, default_compressor as compressor, default_protocol as protocol};
 
 /// A compressor's request: the source, the goal (none under `no-goal`), L and the seed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,14 +32,6 @@ pub(crate) struct CompressorRequest<'a> {
     #[serde(default)]
     pub seed: u64,
     pub token_budget: usize,
-}
-
-fn protocol() -> Cow<'static, str> {
-    Cow::Borrowed(PROTOCOL)
-}
-
-fn compressor() -> Role {
-    Role::Compressor
 }
 
 fn reader() -> Role {

@@ -16,6 +16,16 @@ pub use values::{Ratio, TruncationMode};
 
 /// The protocol every request names, and `GACC_PROTOCOL` in every callback's environment.
 pub(crate) const PROTOCOL: &str = "gacc/1";
+/// A message's `protocol` where a hand-written one leaves it out.
+fn default_protocol() -> std::borrow::Cow<'static, str> {
+    std::borrow::Cow::Borrowed(PROTOCOL)
+}
+
+/// A compressor request's `role` where a hand-written one leaves it out.
+fn default_compressor() -> Role {
+    Role::Compressor
+}
+
 /// The largest response a callback may write to stdout.
 pub(crate) const MAX_RESPONSE_BYTES: usize = 64 << 20;
 /// How much of a callback's stderr is kept for messages and the trace.

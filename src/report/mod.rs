@@ -287,9 +287,10 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
         cell.noise = pairs::noise(rows);
         let micro = cell.micro.map(|m| m.mean);
         cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
-        let cost = outcome.cell_costs.get(&cell.id).cloned().unwrap_or_default();
-        cell.compression = costs::Compression::of(&cost);
-        cell.read_cost = costs::ReadCost::of(&cost, &cell.ledger, rows.len(), inputs.reader_price);
+        let none = crate::runner::CellCost::default();
+        let cost = outcome.cell_costs.get(&cell.id).unwrap_or(&none);
+        cell.compression = costs::Compression::of(cost);
+        cell.read_cost = costs::ReadCost::of(cost, &cell.ledger, rows.len(), inputs.reader_price);
     }
     let frontier = costs::frontier(&cells);
     let pairs = pairs::pairs(&cells, &rows);

@@ -56,23 +56,29 @@ pub(super) struct CompressorCall<'a> {
 }
 
 impl CostGathering {
-    fn cell(&mut self, cell: &CellId) -> &mut Gathered {
-        self.cells.entry(cell.clone()).or_default()
+    /// Runs `update` on the cell's gathering; its id is cloned only the first time it is seen
+    /// (the fold runs once per call of the run).
+    fn with_cell(&mut self, cell: &CellId, update: impl FnOnce(&mut Gathered)) {
+        if let Some(gathered) = self.cells.get_mut(cell) {
+            return update(gathered);
+        }
+        update(self.cells.entry(cell.clone()).or_default());
     }
 
     /// A memory's compressor call, counted once per cell however many memories rest on it.
     pub(super) fn compressor(&mut self, cell: &CellId, call: CompressorCall) {
-        let gathered = self.cell(cell);
-        if !gathered.compressor.insert(call.key) {
-            return;
-        }
-        let cost = &mut gathered.cost;
-        cost.calls += 1;
-        cost.input_tokens = cost.input_tokens.saturating_add(call.usage.input_tokens);
-        cost.output_tokens = cost.output_tokens.saturating_add(call.usage.output_tokens);
-        add_cost(&mut cost.usd, call.usage.cost_usd);
-        cost.wall_ms.extend(call.wall_ms);
-        cost.cached += usize::from(call.cached);
+        self.with_cell(cell, |gathered| {
+            if !gathered.compressor.insert(call.key) {
+                return;
+            }
+            let cost = &mut gathered.cost;
+            cost.calls += 1;
+            cost.input_tokens = cost.input_tokens.saturating_add(call.usage.input_tokens);
+            cost.output_tokens = cost.output_tokens.saturating_add(call.usage.output_tokens);
+            add_cost(&mut cost.usd, call.usage.cost_usd);
+            cost.wall_ms.extend(call.wall_ms);
+            cost.cached += usize::from(call.cached);
+        });
     }
 
     /// A question's reader call, counted once per cell.
@@ -80,10 +86,11 @@ impl CostGathering {
         if !(usage.cost_usd.is_finite() && usage.cost_usd > 0.0) {
             return;
         }
-        let gathered = self.cell(cell);
-        if gathered.priced_reads.insert(key, ()).is_none() {
-            add_cost(&mut gathered.cost.reader_usd, usage.cost_usd);
-        }
+        self.with_cell(cell, |gathered| {
+            if gathered.priced_reads.insert(key, ()).is_none() {
+                add_cost(&mut gathered.cost.reader_usd, usage.cost_usd);
+            }
+        });
     }
 
     pub(super) fn finish(self) -> HashMap<CellId, CellCost> {

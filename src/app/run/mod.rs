@@ -213,17 +213,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let repeating = (outcome.failures.iter())
         .filter(|f| f.reason.contains(crate::exec::model::verdict::SAME_AGAIN))
         .count();
-    let compression = (report.cells.iter())
-        .map(|cell| {
-            let cost = outcome.cell_costs.get(&cell.id).cloned().unwrap_or_default();
-            crate::store::run_record::CompressionRecord {
-                cell: cell.id.clone(),
-                calls: cost.calls,
-                cached: cost.cached,
-                times: crate::store::usage::CallTimes::of(&cost.wall_ms),
-            }
-        })
-        .collect();
+    let compression = record::compression(&report, &outcome);
     let (this_run, audit, paid, failures, cancelled, stop) = (
         outcome.this_run.clone(),
         outcome.audit_calls.clone(),

@@ -129,3 +129,23 @@ pub(super) fn resume_command(options: &RunOptions) -> String {
     }
     words.join(" ")
 }
+
+/// Per cell of `report`, in its order, its compressor calls as run.json keeps them (SPEC §15):
+/// how many, those found in the cache, and how long they took by their cache entries.
+pub(super) fn compression(
+    report: &crate::report::Report,
+    outcome: &crate::runner::Outcome,
+) -> Vec<crate::store::run_record::CompressionRecord> {
+    let none = crate::runner::CellCost::default();
+    (report.cells.iter())
+        .map(|cell| {
+            let cost = outcome.cell_costs.get(&cell.id).unwrap_or(&none);
+            crate::store::run_record::CompressionRecord {
+                cell: cell.id.clone(),
+                calls: cost.calls,
+                cached: cost.cached,
+                times: crate::store::usage::CallTimes::of(&cost.wall_ms),
+            }
+        })
+        .collect()
+}
