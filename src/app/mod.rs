@@ -3,6 +3,7 @@
 //! message and an exit status.
 
 pub mod bench;
+mod build;
 mod check;
 mod confinement;
 mod init;
@@ -133,6 +134,11 @@ pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
     let (shown, stats) = preview::dataset_stats(path)?;
     terminal::print_dataset_stats(&shown, &stats, format);
     Ok(Ended::Success)
+}
+
+/// `gacc dataset build BUILD.toml [--dry-run]` (SPEC §16).
+pub fn dataset_build(path: &Path, dry_run: bool, quiet: bool) -> Result<Ended, Error> {
+    build::build(path, dry_run, quiet)
 }
 
 /// `gacc dataset convert IN OUT`: the dataset in the other shape.

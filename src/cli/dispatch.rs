@@ -23,7 +23,7 @@ impl Command {
             Command::Plan(args) => args.call(runs),
             Command::Validate(ValidateArgs { manifest, sets }) => app::validate(&manifest, &sets),
             Command::Report(args) => args.call(runs),
-            Command::Dataset { command } => command.call(),
+            Command::Dataset { command } => command.call(quiet),
             Command::Batches { command } => BatchesCommand::call(command),
             Command::Cache {
                 command: CacheCommand::Stats { path, json },
@@ -86,8 +86,9 @@ impl ReportArgs {
 }
 
 impl DatasetCommand {
-    fn call(self) -> Result<Ended, Error> {
+    fn call(self, quiet: bool) -> Result<Ended, Error> {
         match self {
+            DatasetCommand::Build { build, dry_run } => app::dataset_build(&build, dry_run, quiet),
             DatasetCommand::Stats { path, json } => app::dataset_stats(&path, format(json)),
             DatasetCommand::Convert { input, output } => app::dataset_convert(&input, &output),
         }

@@ -219,6 +219,19 @@ pub(crate) enum DatasetCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a dataset from a folder of texts (SPEC §16): a writer writes goals and questions,
+    /// and only questions that pass the checks (evidence, leak, duplicate, ceiling,
+    /// closed-book) are kept. Writes `[build] out`, and <stem>.dropped.jsonl and
+    /// <stem>.report.md beside it.
+    Build {
+        /// The build file: [build] (sources, counts, out), [build.writer], [build.check]
+        /// (reader, judge), [models.*] and [run] (cache, concurrency, max_cost_usd).
+        #[arg(value_hint = clap::ValueHint::FilePath)]
+        build: PathBuf,
+        /// Say what calls the build would make and what they could cost; call and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Write a dataset in the other shape: nested sources (JSON Lines) as a question table
     /// (CSV when OUTPUT ends in .csv, else JSON Lines), or a question table as nested sources.
     Convert { input: PathBuf, output: PathBuf },

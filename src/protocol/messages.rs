@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub(crate) use super::ladder::{LadderRequest, LadderResponse};
+pub(crate) use super::writer::WriterRequest;
 use super::{PROTOCOL, Role, default_compressor as compressor, default_protocol as protocol};
 
 /// A compressor's request: the source, the goal (none under `no-goal`), L and the seed.
@@ -192,6 +193,7 @@ pub(crate) enum Request<'a> {
     Compressor(CompressorRequest<'a>),
     Reader(ReaderRequest<'a>),
     Judge(JudgeRequest<'a>),
+    Writer(WriterRequest<'a>),
 }
 
 impl<'a> Request<'a> {
@@ -201,6 +203,7 @@ impl<'a> Request<'a> {
             Role::Compressor => Request::Compressor(request(value, role)?),
             Role::Reader => Request::Reader(request(value, role)?),
             Role::Judge => Request::Judge(request(value, role)?),
+            Role::Writer => Request::Writer(request(value, role)?),
         })
     }
 
@@ -209,16 +212,18 @@ impl<'a> Request<'a> {
             Request::Compressor(_) => Role::Compressor,
             Request::Reader(_) => Role::Reader,
             Request::Judge(_) => Role::Judge,
+            Request::Writer(_) => Role::Writer,
         }
     }
 
-    /// The text that the calls of one source or memory share, first: a compressor's and a
-    /// judge's source, a reader's memory.
+    /// The text that the calls of one source or memory share, first: a compressor's, a
+    /// judge's and a writer's source, a reader's memory.
     pub(crate) fn shared(&self) -> &str {
         match self {
             Request::Compressor(request) => &request.context,
             Request::Reader(request) => &request.memory,
             Request::Judge(request) => &request.source,
+            Request::Writer(request) => &request.source,
         }
     }
 
@@ -227,6 +232,7 @@ impl<'a> Request<'a> {
             Request::Compressor(request) => request.seed,
             Request::Reader(request) => request.seed,
             Request::Judge(request) => request.seed,
+            Request::Writer(request) => request.seed,
         }
     }
 }
@@ -302,6 +308,7 @@ pub(crate) fn request_fields(role: Role) -> &'static [&'static str] {
         Role::Compressor => CompressorRequest::FIELDS,
         Role::Reader => ReaderRequest::FIELDS,
         Role::Judge => JudgeRequest::FIELDS,
+        Role::Writer => WriterRequest::FIELDS,
     }
 }
 
@@ -397,6 +404,7 @@ pub(crate) fn response_fields(role: Role) -> &'static [&'static str] {
         Role::Compressor => CompressorResponse::FIELDS,
         Role::Reader => ReaderResponse::FIELDS,
         Role::Judge => JudgeResponse::FIELDS,
+        Role::Writer => super::writer::RESPONSE_FIELDS,
     }
 }
 

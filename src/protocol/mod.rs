@@ -7,6 +7,7 @@ pub(crate) mod messages;
 pub(crate) mod probes;
 mod role;
 mod values;
+pub(crate) mod writer;
 
 pub(crate) use callback_set::CallbackSet;
 pub(crate) use cell::{CellId, MemoryId};

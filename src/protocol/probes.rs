@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::Role;
-use super::messages::{self, CompressorRequest, JudgeRequest, LadderRequest, ReaderRequest};
+use super::messages::{self, CompressorRequest, JudgeRequest, LadderRequest, ReaderRequest, WriterRequest};
 
 /// The size of the large-context probe: a long paper or a book chapter.
 pub(crate) const LARGE_CONTEXT_BYTES: usize = 1 << 20;
@@ -93,7 +93,33 @@ pub(crate) fn probes(role: Role, params: &Value, ladder: bool) -> Vec<Probe> {
                 probe("a 1 MB source", judge(&large, "the harbour master")),
             ]
         }
+        Role::Writer => writer_probes(params, &plain, foreign),
     }
+}
+
+/// A writer's probes (SPEC §16): goals of a source, questions of a goal, and text that needs
+/// escaping.
+fn writer_probes(params: &Value, plain: &str, foreign: &str) -> Vec<Probe> {
+    let probe = |what, request| Probe {
+        what,
+        role: Role::Writer,
+        request,
+    };
+    let goal = "learn which ships dock after dusk";
+    vec![
+        probe(
+            "a source's goals",
+            messages::to_value(&WriterRequest::goals(plain, 2, PROBE_SEED, params)),
+        ),
+        probe(
+            "a goal's questions",
+            messages::to_value(&WriterRequest::questions(plain, goal, 3, PROBE_SEED, params)),
+        ),
+        probe(
+            "non-ASCII and emoji text",
+            messages::to_value(&WriterRequest::goals(foreign, 1, PROBE_SEED, params)),
+        ),
+    ]
 }
 
 /// A ladder compressor's probes (SPEC §14): ladders of one to three budgets over the same texts.

@@ -21,6 +21,8 @@ pub(crate) enum Role {
     Compressor,
     Reader,
     Judge,
+    /// Writes a dataset's goals and questions (SPEC §16, `gacc dataset build`); no run calls one.
+    Writer,
 }
 
 impl Role {
@@ -29,6 +31,7 @@ impl Role {
             Role::Compressor => "compressor",
             Role::Reader => "reader",
             Role::Judge => "judge",
+            Role::Writer => "writer",
         }
     }
 }

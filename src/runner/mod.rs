@@ -457,7 +457,7 @@ fn fold(
                 },
             ),
             Role::Reader => distinct.costs.read(&id.cell, key, &usage),
-            Role::Judge => {}
+            Role::Judge | Role::Writer => {}
         }
         if role == Role::Compressor {
             let calls = match distinct.compressor_calls.get_mut(compressor) {

@@ -6,6 +6,7 @@ mod audit;
 mod bad_input;
 mod batches;
 mod budgets;
+mod building;
 mod callback_check;
 mod callbacks;
 mod common;

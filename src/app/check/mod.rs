@@ -373,7 +373,7 @@ fn judge_attempt(
     let text = match probe.role {
         Role::Compressor => messages::read::<CompressorResponse>(response).map(|r| r.memory),
         Role::Reader => messages::read::<ReaderResponse>(response).map(|r| r.answer),
-        Role::Judge => None,
+        Role::Judge | Role::Writer => None,
     };
     // A judge's verdict is shown, with its score and the start of its reason.
     let judged = (probe.role == Role::Judge).then(|| verdict(response)).flatten();

@@ -52,15 +52,7 @@ pub(in crate::app) fn callbacks(
     engine: &Arc<dyn Engine>,
     models: &Models,
 ) -> Result<(Callbacks, Confinements), Error> {
-    let mut builder = Builder {
-        loaded,
-        sandboxing,
-        engine,
-        models,
-        exe: current_exe()?,
-        problems: Vec::new(),
-        confinements: Vec::new(),
-    };
+    let mut builder = Builder::new(loaded, sandboxing, engine, models)?;
     let callbacks = crate::runner::callbacks_of_manifest(&loaded.manifest, |key, role, spec| {
         builder.build(key, role, spec)
     });
@@ -68,6 +60,21 @@ pub(in crate::app) fn callbacks(
         Ok((callbacks, builder.confinements))
     } else {
         Err(Invalid(builder.problems).into())
+    }
+}
+
+/// One callback table of `loaded`'s file that is not among its manifest's (a dataset build's
+/// writer), made as `callbacks` makes those.
+pub(in crate::app) fn callback_of(
+    loaded: &Loaded,
+    (sandboxing, engine, models): (&Sandboxing, &Arc<dyn Engine>, &Models),
+    (name, role, spec): (&str, Role, &CallbackSpec),
+) -> Result<Callback, Error> {
+    let mut builder = Builder::new(loaded, sandboxing, engine, models)?;
+    let callback = builder.build(name.to_owned(), role, spec);
+    match builder.problems.is_empty() {
+        true => Ok(callback),
+        false => Err(Invalid(builder.problems).into()),
     }
 }
 
@@ -83,7 +90,24 @@ pub(super) struct Builder<'a> {
     confinements: Confinements,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    fn new(
+        loaded: &'a Loaded,
+        sandboxing: &'a Sandboxing,
+        engine: &'a Arc<dyn Engine>,
+        models: &'a Models,
+    ) -> Result<Builder<'a>, Error> {
+        Ok(Builder {
+            loaded,
+            sandboxing,
+            engine,
+            models,
+            exe: current_exe()?,
+            problems: Vec::new(),
+            confinements: Vec::new(),
+        })
+    }
+
     /// One callback: a model built-in on its endpoint, a rule built-in in process, or a program.
     fn build(&mut self, name: String, role: Role, spec: &CallbackSpec) -> Callback {
         let loaded = self.loaded;
@@ -177,17 +201,25 @@ pub(in crate::app) enum Keys {
     IfSet,
 }
 
-/// Opens the endpoints the manifest's model built-ins name.
 /// The manifest's model endpoints, their keys read as `keys` says.
 pub(in crate::app) fn models(loaded: &Loaded, keys: Keys) -> Result<Models, Error> {
+    models_with(loaded, &[], keys)
+}
+
+/// The endpoints the manifest's model built-ins name and those `also` name (a dataset build's
+/// writer), their keys read as `keys` says.
+pub(in crate::app) fn models_with(
+    loaded: &Loaded,
+    also: &[&CallbackSpec],
+    keys: Keys,
+) -> Result<Models, Error> {
     let planning = keys == Keys::Planning;
     let mut endpoints = BTreeMap::new();
     let mut problems = Vec::new();
-    let named: std::collections::BTreeSet<&str> = loaded
-        .manifest
-        .callbacks()
-        .into_iter()
-        .filter_map(|(_, _, spec)| spec.model.as_ref().map(|m| m.endpoint.as_str()))
+    let named: std::collections::BTreeSet<&str> = (loaded.manifest.callbacks().into_iter())
+        .map(|(_, _, spec)| spec)
+        .chain(also.iter().copied())
+        .filter_map(|spec| spec.model.as_ref().map(|m| m.endpoint.as_str()))
         .collect();
     // The experiment's earlier runs, newest first: read once, when an endpoint first needs them.
     let mut earlier_runs = None;
@@ -255,8 +287,9 @@ pub(super) fn model_callback(
     let launcher = ModelLauncher::new(endpoint.clone(), call.clone(), models.costs.clone(), estimator)?;
     // Its calls are bounded by its endpoint's concurrency, not the run's.
     let mut callback = Callback {
-        // The endpoint retries what is worth retrying, honouring Retry-After.
-        retries: 0,
+        // The endpoint retries what is worth retrying, honouring Retry-After; a writer's reply
+        // that holds no well-formed JSON is tried again as the table says.
+        retries: if role == Role::Writer { spec.retries } else { 0 },
         ..configured(
             name.to_owned(),
             role,

@@ -21,7 +21,7 @@ use crate::store::cache::Cache;
 
 pub(in crate::app) use callbacks::Keys;
 pub(crate) use callbacks::Models;
-pub(super) use callbacks::{Confinements, callbacks, models};
+pub(super) use callbacks::{Confinements, callback_of, callbacks, models, models_with};
 use callbacks::{argv, current_exe};
 
 /// A manifest and dataset that passed every check, with the tokenizer and plan.
@@ -268,7 +268,7 @@ fn run_folders_copy(loaded: &Loaded) -> Option<PathBuf> {
     (in_run_folder && !loaded.resolve(path).exists()).then_some(copy)
 }
 
-pub(super) fn cache_root(loaded: &Loaded) -> PathBuf {
+pub(in crate::app) fn cache_root(loaded: &Loaded) -> PathBuf {
     match &loaded.manifest.run.cache {
         Some(path) => loaded.resolve(path),
         None => loaded

@@ -130,7 +130,7 @@ impl Bounding {
         };
         // An unknown text it carries is bounded as that many tokens more than an empty one.
         let unknown_tokens = match &mut request {
-            Request::Compressor(_) => 0,
+            Request::Compressor(_) | Request::Writer(_) => 0,
             Request::Reader(read) => take_unknown(&mut read.memory),
             Request::Judge(judged) => take_unknown(&mut judged.answer),
         };
@@ -202,6 +202,8 @@ fn unknown_answer(role: Role, tokens: u64, key: &str) -> Value {
         Role::Compressor => json!({"memory": unknown::text(u64::MAX, key)}),
         Role::Reader => json!({"answer": unknown::text(tokens, key)}),
         Role::Judge => json!({"correct": false}),
+        // No run calls a writer (SPEC §16).
+        Role::Writer => json!({"goals": []}),
     }
 }
 

@@ -412,7 +412,7 @@ fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Optio
 }
 
 /// Resolves when the process is sent SIGTERM (never, where that cannot be listened for).
-async fn terminated() {
+pub(super) async fn terminated() {
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(mut signal) => {
             signal.recv().await;

@@ -228,6 +228,12 @@ fn failure_lines(out: &mut String, report: &report::Report, hints: &[Option<Stri
 }
 
 pub(super) fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task::JoinHandle<()> {
+    show_every(quiet, move |terminal| print_progress(&progress, terminal, false))
+}
+
+/// Draws a progress line now and then until aborted (none when `quiet`): every 250 ms on a
+/// terminal (`draw(true)` redraws in place), every 10 s elsewhere (a line each time).
+pub(super) fn show_every(quiet: bool, draw: impl Fn(bool) + Send + 'static) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if quiet {
             return;
@@ -240,7 +246,7 @@ pub(super) fn show_progress(progress: Arc<Progress>, quiet: bool) -> tokio::task
         };
         loop {
             tokio::time::sleep(every).await;
-            print_progress(&progress, terminal, false);
+            draw(terminal);
         }
     })
 }

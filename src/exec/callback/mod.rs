@@ -369,6 +369,14 @@ mod tests {
             (Role::Judge, json!({"correct": true, "score": "high"}), false),
             (Role::Judge, json!({"correct": true, "rationale": 2}), false),
             (Role::Judge, json!({"correct": true, "meta": [1]}), false),
+            (Role::Writer, json!({"goals": ["plan a trip"]}), true),
+            (
+                Role::Writer,
+                json!({"questions": [{"question": "q", "reference": "r"}]}),
+                true,
+            ),
+            (Role::Writer, json!({"goals": [""]}), false),
+            (Role::Writer, json!({"answer": "a"}), false),
             (
                 Role::Reader,
                 json!({"answer": "a", "usage": {"served_models": {"m": "x"}}}),
@@ -385,6 +393,7 @@ mod tests {
                 Role::Compressor => messages::read::<messages::CompressorResponse>(&response).is_some(),
                 Role::Reader => messages::read::<messages::ReaderResponse>(&response).is_some(),
                 Role::Judge => messages::read::<messages::JudgeResponse>(&response).is_some(),
+                Role::Writer => crate::protocol::writer::check(&response).is_ok(),
             };
             let usage = response
                 .get("usage")

@@ -191,12 +191,20 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
         None | Some(Value::Null) => Ok(()),
         Some(_) => require(name, is, what),
     };
+    // A writer's reply (SPEC §16): goals or questions, by its request's op.
+    if role == Role::Writer {
+        crate::protocol::writer::check(response).map_err(FailureKind::MissingField)?;
+    }
     // A ladder compressor's reply (SPEC §14): a memory per budget, counted by the runner.
     let ladder = role == Role::Compressor && response.get("memories").is_some();
     if ladder {
         require("memories", is_texts, "a list of texts, one memory per budget")?;
     }
-    for field in response_fields(role).iter().filter(|_| !ladder) {
+    let fields = match role {
+        Role::Writer => &[],
+        _ => response_fields(role),
+    };
+    for field in fields.iter().filter(|_| !ladder) {
         let name = &field.name;
         let value = match response.get(name) {
             None | Some(Value::Null) if !field.required => continue,
@@ -217,6 +225,11 @@ pub(crate) fn check_response(role: Role, response: &Value) -> Result<(), Failure
         }
     }
     optional("meta", Value::is_object, "an object")?;
+    check_usage(response)
+}
+
+/// Checks the `usage` any response may carry: each count and cost in bounds, and readable.
+fn check_usage(response: &Value) -> Result<(), FailureKind> {
     if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
         let Some(usage) = usage.as_object() else {
             return Err(FailureKind::MissingField("`usage` as an object".into()));

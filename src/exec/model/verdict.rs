@@ -42,7 +42,7 @@ fn structured(value: &Value) -> Option<(bool, Option<String>)> {
 }
 
 /// The reply as one JSON object, also inside a ```json fence.
-fn json_object(text: &str) -> Option<Value> {
+pub(crate) fn json_object(text: &str) -> Option<Value> {
     let trimmed = text.trim();
     let unfenced = trimmed
         .strip_prefix("```json")

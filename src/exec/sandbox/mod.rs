@@ -78,7 +78,8 @@ pub(crate) fn protect_self() {
 pub(crate) fn wanted(role: Role, spec: Option<&SandboxSpec>) -> bool {
     match spec {
         Some(spec) => spec.enabled,
-        None => role != Role::Judge,
+        // A judge is given the references, a writer the sources it writes questions of.
+        None => !matches!(role, Role::Judge | Role::Writer),
     }
 }
 
@@ -340,10 +341,12 @@ impl Sandboxing {
         builtin: Option<&str>,
     ) -> Result<(Option<Policy>, Confinement), String> {
         if !wanted(role, spec) {
-            let why = if spec.is_some() {
-                "sandbox = false"
-            } else {
-                "judges are given the references; they run unrestricted"
+            let why = match (spec, role) {
+                (Some(_), _) => "sandbox = false",
+                (None, Role::Writer) => {
+                    "a writer is given the sources it writes questions of; it runs unrestricted"
+                }
+                (None, _) => "judges are given the references; they run unrestricted",
             };
             return Ok((None, Confinement::off(why)));
         }

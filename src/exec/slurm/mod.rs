@@ -290,6 +290,8 @@ impl Slurm {
             Role::Compressor => self.spec.compressor.clone(),
             Role::Reader => self.spec.reader.clone(),
             Role::Judge => self.spec.judge.clone(),
+            // A dataset build's writer runs here, never on a cluster.
+            Role::Writer => None,
         }
         .unwrap_or_default()
     }

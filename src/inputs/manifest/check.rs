@@ -306,7 +306,7 @@ fn has_duplicates<T: PartialOrd>(values: &[T]) -> bool {
     sorted.windows(2).any(|pair| pair[0] == pair[1])
 }
 
-fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path, replay: bool) -> Vec<String> {
+pub(super) fn check_callback(spec: &CallbackSpec, role: Role, folder: &Path, replay: bool) -> Vec<String> {
     let mut problems = Vec::new();
     match (&spec.command, &spec.builtin) {
         (None, None) => problems.push("expected `command = [...]` or `builtin = \"NAME\"`".into()),

@@ -1,6 +1,7 @@
 //! Loading a manifest (SPEC §2): the file, then `GACC_` variables, then `--set` overrides,
 //! and each model built-in given its endpoint and template texts (SPEC §8).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use figment::Figment;
@@ -8,6 +9,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 
 use super::{CallbackSpec, ENV_PREFIX, Loaded, Manifest, Recorded, check};
 use crate::error::{Invalid, Problem};
+use crate::inputs::models::ModelSpec;
 
 /// The top-level keys a `GACC_` variable may override; other `GACC_` variables are not ours.
 const TOP_LEVEL_KEYS: &[&str] = &[
@@ -262,7 +264,7 @@ fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Probl
             })),
         }
     }
-    problems.extend(check_endpoints(loaded));
+    problems.extend(check_endpoints(&loaded.path, &loaded.manifest.models));
     if let Some(cap) = loaded.manifest.run.max_cost_usd
         && (!cap.is_finite() || cap < 0.0)
     {
@@ -282,10 +284,10 @@ fn resolve_models(loaded: &mut Loaded, recorded: Option<&Recorded>) -> Vec<Probl
 }
 
 /// Each `[models.*]` table's own values: its URL, limits, batch settings, key and prices.
-fn check_endpoints(loaded: &Loaded) -> Vec<Problem> {
+pub(crate) fn check_endpoints(path: &Path, models: &BTreeMap<String, ModelSpec>) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for (name, model) in &loaded.manifest.models {
-        let place = format!("{}: key `models.{name}`", loaded.path.display());
+    for (name, model) in models {
+        let place = format!("{}: key `models.{name}`", path.display());
         let mut problem = |message: String| {
             problems.push(Problem {
                 place: place.clone(),
@@ -319,7 +321,52 @@ fn check_endpoints(loaded: &Loaded) -> Vec<Problem> {
     problems
 }
 
-fn toml_error(error: &toml::de::Error) -> String {
+/// Checks and readies a callback table of a file that is not a manifest (a dataset build's
+/// writer, reader and judge, SPEC §16) as a manifest's are: its command or built-in for its
+/// role, a model built-in's endpoint and templates, the files its command runs. `key` is its
+/// key in the file at `path`.
+pub(crate) fn ready_callback(
+    (path, folder): (&Path, &Path),
+    key: &str,
+    role: crate::protocol::Role,
+    spec: &mut CallbackSpec,
+    models: &BTreeMap<String, ModelSpec>,
+) -> Vec<Problem> {
+    let place = format!("{}: key `{key}`", path.display());
+    let mut problems: Vec<Problem> = (super::check::check_callback(spec, role, folder, false).into_iter())
+        .map(|message| Problem {
+            place: place.clone(),
+            message,
+        })
+        .collect();
+    if let Some(builtin) =
+        (spec.builtin.as_deref()).filter(|b| crate::inputs::models::model_builtin(b) == Some(role))
+    {
+        let resolved = crate::inputs::models::resolve(
+            builtin,
+            &spec.params,
+            spec.template.as_deref(),
+            spec.system_template.as_deref(),
+            models,
+            folder,
+            None,
+        );
+        match resolved {
+            Ok(call) => spec.model = Some(call),
+            Err(found) => problems.extend(found.into_iter().map(|message| Problem {
+                place: place.clone(),
+                message,
+            })),
+        }
+    }
+    match super::scripts::files(spec, folder, &place) {
+        Ok(files) => spec.script_files = files,
+        Err(problem) => problems.push(problem),
+    }
+    problems
+}
+
+pub(crate) fn toml_error(error: &toml::de::Error) -> String {
     // toml's message spans several lines with a source excerpt; keep it, indented.
     error.to_string().trim_end().replace('\n', "\n    ")
 }

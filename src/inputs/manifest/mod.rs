@@ -19,7 +19,7 @@ pub(crate) mod scripts;
 use crate::protocol::{BudgetRule, CallbackSet, Condition, Mode, Role, Timeout};
 use crate::protocol::{Ratio, TruncationMode};
 pub(crate) use check::warnings;
-pub(crate) use load::{load, load_as};
+pub(crate) use load::{check_endpoints, load, load_as, ready_callback, toml_error};
 pub(crate) use run::{LOCAL_ENGINE, RunSpec, StopSpec};
 pub(crate) use sandbox::SandboxSpec;
 pub(crate) use scripts::find_program;

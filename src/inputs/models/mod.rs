@@ -1,5 +1,5 @@
 //! Model endpoints and the model built-ins (SPEC §8): `[models.NAME]`, and for each
-//! `llm-compressor`, `llm-reader` and `llm-judge` the endpoint it names and the text of its
+//! `llm-compressor`, `llm-reader`, `llm-judge` and `llm-writer` the endpoint it names and the text of its
 //! templates (the built-in defaults in `templates/prompts/`, or the manifest's files).
 
 use std::collections::BTreeMap;
@@ -23,6 +23,7 @@ pub(crate) const MODEL_BUILTINS: &[(&str, Role, &str)] = &[
     ("llm-compressor", Role::Compressor, "1"),
     ("llm-reader", Role::Reader, "1"),
     ("llm-judge", Role::Judge, "1"),
+    ("llm-writer", Role::Writer, "1"),
 ];
 
 /// What `gacc callback` lists for each model built-in.
@@ -38,6 +39,10 @@ pub(crate) const MODEL_BUILTIN_HELP: &[(&str, &str)] = &[
     (
         "llm-judge",
         "a prompted model's verdict: structured output, else a last GRADE: C/I line",
+    ),
+    (
+        "llm-writer",
+        "a prompted model writing a dataset's goals and questions as JSON (gacc dataset build)",
     ),
 ];
 
@@ -63,6 +68,10 @@ pub(crate) fn default_templates(role: Role) -> (&'static str, &'static str) {
         Role::Judge => (
             include_str!("../../../templates/prompts/judge.j2"),
             include_str!("../../../templates/prompts/judge.system.j2"),
+        ),
+        Role::Writer => (
+            include_str!("../../../templates/prompts/writer.j2"),
+            include_str!("../../../templates/prompts/writer.system.j2"),
         ),
     }
 }

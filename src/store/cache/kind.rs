@@ -16,10 +16,11 @@ pub(crate) enum Kind {
     Text,
     Batch,
     Count,
+    Writer,
 }
 
 impl Kind {
-    pub(super) const ALL: [Kind; 7] = [
+    pub(super) const ALL: [Kind; 8] = [
         Kind::Compressor,
         Kind::Reader,
         Kind::Judge,
@@ -27,6 +28,7 @@ impl Kind {
         Kind::Text,
         Kind::Batch,
         Kind::Count,
+        Kind::Writer,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::Text => "text",
             Kind::Batch => "batch",
             Kind::Count => "count",
+            Kind::Writer => "writer",
         }
     }
 
@@ -58,6 +61,7 @@ impl From<Role> for Kind {
             Role::Compressor => Kind::Compressor,
             Role::Reader => Kind::Reader,
             Role::Judge => Kind::Judge,
+            Role::Writer => Kind::Writer,
         }
     }
 }

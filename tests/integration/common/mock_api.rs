@@ -109,6 +109,8 @@ pub struct Behaviour {
     /// After this many 200 model replies the server stops: it closes its connections and
     /// refuses new ones.
     pub exit_after: Option<u64>,
+    /// The first N writer requests answer prose that holds no JSON.
+    pub prose_writer_first: u64,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +125,7 @@ pub struct Counts {
     pub compressor: AtomicU64,
     pub reader: AtomicU64,
     pub judge: AtomicU64,
+    pub writer: AtomicU64,
     /// The most requests in flight at once.
     pub peak_in_flight: AtomicU64,
     /// Prompt tokens the token bucket admitted.
@@ -632,10 +635,17 @@ fn completion(state: &State, request: &Value, number: u64) -> Value {
     let behaviour = &state.behaviour;
     let counts = &state.counts;
     let (system, user) = messages(state.format, request);
-    let (text, verdict, role) = model(&user, behaviour);
+    let (mut text, verdict, role) = model(&user, behaviour);
     match role {
         "compressor" => counts.compressor.fetch_add(1, Ordering::SeqCst),
         "reader" => counts.reader.fetch_add(1, Ordering::SeqCst),
+        "writer" => {
+            let made = counts.writer.fetch_add(1, Ordering::SeqCst);
+            if made < behaviour.prose_writer_first {
+                text = "Here are some good questions about the document, I hope they help.".into();
+            }
+            made
+        }
         _ => counts.judge.fetch_add(1, Ordering::SeqCst),
     };
     // Billing: a token per four bytes; a reader's memory is a cached prefix the second time.
@@ -753,6 +763,9 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
 /// What the mock model says: (reply text, structured verdict, role), as the fixture's
 /// built-ins answer the same fields.
 fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static str) {
+    if let Some(written) = writer(user) {
+        return (written, None, "writer");
+    }
     if let Some(context) = between(user, "<document>\n", "\n</document>")
         .filter(|_| user.contains("Compress the document above"))
     {
@@ -793,6 +806,28 @@ fn model(user: &str, behaviour: &Behaviour) -> (String, Option<Value>, &'static 
     let verdict =
         json!({"correct": correct, "rationale": if correct { "the same" } else { "not the reference" }});
     (verdict.to_string(), Some(verdict), "judge")
+}
+
+/// What the mock writes for `llm-writer`'s prompts (SPEC §16), from the document's
+/// `field=value` pairs: two goals that name none of them (and one more than asked), and per
+/// pair a question the fixture's reader answers from the pair, its evidence the pair itself.
+fn writer(user: &str) -> Option<String> {
+    let document = between(user, "<document>\n", "\n</document>")?;
+    if user.contains("distinct goals a reader") {
+        return Some(
+            json!({"goals": ["know the details", "plan a visit", "one goal more than asked"]}).to_string(),
+        );
+    }
+    if !user.contains("distinct questions this reader needs") {
+        return None;
+    }
+    let questions: Vec<Value> = (document.split(|c: char| c.is_whitespace() || c == ','))
+        .filter_map(|pair| pair.trim_end_matches('.').split_once('='))
+        .map(|(field, value)| {
+            json!({"question": format!("What is the {field}?"), "reference": value, "evidence": [format!("{field}={value}")]})
+        })
+        .collect();
+    Some(format!("```json\n{}\n```", json!({"questions": questions})))
 }
 
 /// The batch API's routes: OpenAI's `/v1/files` and `/v1/batches`, Anthropic's
