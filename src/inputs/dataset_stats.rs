@@ -60,15 +60,14 @@ pub(crate) fn stats(
     tokenizer: &dyn crate::inputs::tokenizer::Tokenizer,
     is_cjk: fn(char) -> bool,
 ) -> Result<Stats, String> {
-    let tokens = dataset
-        .sources
-        .iter()
-        .map(|s| {
-            tokenizer
-                .count(&s.text)
-                .map_err(|e| format!("source `{}`: {e}", s.id))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // Every source on every core: a paper-scale dataset is hundreds of long texts.
+    let tokens = crate::parallel::map_in_parallel(&dataset.sources, |s| {
+        tokenizer
+            .count(&s.text)
+            .map_err(|e| format!("source `{}`: {e}", s.id))
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
     Ok(Stats {
         sources: dataset.sources.len(),
         goals: dataset.goals().count(),
@@ -78,9 +77,16 @@ pub(crate) fn stats(
         questions_per_goal: Summary::of(dataset.goals().map(|(_, g)| g.questions.len()).collect()),
         cjk_share: (dataset.sources.iter())
             .map(|source| {
+                // Text in ASCII has no CJK character.
+                if source.text.is_ascii() {
+                    return SourceShare {
+                        id: source.id.clone(),
+                        share: 0.0,
+                    };
+                }
                 let letters = source.text.chars().filter(|c| c.is_alphanumeric());
                 let (cjk, all) = letters.fold((0usize, 0usize), |(cjk, all), c| {
-                    (cjk + usize::from(is_cjk(c)), all + 1)
+                    (cjk + usize::from(!c.is_ascii() && is_cjk(c)), all + 1)
                 });
                 SourceShare {
                     id: source.id.clone(),

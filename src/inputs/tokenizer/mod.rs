@@ -1,6 +1,7 @@
 //! The reference tokenizer: cl100k_base, embedded, ordinary encoding (SPEC §1, §5, §7).
 
 pub(crate) mod external;
+mod pieces;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -189,8 +190,10 @@ impl Tokenizer for Cl100k {
             None => Ok(self.inner.bpe.decode_tokens(tokens)),
         }
     }
+    /// Counted by `pieces`' scanner, each distinct piece encoded once; the SPEC §7 vectors
+    /// hold it to `encode` at every start (`first_mismatch`).
     fn count(&self, text: &str) -> Result<usize, TokenizerError> {
-        Ok(self.inner.count(text))
+        Ok(pieces::count(&self.inner.bpe, text))
     }
     fn identity(&self) -> &TokenizerIdentity {
         &self.identity
@@ -231,6 +234,16 @@ pub fn first_mismatch(tokenizer: &dyn Tokenizer) -> Option<String> {
                 return Some(format!("encode({shown}) gave {got}, expected {expected}"));
             }
             Ok(_) => {}
+        }
+        match tokenizer.count(&text) {
+            Ok(count) if count == expected.len() => {}
+            Ok(count) => {
+                return Some(format!(
+                    "count({shown}) gave {count}, expected {}",
+                    expected.len()
+                ));
+            }
+            Err(error) => return Some(format!("count({shown}) failed: {error}")),
         }
         match tokenizer.decode_bytes(&expected) {
             Ok(bytes) if bytes == text.as_bytes() => {}
