@@ -3,7 +3,7 @@
 //! message and an exit status.
 
 pub mod bench;
-mod build;
+pub mod build;
 mod check;
 mod confinement;
 mod init;
@@ -136,11 +136,6 @@ pub fn dataset_stats(path: &Path, format: Format) -> Result<Ended, Error> {
     Ok(Ended::Success)
 }
 
-/// `gacc dataset build BUILD.toml [--dry-run]` (SPEC §16).
-pub fn dataset_build(path: &Path, dry_run: bool, quiet: bool) -> Result<Ended, Error> {
-    build::build(path, dry_run, quiet)
-}
-
 /// `gacc dataset convert IN OUT`: the dataset in the other shape.
 pub fn dataset_convert(input: &Path, output: &Path) -> Result<Ended, Error> {
     use crate::inputs::{dataset, table};
@@ -171,8 +166,13 @@ pub fn cache_stats(path: &Path, format: Format) -> Result<Ended, Error> {
 }
 
 /// `gacc bench`: prints each measurement and writes them to `bench.json` in `folder`.
-pub fn bench(folder: &Path, shape: &bench::Shape, spawns: usize) -> Result<Ended, Error> {
-    let measurements = bench::bench(folder, shape, spawns)?;
+pub fn bench(
+    folder: &Path,
+    shape: &bench::Shape,
+    spawns: usize,
+    against: Option<bench::Baseline>,
+) -> Result<Ended, Error> {
+    let measurements = bench::bench(folder, shape, spawns, against)?;
     for m in &measurements {
         println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
     }

@@ -28,7 +28,13 @@ impl Command {
             Command::Cache {
                 command: CacheCommand::Stats { path, json },
             } => app::cache_stats(&path, format(json)),
-            Command::Bench(args) => app::bench(&args.folder, &args.shape(), args.spawns),
+            Command::Bench(args) => {
+                let against = (args.baseline.as_deref()).map(|binary| app::bench::Baseline {
+                    binary,
+                    rounds: args.rounds,
+                });
+                app::bench(&args.folder, &args.shape(), args.spawns, against)
+            }
             Command::Diff(args) => args.call(runs),
             Command::Trace(args) => args.call(runs),
             Command::Runs { command } => RunsCommand::call(command, runs),
@@ -88,7 +94,7 @@ impl ReportArgs {
 impl DatasetCommand {
     fn call(self, quiet: bool) -> Result<Ended, Error> {
         match self {
-            DatasetCommand::Build { build, dry_run } => app::dataset_build(&build, dry_run, quiet),
+            DatasetCommand::Build { build, dry_run } => app::build::build(&build, dry_run, quiet),
             DatasetCommand::Stats { path, json } => app::dataset_stats(&path, format(json)),
             DatasetCommand::Convert { input, output } => app::dataset_convert(&input, &output),
         }

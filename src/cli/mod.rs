@@ -324,6 +324,13 @@ pub(crate) struct BenchArgs {
     /// Spawns for the oneshot-overhead comparison.
     #[arg(long, default_value_t = 2000)]
     pub(crate) spawns: usize,
+    /// Another gacc binary to measure this one against, side by side on the same experiment:
+    /// the run folder's size, the cached re-run's and `dataset stats`' median times, as ratios.
+    #[arg(long, value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
+    pub(crate) baseline: Option<PathBuf>,
+    /// Rounds of each timing against the baseline (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rounds: usize,
 }
 
 impl BenchArgs {

@@ -5,6 +5,7 @@
 mod audit;
 mod bad_input;
 mod batches;
+mod bench;
 mod budgets;
 mod building;
 mod callback_check;

@@ -2,6 +2,7 @@
 //! calling a callback at all. Timings are reported, never asserted: compare ratios within one
 //! session, not seconds across machines.
 
+mod baseline;
 mod synthetic;
 
 use std::path::{Path, PathBuf};
@@ -60,11 +61,27 @@ pub(crate) struct Measurement {
     pub(crate) detail: Value,
 }
 
+/// Another gacc binary to measure this one against (`--baseline`), and the rounds of each
+/// timing.
+pub struct Baseline<'a> {
+    pub binary: &'a Path,
+    pub rounds: usize,
+}
+
 /// Runs every benchmark and returns the measurements; writes its experiment under `folder`.
-pub(crate) fn bench(folder: &Path, shape: &Shape, spawns: usize) -> Result<Vec<Measurement>, Error> {
+/// With a baseline, ends with this gacc against it, side by side.
+pub(crate) fn bench(
+    folder: &Path,
+    shape: &Shape,
+    spawns: usize,
+    against: Option<Baseline>,
+) -> Result<Vec<Measurement>, Error> {
     let mut out = experiment(folder, shape)?;
     out.extend(call_costs(folder, shape.concurrency, spawns)?);
     out.extend(where_time_goes(folder));
+    if let Some(against) = against {
+        out.extend(baseline::compare(folder, against.binary, against.rounds.max(1))?);
+    }
     Ok(out)
 }
 

@@ -29,7 +29,7 @@ use run::{Context, SourceOutcome};
 
 /// `gacc dataset build`: builds the dataset, or with `dry_run` says what it would call and
 /// cost, calling and writing nothing.
-pub(crate) fn build(path: &Path, dry_run: bool, quiet: bool) -> Result<Ended, Error> {
+pub fn build(path: &Path, dry_run: bool, quiet: bool) -> Result<Ended, Error> {
     let build = Arc::new(file::read(path)?);
     let loaded = &build.loaded;
     let root = cache_root(loaded);

@@ -1,7 +1,6 @@
 //! The reference tokenizer: cl100k_base, embedded, ordinary encoding (SPEC §1, §5, §7).
 
 pub(crate) mod external;
-mod pieces;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -190,10 +189,11 @@ impl Tokenizer for Cl100k {
             None => Ok(self.inner.bpe.decode_tokens(tokens)),
         }
     }
-    /// Counted by `pieces`' scanner, each distinct piece encoded once; the SPEC §7 vectors
-    /// hold it to `encode` at every start (`first_mismatch`).
+    /// Counted by `cl100k-pieces`' scanner, each distinct piece encoded once; the SPEC §7
+    /// vectors hold it to `encode` at every start (`first_mismatch`), and `pieces`' tests to
+    /// bpe-openai's regex.
     fn count(&self, text: &str) -> Result<usize, TokenizerError> {
-        Ok(pieces::count(&self.inner.bpe, text))
+        Ok(cl100k_pieces::count(&self.inner.bpe, text))
     }
     fn identity(&self) -> &TokenizerIdentity {
         &self.identity
@@ -307,6 +307,9 @@ fn base64_encode(bytes: &[u8], out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cl100k-pieces`' scanner held to bpe-openai's regex and encoder.
+    mod pieces;
 
     #[test]
     fn base64_matches_rfc4648_vectors() {

@@ -1,4 +1,8 @@
-//! cl100k_base's pre-tokenizer as a scanner: the pieces its pattern splits a text into, found a
+//! cl100k_base's pre-tokenizer as a scanner, and a token count over it, for gacc's built-in
+//! tokenizer. A crate of its own so that a debug build of gacc (its tests, `cargo run`) counts
+//! with this code optimised, as the `bpe` crates it sits on are.
+//!
+//! The pre-tokenizer: the pieces its pattern splits a text into, found a
 //! character at a time, and the pieces' tokens counted with a lookup for the pieces that are one
 //! token. The pattern (tiktoken's, leftmost-first):
 //!
@@ -9,7 +13,7 @@
 //!
 //! The character classes are the `regex` crate's own (`regex-syntax`'s Unicode tables), so a
 //! piece here is the piece the pattern matches; `tests` hold the scanner to the regex on every
-//! kind of character the pattern tells apart.
+//! kind of character the pattern tells apart (gacc's `src/inputs/tokenizer/pieces.rs`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -105,7 +109,7 @@ impl Classes {
 static CLASSES: LazyLock<Classes> = LazyLock::new(Classes::new);
 
 /// The pieces of `text` in order, as cl100k_base's pattern splits it.
-pub(crate) fn pieces(text: &str) -> Pieces<'_> {
+pub fn pieces(text: &str) -> Pieces<'_> {
     Pieces {
         text,
         at: 0,
@@ -113,7 +117,7 @@ pub(crate) fn pieces(text: &str) -> Pieces<'_> {
     }
 }
 
-pub(crate) struct Pieces<'a> {
+pub struct Pieces<'a> {
     text: &'a str,
     at: usize,
     classes: &'a Classes,
@@ -273,66 +277,9 @@ type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 /// text most pieces are words met before, and a lookup costs less than an encoding. (A table
 /// of the vocabulary's one-token pieces bought no more than 5% on top of this, and took longer
 /// to build than a short text takes to count.)
-pub(crate) fn count(bpe: &bpe_openai::byte_pair_encoding::BytePairEncoding, text: &str) -> usize {
+pub fn count(bpe: &bpe_openai::byte_pair_encoding::BytePairEncoding, text: &str) -> usize {
     let mut seen: FxMap<&str, usize> = FxMap::default();
     pieces(text)
         .map(|piece| *seen.entry(piece).or_insert_with(|| bpe.count(piece.as_bytes())))
         .sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The pieces bpe-openai's regex makes of `text`.
-    fn by_regex(text: &str) -> Vec<&str> {
-        bpe_openai::cl100k_base().split(text).collect()
-    }
-
-    #[test]
-    fn the_scanner_splits_as_the_pattern_on_every_kind_of_character() {
-        // Each kind of character the pattern tells apart, and the ones its case folding joins.
-        let alphabet: Vec<char> = [
-            ' ', ' ', ' ', '\t', '\r', '\n', '\u{a0}', '\u{3000}', '\u{2028}', '\u{85}', '\'', '\'', 's',
-            'S', 'ſ', 't', 'T', 'r', 'R', 'e', 'v', 'l', 'L', 'm', 'd', 'K', 'k', 'a', 'é', 'ж', '中', '😀',
-            '1', '2', '٣', 'Ⅻ', '½', '\u{301}', '.', ',', '(', '-', '_', '"', '/', '\u{200b}', '\u{feff}',
-            '𝔸', '\u{0}',
-        ]
-        .into();
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut random = |below: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % below as u64) as usize
-        };
-        for _ in 0..40_000 {
-            let length = random(16);
-            let text: String = (0..length).map(|_| alphabet[random(alphabet.len())]).collect();
-            assert_eq!(pieces(&text).collect::<Vec<_>>(), by_regex(&text), "{text:?}");
-        }
-        for (text, _) in crate::inputs::tokenizer::test_vectors() {
-            assert_eq!(pieces(&text).collect::<Vec<_>>(), by_regex(&text), "{text:?}");
-        }
-    }
-
-    #[test]
-    fn a_count_is_the_encoders_on_text_in_every_script() {
-        let bpe = &bpe_openai::cl100k_base().bpe;
-        let texts = [
-            include_str!("../../../experiments/data/fixture.jsonl"),
-            "Der Hafenmeister notiert jedes Schiff — 港の船はすべて記録される. naïve café, Ελληνικά, עברית, 😀👍🏽.\r\n\r\n  x",
-            "电池的容量是 4,000 mAh；充电时间约 2 小时。I'll say it's   done\n\n\n   ",
-        ];
-        for text in texts {
-            assert_eq!(
-                count(bpe, text),
-                bpe_openai::cl100k_base().count(text),
-                "{text:?}"
-            );
-        }
-        for (text, tokens) in crate::inputs::tokenizer::test_vectors() {
-            assert_eq!(count(bpe, &text), tokens.len(), "{text:?}");
-        }
-    }
 }

@@ -1,0 +1,64 @@
+//! `gacc bench --baseline`: this gacc against another binary, side by side, as ratios.
+
+use serde_json::Value;
+
+use crate::common;
+use common::{Scratch, gacc_binary};
+
+#[test]
+fn bench_against_a_baseline_says_each_ratio_and_whether_the_counts_agree() {
+    let scratch = Scratch::empty();
+    let baseline = gacc_binary().display().to_string();
+    let out = (scratch.gacc())
+        .args([
+            "bench",
+            "--folder",
+            "b",
+            "--sources",
+            "3",
+            "--goals",
+            "3",
+            "--questions",
+            "6",
+        ])
+        .args([
+            "--compressors",
+            "1",
+            "--tokens",
+            "300",
+            "--spawns",
+            "10",
+            "--rounds",
+            "2",
+        ])
+        .args(["--baseline", &baseline])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let measurements: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path("b/bench.json")).unwrap()).unwrap();
+    let compared: Vec<&Value> = (measurements.iter())
+        .filter(|m| m["name"].as_str().unwrap().starts_with("vs baseline: "))
+        .collect();
+    assert_eq!(compared.len(), 3, "{stdout}");
+    for m in &compared {
+        assert!(stdout.contains(m["name"].as_str().unwrap()), "{stdout}");
+        let (this, baseline) = (
+            m["detail"]["this"].as_f64().unwrap(),
+            m["detail"]["baseline"].as_f64().unwrap(),
+        );
+        assert!(this > 0.0 && baseline > 0.0, "{m}");
+        let ratio = m["detail"]["ratio"].as_f64().unwrap();
+        assert!((ratio - this / baseline).abs() < 1e-3, "{m}");
+    }
+    // The same binary on both sides: the same run folder, give or take its timings' digits.
+    let folder = compared[0]["detail"]["ratio"].as_f64().unwrap();
+    assert!((0.95..=1.05).contains(&folder), "{}", compared[0]);
+    assert_eq!(compared[1]["detail"]["each_this"].as_array().unwrap().len(), 2);
+    assert_eq!(compared[2]["detail"]["same_tokens"], true, "{}", compared[2]);
+}
