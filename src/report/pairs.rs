@@ -22,6 +22,8 @@ pub(crate) const PAIR_DRAWS: usize = 10_000;
 pub(crate) const PAIR_SEED: u64 = 0x6761_6363_7061_6972;
 /// Goals that differ, up to which the sign-flip test enumerates every sign pattern.
 const EXACT_UP_TO: usize = 16;
+/// Tests over as many goals that share their bootstrap's draws, made once: fewer draw their own.
+const SHARED_DRAWS_FROM: usize = 4;
 /// `z₀.₉₇₅ + z₀.₈`: α = 0.05 two-sided, power 0.8.
 pub(crate) const Z_SUM: f64 = 1.959_963_985 + 0.841_621_234;
 /// A pair is separated when its Holm-adjusted p is below this.
@@ -50,6 +52,29 @@ pub(crate) struct Compared {
 /// The difference over `goals`, its paired bootstrap interval, sign-flip p and MDE; None
 /// without a goal.
 pub(crate) fn compare(goals: &[GoalDiff]) -> Option<Compared> {
+    compare_drawn(goals, None)
+}
+
+/// Every bootstrap resample's goal indices over `n` goals, in draw order: what `resample` draws
+/// with `PAIR_SEED`, the same for every test over `n` goals, so drawn once for all of them.
+fn drawn_indices(n: usize) -> Vec<u32> {
+    let mut rng = SplitMix64::new(PAIR_SEED);
+    (0..PAIR_DRAWS * n).map(|_| rng.below(n) as u32).collect()
+}
+
+/// Σ w x / Σ w over the drawn goals' `(w x, w)` (0 with no weight): one bootstrap resample.
+fn weighted_mean(terms: &[(f64, f64)], drawn: impl Iterator<Item = usize>) -> f64 {
+    let (mut sum, mut weight) = (0.0, 0.0);
+    for i in drawn {
+        let (wx, w) = terms[i];
+        sum += wx;
+        weight += w;
+    }
+    if weight > 0.0 { sum / weight } else { 0.0 }
+}
+
+/// `compare`, its bootstrap reading `drawn` (`drawn_indices` of as many goals) where given.
+fn compare_drawn(goals: &[GoalDiff], drawn: Option<&[u32]>) -> Option<Compared> {
     let total: f64 = goals.iter().map(|g| g.weight).sum();
     if goals.is_empty() || total <= 0.0 {
         return None;
@@ -58,15 +83,14 @@ pub(crate) fn compare(goals: &[GoalDiff]) -> Option<Compared> {
     // Each goal's (w x, w) side by side: a draw reads one pair (the same products, so the
     // same sums).
     let terms: Vec<(f64, f64)> = goals.iter().map(|g| (g.weight * g.x, g.weight)).collect();
-    let draws = resample(goals.len(), PAIR_DRAWS, PAIR_SEED, |drawn| {
-        let (mut sum, mut weight) = (0.0, 0.0);
-        for i in drawn {
-            let (wx, w) = terms[i];
-            sum += wx;
-            weight += w;
-        }
-        if weight > 0.0 { sum / weight } else { 0.0 }
-    });
+    let draws = match drawn {
+        Some(drawn) => (drawn.chunks(goals.len()))
+            .map(|one| weighted_mean(&terms, one.iter().map(|&i| i as usize)))
+            .collect(),
+        None => resample(goals.len(), PAIR_DRAWS, PAIR_SEED, |one| {
+            weighted_mean(&terms, one)
+        }),
+    };
     let se = standard_error(goals, diff, total);
     Some(Compared {
         diff,
@@ -287,8 +311,20 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
             }
         }
     }
-    let compared = crate::parallel::map_in_parallel(&asked, |&((.., metric), (i, j))| {
-        compare(&goal_diffs(&scored[i], &scored[j], metric))
+    let diffs = crate::parallel::map_in_parallel(&asked, |&((.., metric), (i, j))| {
+        goal_diffs(&scored[i], &scored[j], metric)
+    });
+    // The draws of each goal count that many tests share, made once (20 MB for 500 goals).
+    let mut tests_of = BTreeMap::<usize, usize>::new();
+    for goals in &diffs {
+        *tests_of.entry(goals.len()).or_default() += 1;
+    }
+    let drawn: BTreeMap<usize, Vec<u32>> = (tests_of.into_iter())
+        .filter(|&(n, tests)| n > 0 && tests >= SHARED_DRAWS_FROM)
+        .map(|(n, _)| (n, drawn_indices(n)))
+        .collect();
+    let compared = crate::parallel::map_in_parallel(&diffs, |goals| {
+        compare_drawn(goals, drawn.get(&goals.len()).map(Vec::as_slice))
     });
     let mut found = Vec::new();
     for (((condition, rule, a, b, metric), _), compared) in asked.into_iter().zip(compared) {
@@ -469,6 +505,25 @@ mod tests {
             extreme += usize::from(t.abs() >= observed - tolerance);
         }
         (1 + extreme) as f64 / (1 + PAIR_DRAWS) as f64
+    }
+
+    #[test]
+    fn shared_draws_are_the_draws_a_test_makes_alone() {
+        let mut rng = SplitMix64::new(11);
+        for goals in [1, 2, 37, 120] {
+            let diffs: Vec<GoalDiff> = (0..goals)
+                .map(|_| GoalDiff {
+                    weight: 1.0 + rng.below(4) as f64,
+                    x: rng.below(5) as f64 / 4.0 - 0.5,
+                })
+                .collect();
+            let alone = compare(&diffs).unwrap();
+            assert_eq!(
+                compare_drawn(&diffs, Some(&drawn_indices(goals))),
+                Some(alone),
+                "{goals}"
+            );
+        }
     }
 
     #[test]
