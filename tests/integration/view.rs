@@ -392,7 +392,7 @@ fn nothing_outside_the_folder_is_served_and_only_loopback_is_bound() {
 fn slow_fixture(scratch: &Scratch) -> &'static str {
     scratch.script(
         "experiments/slow-reader.sh",
-        "#!/bin/sh\ncat >/dev/null\nsleep 0.2\nprintf '{\"answer\":\"unknown\"}'\n",
+        "#!/bin/sh\ncat >/dev/null\nsleep 0.4\nprintf '{\"answer\":\"unknown\"}'\n",
     );
     let manifest = std::fs::read_to_string(scratch.path("experiments/fixture.toml"))
         .unwrap()
