@@ -15,6 +15,12 @@ use super::stats::{Interval, interval, resample};
 use crate::protocol::{BudgetRule, CellId, Condition};
 use crate::rng::SplitMix64;
 use crate::store::ledger::ResultRow;
+use noise::variance;
+pub(crate) use noise::{Noise, noise};
+use summed::{Summed, alike_cells};
+
+mod noise;
+mod summed;
 
 /// Resamples of a pair's bootstrap and draws of its permutation test (past exact enumeration).
 pub(crate) const PAIR_DRAWS: usize = 10_000;
@@ -75,26 +81,32 @@ fn weighted_mean(terms: &[(f64, f64)], drawn: impl Iterator<Item = usize>) -> f6
 
 /// `compare`, its bootstrap reading `drawn` (`drawn_indices` of as many goals) where given.
 fn compare_drawn(goals: &[GoalDiff], drawn: Option<&[u32]>) -> Option<Compared> {
+    compare_with(goals, || {
+        // Each goal's (w x, w) side by side: a draw reads one pair (the same products, so the
+        // same sums).
+        let terms: Vec<(f64, f64)> = goals.iter().map(|g| (g.weight * g.x, g.weight)).collect();
+        match drawn {
+            Some(drawn) => (drawn.chunks(goals.len()))
+                .map(|one| weighted_mean(&terms, one.iter().map(|&i| i as usize)))
+                .collect(),
+            None => resample(goals.len(), PAIR_DRAWS, PAIR_SEED, |one| {
+                weighted_mean(&terms, one)
+            }),
+        }
+    })
+}
+
+/// `compare`, its bootstrap's resampled differences made by `draws`.
+fn compare_with(goals: &[GoalDiff], draws: impl FnOnce() -> Vec<f64>) -> Option<Compared> {
     let total: f64 = goals.iter().map(|g| g.weight).sum();
     if goals.is_empty() || total <= 0.0 {
         return None;
     }
     let diff = goals.iter().map(|g| g.weight * g.x).sum::<f64>() / total;
-    // Each goal's (w x, w) side by side: a draw reads one pair (the same products, so the
-    // same sums).
-    let terms: Vec<(f64, f64)> = goals.iter().map(|g| (g.weight * g.x, g.weight)).collect();
-    let draws = match drawn {
-        Some(drawn) => (drawn.chunks(goals.len()))
-            .map(|one| weighted_mean(&terms, one.iter().map(|&i| i as usize)))
-            .collect(),
-        None => resample(goals.len(), PAIR_DRAWS, PAIR_SEED, |one| {
-            weighted_mean(&terms, one)
-        }),
-    };
     let se = standard_error(goals, diff, total);
     Some(Compared {
         diff,
-        ci95: interval(draws),
+        ci95: interval(draws()),
         p: sign_flip_p(goals),
         se,
         mde: Z_SUM * se,
@@ -295,6 +307,7 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
     // core (each is seeded alone, so the order they are made in changes no value).
     let mut asked = Vec::new();
     let mut scored = Vec::new();
+    let mut alike = Vec::new();
     for ((condition, rule), mut group) in groups {
         group.sort_by(|x, y| x.id.compressor.cmp(&y.id.compressor));
         let at = scored.len();
@@ -303,6 +316,7 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
                 .iter()
                 .map(|cell| scores(rows.get(&cell.id).unwrap_or(&no_rows))),
         );
+        alike.extend(alike_cells(&scored, at));
         for (i, a) in group.iter().copied().enumerate() {
             for (j, b) in group.iter().copied().enumerate().skip(i + 1) {
                 for metric in [Metric::Micro, Metric::Macro] {
@@ -311,21 +325,10 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
             }
         }
     }
-    let diffs = crate::parallel::map_in_parallel(&asked, |&((.., metric), (i, j))| {
-        goal_diffs(&scored[i], &scored[j], metric)
-    });
-    // The draws of each goal count that many tests share, made once (20 MB for 500 goals).
-    let mut tests_of = BTreeMap::<usize, usize>::new();
-    for goals in &diffs {
-        *tests_of.entry(goals.len()).or_default() += 1;
-    }
-    let drawn: BTreeMap<usize, Vec<u32>> = (tests_of.into_iter())
-        .filter(|&(n, tests)| n > 0 && tests >= SHARED_DRAWS_FROM)
-        .map(|(n, _)| (n, drawn_indices(n)))
+    let cells: Vec<(Metric, (usize, usize))> = (asked.iter())
+        .map(|&((.., metric), cells)| (metric, cells))
         .collect();
-    let compared = crate::parallel::map_in_parallel(&diffs, |goals| {
-        compare_drawn(goals, drawn.get(&goals.len()).map(Vec::as_slice))
-    });
+    let compared = compare_all(&cells, &scored, &alike);
     let mut found = Vec::new();
     for (((condition, rule, a, b, metric), _), compared) in asked.into_iter().zip(compared) {
         let Some(compared) = compared else {
@@ -354,57 +357,48 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
     found
 }
 
-/// How much a cell's scores move between goals, and how much of that is seeds (SPEC §13).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
-pub(crate) struct Noise {
-    /// Goals scored.
-    pub(crate) goals: usize,
-    /// The sample standard deviation over goals of a goal's Micro (seeds averaged), and of its
-    /// Macro (the share of seeds with every question right).
-    pub(crate) micro_goal_sd: f64,
-    pub(crate) macro_goal_sd: f64,
-    /// Of the variance of a (goal, seed)'s Micro, the share within goals (between seeds); null
-    /// with one seed or no variance at all.
-    pub(crate) seed_share: Option<f64>,
-}
-
-/// The sample variance (n − 1; 0 for one value).
-fn variance(values: &[f64]) -> f64 {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)
-}
-
-/// A cell's noise from its rows; None with fewer than two goals scored.
-pub(crate) fn noise(rows: &[&ResultRow]) -> Option<Noise> {
-    let goals = scores(rows);
-    if goals.len() < 2 {
-        return None;
-    }
-    let (mut micro, mut macro_, mut within) = (Vec::new(), Vec::new(), Vec::new());
-    for seeds in goals.values() {
-        let shares: Vec<f64> = seeds
-            .values()
-            .map(|&(right, n)| right as f64 / n as f64)
-            .collect();
-        let whole: Vec<f64> = seeds
-            .values()
-            .map(|&(right, n)| f64::from(u8::from(right == n)))
-            .collect();
-        micro.push(shares.iter().sum::<f64>() / shares.len() as f64);
-        macro_.push(whole.iter().sum::<f64>() / whole.len() as f64);
-        if shares.len() > 1 {
-            within.push(variance(&shares));
+/// Each test of `asked` (a metric and two cells of `scored`) on every core: summed where its
+/// cells are `alike`, else by its own pass over the draws.
+fn compare_all(
+    asked: &[(Metric, (usize, usize))],
+    scored: &[Scores],
+    alike: &[(Vec<usize>, summed::Support)],
+) -> Vec<Option<Compared>> {
+    let diffs = crate::parallel::map_in_parallel(asked, |&(metric, (i, j))| {
+        goal_diffs(&scored[i], &scored[j], metric)
+    });
+    let mut class_of = vec![None; scored.len()];
+    for (class, (cells, _)) in alike.iter().enumerate() {
+        for &cell in cells {
+            class_of[cell] = Some(class);
         }
     }
-    let between = variance(&micro);
-    let seed_share = (!within.is_empty()).then(|| within.iter().sum::<f64>() / within.len() as f64);
-    let seed_share = seed_share.and_then(|w| (between + w > 0.0).then(|| w / (between + w)));
-    Some(Noise {
-        goals: goals.len(),
-        micro_goal_sd: between.sqrt(),
-        macro_goal_sd: variance(&macro_).sqrt(),
-        seed_share,
+    let summed_pair = |(i, j): (usize, usize)| class_of[i].filter(|&c| class_of[j] == Some(c));
+    // The draws of each goal count that many tests share, made once (20 MB for 500 goals).
+    let mut tests_of = BTreeMap::<usize, usize>::new();
+    for (goals, (_, cells)) in diffs.iter().zip(asked) {
+        if summed_pair(*cells).is_none() {
+            *tests_of.entry(goals.len()).or_default() += 1;
+        }
+    }
+    for (_, support) in alike {
+        tests_of.insert(support.len(), SHARED_DRAWS_FROM);
+    }
+    let drawn: BTreeMap<usize, Vec<u32>> = (tests_of.into_iter())
+        .filter(|&(n, tests)| n > 0 && tests >= SHARED_DRAWS_FROM)
+        .map(|(n, _)| (n, drawn_indices(n)))
+        .collect();
+    let summed = crate::parallel::map_in_parallel(alike, |(cells, support)| {
+        let drawn = drawn.get(&support.len()).map_or(&[][..], Vec::as_slice);
+        Summed::new(cells.clone(), scored, support, drawn)
+    });
+    let tests: Vec<usize> = (0..asked.len()).collect();
+    crate::parallel::map_in_parallel(&tests, |&k| {
+        let (goals, (metric, cells)) = (&diffs[k], asked[k]);
+        match summed_pair(cells) {
+            Some(class) => compare_with(goals, || summed[class].draws(cells.0, cells.1, metric)),
+            None => compare_drawn(goals, drawn.get(&goals.len()).map(Vec::as_slice)),
+        }
     })
 }
 
