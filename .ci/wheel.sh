@@ -18,8 +18,9 @@ if [ "${1:-}" = "--without-rust" ]; then
     # The fixture through the wheel's gacc: the same figures, rows and memories as the cargo build.
     cp -r experiments "$work/wheel"
     (cd "$work/wheel" && gacc run -q fixture.toml >run-folder)
-    for file in results.jsonl memories.jsonl; do
-        cmp "$work/cargo/$(cat "$work/cargo/run-folder")/$file" "$work/wheel/$(cat "$work/wheel/run-folder")/$file"
+    # The rows, decompressed (where a gzip member ends depends on when the run flushed).
+    for file in results.jsonl.gz memories.jsonl.gz; do
+        cmp <(zcat "$work/cargo/$(cat "$work/cargo/run-folder")/$file") <(zcat "$work/wheel/$(cat "$work/wheel/run-folder")/$file")
     done
     python3 - "$work" <<'EOF'
 import json, sys

@@ -3,6 +3,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod ledger;
+pub(crate) mod members;
 pub(crate) mod pack;
 pub(crate) mod row_sink;
 pub(crate) mod run_folder;

@@ -19,7 +19,7 @@ use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 use sha2::{Digest, Sha256};
 
 use super::cache::{Cache, Kind};
-use super::run_folder::RunFolder;
+use super::run_folder::{MEMORIES, RESULTS, RunFolder};
 use crate::error::{Error, io};
 
 /// The list of members' SHA-256, the pack's last member.
@@ -55,7 +55,7 @@ pub(crate) fn rested_on(run: &RunFolder) -> Result<BTreeSet<(Kind, String)>, Err
         calls: BTreeMap<String, String>,
     }
     let mut keys = BTreeSet::new();
-    for file in ["memories.jsonl", "results.jsonl"] {
+    for file in [MEMORIES, RESULTS] {
         let path = run.file(file);
         for (at, line) in run.open_lines(file)?.lines().enumerate() {
             let line = line.map_err(io(&path))?;
@@ -145,7 +145,7 @@ pub(crate) fn pack(run: &RunFolder, cache: &Cache, out: &Path, dataset: bool) ->
     let keys = rested_on(run)?;
     if keys.is_empty() {
         return Err(Error::Io {
-            path: run.file("results.jsonl"),
+            path: run.file(RESULTS),
             message: "its rows name no cache entries (`calls`): a run made before rows named them, \
                       or one with no rows, cannot be packed to replay; run its manifest again"
                 .into(),

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::ledger::{CallKeys, LedgerRow, ResultRow};
+use super::members::Members;
 use super::run_folder::{MEMORIES, RESULTS, RunFolder};
 use crate::error::Error;
 use crate::files::Hashing;
@@ -148,10 +149,13 @@ const GATHER_EVERY: Duration = Duration::from_millis(25);
 /// flushes it once the oldest bytes in it have waited [`FLUSH_EVERY`]; when the sender is
 /// dropped, the file's SHA-256 if `hashed` (`results.jsonl`'s is in the report), else nothing.
 fn write_pieces(file: File, hashed: bool, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Result<String> {
+    // The SHA-256 is of the rows, as a reader decompresses them.
     if hashed {
-        Ok(gather(Hashing::new(file), pieces)?.digest())
+        let hashing = gather(Hashing::new(Members::new(file)), pieces)?;
+        Ok(hashing.digest())
     } else {
-        gather(file, pieces).map(|_| String::new())
+        gather(Members::new(file), pieces)?.finish()?;
+        Ok(String::new())
     }
 }
 
@@ -181,6 +185,8 @@ fn gather<W: Write>(file: W, pieces: &mpsc::Receiver<Vec<u8>>) -> std::io::Resul
             (Err(mpsc::TryRecvError::Empty), None) => {}
         }
     }
+    // Ends the last member.
+    out.flush()?;
     out.into_inner().map_err(|e| e.into_error())
 }
 
@@ -421,7 +427,10 @@ mod tests {
         }
         let written = sink.finish().unwrap();
         assert_eq!((written.memories, written.results), (3000, 6000));
-        assert_eq!(std::fs::read(dir.join(RESULTS)).unwrap(), whole);
+        let mut read = Vec::new();
+        std::io::Read::read_to_end(&mut folder.open_lines(RESULTS).unwrap(), &mut read).unwrap();
+        assert_eq!(read, whole);
+        assert!(std::fs::metadata(dir.join(RESULTS)).unwrap().len() < whole.len() as u64 / 4);
         assert_eq!(
             written.results_sha256,
             crate::hash::sha256(String::from_utf8(whole).unwrap())

@@ -14,10 +14,18 @@ pub(crate) const MANIFEST: &str = "manifest.toml";
 pub(crate) const DATASET: &str = "dataset.jsonl";
 /// The job graph, gzipped (`gacc.plan/2`: every memory job and the questions read from it).
 pub(crate) const PLAN: &str = "plan.json.gz";
-pub(crate) const MEMORIES: &str = "memories.jsonl";
+/// The ledger, as gzip members (`store::members`): whole up to the run's last flush.
+pub(crate) const MEMORIES: &str = "memories.jsonl.gz";
 /// Each distinct memory's text once, gzipped.
 pub(crate) const MEMORY_TEXTS: &str = "memory_texts.jsonl.gz";
-pub(crate) const RESULTS: &str = "results.jsonl";
+/// One row per question, as gzip members, like the ledger.
+pub(crate) const RESULTS: &str = "results.jsonl.gz";
+/// The last gacc that wrote each gzipped file plain, which reads a folder that holds it so.
+const PLAIN_UNTIL: [(&str, &str); 3] = [
+    (MEMORY_TEXTS, "8c6c977"),
+    (MEMORIES, "f503c55"),
+    (RESULTS, "f503c55"),
+];
 pub(crate) const REPORT_JSON: &str = "report.json";
 pub(crate) const REPORT_MD: &str = "report.md";
 pub(crate) const REPORT_HTML: &str = "report.html";
@@ -170,20 +178,23 @@ impl RunFolder {
     /// One of its files for reading line by line, decompressed if it is gzipped.
     pub(crate) fn open_lines(&self, name: &str) -> Result<Box<dyn BufRead>, Error> {
         let path = self.file(name);
-        // The run folders of gacc before memory texts were gzipped held them plain.
         let plain = name.strip_suffix(".gz").map(|plain| self.file(plain));
-        if let Some(plain) = plain.filter(|plain| !path.exists() && plain.exists()) {
+        let until = PLAIN_UNTIL.iter().find(|(gzipped, _)| *gzipped == name);
+        if let (Some(plain), Some((_, commit))) = (plain, until)
+            && !path.exists()
+            && plain.exists()
+        {
             return Err(Error::Io {
                 path: plain,
-                message: "written by a gacc before memory texts were gzipped: gacc 0.1.0 at commit \
-                          8c6c977 or earlier reads it"
-                    .into(),
+                message: format!(
+                    "held plain, not gzipped: gacc 0.1.0 at commit {commit} or earlier reads it"
+                ),
             });
         }
         let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
         if name.ends_with(".gz") {
-            let decoder = flate2::read::GzDecoder::new(std::io::BufReader::with_capacity(1 << 20, file));
-            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, decoder)));
+            let rows = super::members::reader(file);
+            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, rows)));
         }
         Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
     }
@@ -333,12 +344,28 @@ mod tests {
         let again = RunFolder::create(&runs.join("x"), at, "0123456789abcdef").unwrap();
         assert!(folder.path().ends_with("19700101T000000Z-01234567"));
         assert!(again.path().ends_with("19700101T000000Z-01234567-1"));
-        folder.write(RESULTS, b"{\"a\":1}\n\n{\"a\":2}\n").unwrap();
+        let gzipped = |rows: &[u8]| {
+            let mut out = super::super::members::Members::new(Vec::new());
+            std::io::Write::write_all(&mut out, rows).unwrap();
+            out.finish().unwrap()
+        };
+        folder
+            .write(RESULTS, &gzipped(b"{\"a\":1}\n\n{\"a\":2}\n"))
+            .unwrap();
         let rows: Vec<Value> = folder.read_rows(RESULTS).unwrap();
         assert_eq!(rows.len(), 2);
-        folder.write(MEMORIES, b"{\"a\":1}\nnot json\n").unwrap();
+        folder
+            .write(MEMORIES, &gzipped(b"{\"a\":1}\nnot json\n"))
+            .unwrap();
         let error = folder.read_rows::<Value>(MEMORIES).unwrap_err().to_string();
-        assert!(error.contains("memories.jsonl: line 2:"), "{error}");
+        assert!(error.contains("memories.jsonl.gz: line 2:"), "{error}");
+        // Rows held plain: the gacc that wrote them reads them.
+        std::fs::write(again.file("memories.jsonl"), b"{\"a\":1}\n").unwrap();
+        let error = again.read_rows::<Value>(MEMORIES).unwrap_err().to_string();
+        assert!(
+            error.contains("memories.jsonl: held plain, not gzipped: gacc 0.1.0 at commit f503c55"),
+            "{error}"
+        );
         let error = folder.read_json(REPORT_JSON).unwrap_err().to_string();
         assert!(error.contains("report.json: cannot read"), "{error}");
         again.point_latest();

@@ -56,7 +56,7 @@ fn audit_judges_agree_as_the_results_recount_and_leave_the_scores_alone() {
         assert_eq!(a[key].to_string(), b[key].to_string(), "{key}");
     }
     assert!(a.get("judge_audit").is_none());
-    let results = read_lines(&with.join("results.jsonl"));
+    let results = read_lines(&with.join("results.jsonl.gz"));
     // The audit's verdicts are counted apart from the judge's calls.
     let calls = |folder: &std::path::Path, role: &str| {
         let c = &read_json(&folder.join("run.json"))["calls"][role];
@@ -290,7 +290,7 @@ fn labels_round_trip_through_an_export_and_bad_labels_name_their_line() {
     let report = read_json(&folder.join("report.json"));
     let got = &report["judge_audit"]["labels"];
     // Recount: each judge's verdicts on the labelled answers against the labels.
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let labelled: Vec<(&Value, bool)> = results
         .iter()
         .filter_map(|row| {
@@ -416,7 +416,7 @@ fn a_model_audit_judge_judges_its_seeded_sample_once_and_keeps_to_the_spending_c
         after["endpoints"]["mock"]["calls"].as_u64().unwrap_or(0) == 0,
         "{after}"
     );
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     // Exactly the seeded sample is audited by `second`, and every answer by `contains`.
     let mut distinct = std::collections::BTreeSet::new();
     for row in &results {

@@ -37,7 +37,7 @@ fn budget_cells_stand_beside_ratio_cells_and_never_exceed_the_source() {
     assert_eq!(report["experiment"]["budgets"], serde_json::json!([64, 256]));
     assert!(cells.iter().all(|c| c["complete"] == true));
 
-    for row in read_lines(&folder.join("memories.jsonl")) {
+    for row in read_lines(&folder.join("memories.jsonl.gz")) {
         let n = row["source_tokens"].as_u64().unwrap();
         let expected = match row.get("budget_tokens") {
             Some(tokens) => tokens.as_u64().unwrap().min(n),

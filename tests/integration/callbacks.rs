@@ -56,7 +56,7 @@ fn fails_then_recovers(misbehaviour: &str, reason: &str) {
         );
         assert_eq!(seed["unscored_questions"], 1);
     }
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let failed: Vec<_> = results.iter().filter(|r| r["failure"].is_string()).collect();
     assert_eq!(failed.len(), 3);
     assert!(failed.iter().all(|r| r["correct"].is_null()));
@@ -157,7 +157,7 @@ fn a_failed_compressor_leaves_its_questions_unscored() {
         assert_eq!(seed["goals"], 3);
     }
     assert_eq!(
-        read_lines(&folder.join("memories.jsonl")).len(),
+        read_lines(&folder.join("memories.jsonl.gz")).len(),
         9,
         "no ledger row for a memory never made"
     );
@@ -371,7 +371,7 @@ fn rule_built_ins_run_inside_gacc_and_answer_as_their_programs_do() {
         );
         // The same answers, memories and scores, to the last digit.
         assert_eq!(report["cells"], theirs["cells"], "{manifest}");
-        for rows in ["results.jsonl", "memories.jsonl"] {
+        for rows in ["results.jsonl.gz", "memories.jsonl.gz"] {
             assert_eq!(
                 without_keys(read_lines(&inside.join(rows))),
                 without_keys(read_lines(&outside.join(rows))),

@@ -20,14 +20,14 @@ fn no_goal_makes_one_memory_per_source_shared_by_its_goals() {
     assert_eq!(made(&folder, "compressor"), 6);
     let plan = read_json(&folder.join("plan.json.gz"));
     assert_eq!(plan["stages"], json!({"compress": 6, "read": 36, "judge": 36}));
-    let ledger = read_lines(&folder.join("memories.jsonl"));
+    let ledger = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!(ledger.len(), 6);
     assert!(
         ledger
             .iter()
             .all(|row| row["goal_id"].is_null() && row["shown_goal_id"].is_null())
     );
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let mut per_memory: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for row in &results {
         per_memory
@@ -48,7 +48,7 @@ fn cross_goal_shows_a_goal_of_another_source_deterministically() {
     let set = ["--set", "conditions=[\"cross-goal\"]"];
     let (status, first, stderr) = scratch.run(FIXTURE, &set);
     assert_eq!(status, 0, "{stderr}");
-    let ledger = read_lines(&first.join("memories.jsonl"));
+    let ledger = read_lines(&first.join("memories.jsonl.gz"));
     let mut shown_per_seed: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
     for row in &ledger {
         let own = row["goal_id"].as_str().unwrap();
@@ -77,7 +77,7 @@ fn cross_goal_shows_a_goal_of_another_source_deterministically() {
         0,
         "the same choice again, so every call is cached"
     );
-    let again: Vec<Value> = read_lines(&second.join("memories.jsonl"));
+    let again: Vec<Value> = read_lines(&second.join("memories.jsonl.gz"));
     let pairs = |rows: &[Value]| {
         rows.iter()
             .map(|r| r["shown_goal_id"].clone())
@@ -92,7 +92,7 @@ fn utf8_safe_truncation_is_recorded() {
     let (status, folder, _) = scratch.run(FIXTURE, &["--set", "truncation=\"utf8-safe\""]);
     assert_eq!(status, 0);
     assert!(
-        read_lines(&folder.join("memories.jsonl"))
+        read_lines(&folder.join("memories.jsonl.gz"))
             .iter()
             .all(|r| r["truncation"] == "utf8-safe")
     );

@@ -85,7 +85,7 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
     let (status, folder, stderr) = scratch.run_with_env(&path, &[], &env);
     assert_eq!(status, 0, "{stderr}");
     let report = read_json(&folder.join("report.json"));
-    let memories = read_lines(&folder.join("memories.jsonl"));
+    let memories = read_lines(&folder.join("memories.jsonl.gz"));
 
     // Each call's wall time, from the trace: the attempt that answered it, by its cache key.
     let wall: HashMap<String, u64> = read_lines(&folder.join("trace.jsonl"))
@@ -153,7 +153,7 @@ fn each_cell_says_what_its_memories_cost_when_they_pay_and_which_settings_are_on
             );
         }
         assert!(read_cost["reader_usd"].as_f64().unwrap() > 0.0, "{read_cost}");
-        let questions = read_lines(&folder.join("results.jsonl"))
+        let questions = read_lines(&folder.join("results.jsonl.gz"))
             .iter()
             .filter(|r| r["compressor"] == compressor && r["ratio"] == *ratio)
             .count();

@@ -15,8 +15,8 @@ fn the_fixture_reproduces_the_reference_numbers() {
         "manifest.toml",
         "plan.json.gz",
         "memory_texts.jsonl.gz",
-        "memories.jsonl",
-        "results.jsonl",
+        "memories.jsonl.gz",
+        "results.jsonl.gz",
         "report.json",
         "report.md",
         "trace.jsonl",
@@ -59,7 +59,7 @@ fn the_fixture_reproduces_the_reference_numbers() {
     assert_eq!(made(&folder, "reader"), 36);
     assert_eq!(made(&folder, "judge"), 36);
 
-    let ledger = read_lines(&folder.join("memories.jsonl"));
+    let ledger = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!(ledger.len(), 12);
     for row in &ledger {
         assert_eq!(row["truncated"], true, "each goal's line loses its last field");
@@ -68,7 +68,7 @@ fn the_fixture_reproduces_the_reference_numbers() {
         assert_eq!(row["unused_budget"], 0);
         assert_eq!(row["goal_id"], row["shown_goal_id"]);
     }
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     assert_eq!(results.len(), 36);
     let wrong: Vec<&str> = results
         .iter()
@@ -199,8 +199,8 @@ fn changing_one_source_reruns_only_that_sources_jobs() {
     assert_eq!(made(&second, "compressor"), 6);
     assert_eq!(made(&second, "judge"), 18, "judges see the source");
     assert!(made(&second, "reader") <= 18);
-    let old = read_lines(&first.join("memories.jsonl"));
-    let new = read_lines(&second.join("memories.jsonl"));
+    let old = read_lines(&first.join("memories.jsonl.gz"));
+    let new = read_lines(&second.join("memories.jsonl.gz"));
     for row in &new {
         assert_eq!(row["cached"], row["source_id"] == "plant", "{row}");
     }
@@ -217,7 +217,7 @@ fn a_zero_budget_calls_no_compressor_and_keeps_an_empty_memory() {
         0,
         "whatever it wrote would be cut away"
     );
-    for row in read_lines(&folder.join("memories.jsonl")) {
+    for row in read_lines(&folder.join("memories.jsonl.gz")) {
         assert_eq!(row["budget"], 0);
         assert_eq!(
             row["memory_sha256"],
@@ -394,7 +394,7 @@ fn a_forged_count_in_the_cache_is_caught_by_the_recount_on_a_re_run() {
     assert_eq!(status, 0);
     // The first run proved its counts (one per distinct text, sources included).
     assert!(scratch.cached("count") >= 3, "{}", scratch.cached("count"));
-    let memory_tokens = read_lines(&first.join("memories.jsonl"))[0]["memory_tokens"]
+    let memory_tokens = read_lines(&first.join("memories.jsonl.gz"))[0]["memory_tokens"]
         .as_u64()
         .unwrap();
     forge_cache_entry(
@@ -434,7 +434,7 @@ fn re_runs_share_their_derived_files_by_content() {
         );
     }
     // Files users read and edit stay each run's own.
-    for file in ["results.jsonl", "memories.jsonl", "report.json"] {
+    for file in ["results.jsonl.gz", "memories.jsonl.gz", "report.json"] {
         assert_ne!(inode(&first, file), inode(&second, file), "{file}");
     }
     // Another budget: other memories and another plan, each written anew.

@@ -47,3 +47,27 @@ fn a_cache_of_the_format_before_it_was_named_is_refused_naming_the_gacc_that_rea
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(common::made(&folder, "compressor"), 0);
 }
+
+#[test]
+fn a_run_folder_with_its_rows_held_plain_is_refused_naming_the_gacc_that_reads_it() {
+    let scratch = Scratch::new();
+    let (status, folder, stderr) = scratch.run("experiments/fixture.toml", &["-q"]);
+    assert_eq!(status, 0, "{stderr}");
+    // The rows as a gacc before they were gzipped left them.
+    for rows in ["results.jsonl", "memories.jsonl"] {
+        let gzipped = folder.join(format!("{rows}.gz"));
+        std::fs::write(folder.join(rows), common::read_bytes(&gzipped)).unwrap();
+        std::fs::remove_file(gzipped).unwrap();
+    }
+    for command in ["report", "export"] {
+        let output = scratch.gacc().arg(command).arg(&folder).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains(
+                ".jsonl: held plain, not gzipped: gacc 0.1.0 at commit f503c55 or earlier reads it"
+            ),
+            "{command}: {stderr}"
+        );
+    }
+}

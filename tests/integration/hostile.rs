@@ -44,7 +44,7 @@ fn a_key_the_server_echoes_is_nowhere_in_the_run_the_cache_the_trace_or_the_term
         let report = read_json(&folder.join("report.json"));
         let served = report["endpoints"]["mock"]["usage"]["served_models"].to_string();
         assert!(served.contains("[redacted:MOCK_API_KEY]"), "{served}");
-        let memories = std::fs::read_to_string(folder.join("memories.jsonl")).unwrap();
+        let memories = common::read_text(&folder.join("memories.jsonl.gz"));
         assert!(!memories.is_empty());
         assert_no_key(&scratch, &stderr);
         // A rerun is answered by the cache, which holds the redacted replies.

@@ -91,12 +91,12 @@ fn the_fixture_page_is_self_contained_and_holds_every_question_once() {
         question_ids(&folder),
         "every question once, in dataset order"
     );
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     assert_eq!(
         index["results"]["question"].as_array().unwrap().len(),
         results.len()
     );
-    let ledger = read_lines(&folder.join("memories.jsonl"));
+    let ledger = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!(
         index["memories"]["budget"].as_array().unwrap().len(),
         ledger.len()
@@ -220,7 +220,7 @@ builtin = "exact"
 fn a_script_end_in_a_memory_answer_or_reference_cannot_break_out() {
     let scratch = Scratch::new();
     let folder = breakout_run(&scratch);
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     assert!(
         results.iter().any(|r| r["answer"] == BREAKOUT),
         "the reader answered with the breakout text"
@@ -270,9 +270,10 @@ fn gacc_report_rewrites_the_page_and_names_a_broken_file() {
         "gacc report builds the page gacc run built"
     );
 
-    let ledger = folder.join("memories.jsonl");
-    let rows = std::fs::read_to_string(&ledger).unwrap();
-    std::fs::write(&ledger, rows.replacen("{\"seed\"", "{\"seed\" oops", 1)).unwrap();
+    let ledger = folder.join("memories.jsonl.gz");
+    let rows = std::fs::read(&ledger).unwrap();
+    let broken = common::read_text(&ledger).replacen("{\"seed\"", "{\"seed\" oops", 1);
+    std::fs::write(&ledger, common::gzip(broken.as_bytes())).unwrap();
     let output = scratch.gacc().arg("report").arg(&folder).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -518,7 +519,7 @@ fn why_a_score_is_what_it_is_shows_in_the_page() {
 
     // The goal's memories: each answer lists its question's spans, kept or lost as its row
     // says; the memory marks what it kept, and only that.
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let dataset = read_lines(&folder.join("dataset.jsonl"));
     let goal = dataset
         .iter()

@@ -126,7 +126,7 @@ fn one_call_serves_every_budget_and_its_memories_are_a_single_budget_call_s() {
 
     // Every row names its ladder call; `nested` where its cut is a token prefix of the next
     // larger budget's cut, absent for the largest.
-    let rows = read_lines(&folder.join("memories.jsonl"));
+    let rows = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!(rows.len(), 24);
     let memory = texts(&folder);
     let mut by_call: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
@@ -172,7 +172,7 @@ fn one_call_serves_every_budget_and_its_memories_are_a_single_budget_call_s() {
     let (status, one_by_one, stderr) = alone.run(&single, &[]);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(calls(&alone).len(), 24, "one call per memory without the ladder");
-    let singles = read_lines(&one_by_one.join("memories.jsonl"));
+    let singles = read_lines(&one_by_one.join("memories.jsonl.gz"));
     for (a, b) in rows.iter().zip(&singles) {
         assert_eq!(
             (&a["memory_sha256"], &a["cache_key"]),

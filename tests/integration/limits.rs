@@ -327,7 +327,7 @@ printf '%s' "$request" | exec @GACC@ callback field-lookup
         assert_eq!(failure["question_id"], "plant-reactor-status");
         assert_eq!(failure["attempts"], 1);
     }
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     assert_eq!(results.iter().filter(|r| r["failure"].is_string()).count(), 3);
 }
 

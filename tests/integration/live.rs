@@ -51,8 +51,17 @@ fn folder_of(scratch: &Scratch, deadline: Instant) -> Option<PathBuf> {
     None
 }
 
+/// The rows in a row file a run may still be writing (its last gzip member cut short).
 fn lines_in(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
+    let Ok(file) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let mut decoder = flate2::read::MultiGzDecoder::new(file);
+    let (mut rows, mut block) = (0, vec![0u8; 1 << 16]);
+    while let Ok(read @ 1..) = std::io::Read::read(&mut decoder, &mut block) {
+        rows += block[..read].iter().filter(|&&b| b == b'\n').count();
+    }
+    rows
 }
 
 /// Every (kind, key) in the cache's segment logs (`<key> <kind> <checksum> <entry>` lines).
@@ -104,7 +113,7 @@ fn rows_and_progress_are_written_as_the_run_goes_and_rows_name_their_cache_entri
     // (results rows, read jobs finished by run.json) seen while the run went on.
     let mut seen: Vec<(usize, u64)> = Vec::new();
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        let rows = lines_in(&folder.join("results.jsonl"));
+        let rows = lines_in(&folder.join("results.jsonl.gz"));
         let finished = std::fs::read_to_string(folder.join("run.json"))
             .ok()
             .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -139,8 +148,8 @@ fn rows_and_progress_are_written_as_the_run_goes_and_rows_name_their_cache_entri
     // The finished record has no progress; the rows are all there, in full.
     let run = read_json(&folder.join("run.json"));
     assert!(run.get("progress").is_none(), "{run}");
-    let results = read_lines(&folder.join("results.jsonl"));
-    let ledger = read_lines(&folder.join("memories.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
+    let ledger = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!((results.len(), ledger.len()), (36, 12));
 
     // Every row names the entries it rests on, and the cache holds each one.
@@ -186,7 +195,7 @@ fn rows_and_progress_are_written_as_the_run_goes_and_rows_name_their_cache_entri
 #[test]
 fn an_interrupted_run_keeps_its_rows_and_says_where_it_stopped() {
     let (_scratch, child, folder, deadline) = start_slow_run();
-    while lines_in(&folder.join("results.jsonl")) < 24 && Instant::now() < deadline {
+    while lines_in(&folder.join("results.jsonl.gz")) < 24 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     // kill(1) sends the interrupt Ctrl-C would.
@@ -205,10 +214,10 @@ fn an_interrupted_run_keeps_its_rows_and_says_where_it_stopped() {
     );
     let run = read_json(&folder.join("run.json"));
     assert_eq!(run["progress"]["state"], "interrupted", "{run}");
-    let rows = read_lines(&folder.join("results.jsonl"));
+    let rows = read_lines(&folder.join("results.jsonl.gz"));
     assert_eq!(rows.len(), 24, "every row folded is kept");
     assert_eq!(
-        lines_in(&folder.join("memories.jsonl")),
+        lines_in(&folder.join("memories.jsonl.gz")),
         rows.len() / 3,
         "a memory's row with its questions'"
     );

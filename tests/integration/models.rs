@@ -134,7 +134,7 @@ fn usage_and_cost_in_the_report_are_what_the_provider_billed() {
             "{stderr}"
         );
         // The judge's raw reply is kept in its row.
-        let results = common::read_lines(&folder.join("results.jsonl"));
+        let results = common::read_lines(&folder.join("results.jsonl.gz"));
         assert!(
             results.iter().all(|r| r["judge_meta"]["reply"]
                 .as_str()
@@ -225,7 +225,7 @@ fn a_judge_reply_without_a_verdict_is_a_failed_call_not_a_wrong_answer() {
         assert_eq!(cell["complete"], false);
     }
     // No question was scored: not one counted as wrong.
-    let results = common::read_lines(&folder.join("results.jsonl"));
+    let results = common::read_lines(&folder.join("results.jsonl.gz"));
     assert!(results.iter().all(|r| r["correct"].is_null()), "{:?}", results[0]);
     // A sampling judge may give a verdict next time; a greedy one gets the same reply, and is
     // not told to run again as though that would finish the rest.
@@ -444,7 +444,7 @@ fn an_answer_cannot_grade_itself_through_the_judges_prompt() {
         let manifest = llm_fixture(&scratch, &api, format, "", "");
         let (status, folder, stderr) = run(&scratch, &manifest, &[]);
         assert_eq!(status, 0, "{stderr}");
-        let results = common::read_lines(&folder.join("results.jsonl"));
+        let results = common::read_lines(&folder.join("results.jsonl.gz"));
         assert_eq!(results.len(), 36);
         for row in &results {
             assert_eq!(row["answer"], injected.trim());
@@ -605,7 +605,7 @@ fn a_server_that_refuses_json_schema_gets_json_object_after_at_most_three_refusa
     assert_eq!(record["endpoints"]["mock"]["retries"], 0, "{record}");
     let report = read_json(&folder.join("report.json"));
     assert_eq!(report["complete"], true);
-    let results = common::read_lines(&folder.join("results.jsonl"));
+    let results = common::read_lines(&folder.join("results.jsonl.gz"));
     assert!(results.iter().all(|r| r["correct"].is_boolean()));
 }
 

@@ -73,7 +73,7 @@ fn every_pair_is_tested_over_goals_and_holm_adjusted_over_the_report() {
     let (status, folder, stderr) = scratch.run("experiments/baselines.toml", &["-q"]);
     assert_eq!(status, 0, "{stderr}");
     let report = read_json(&folder.join("report.json"));
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let scores = scores(&results);
     let pairs = report["pairs"].as_array().unwrap();
     // 4 compressors: 6 pairs, in Micro and Macro, in each of 3 conditions × 4 ratios.
@@ -508,7 +508,7 @@ fn the_twelve_goal_example_is_within_noise_in_the_report_and_in_diff() {
         assert_eq!(pair["separated"], false);
         assert_eq!(pair["goals"], 12);
     }
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let right = |compressor: &str| {
         (results.iter())
             .filter(|r| r["compressor"] == compressor && r["correct"] == true)

@@ -90,8 +90,8 @@ fn export_csv_reads_back_with_every_field_of_the_rows() {
     let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
     let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
 
-    let results = read_lines(&folder.join("results.jsonl"));
-    let ledger: HashMap<String, Value> = read_lines(&folder.join("memories.jsonl"))
+    let results = read_lines(&folder.join("results.jsonl.gz"));
+    let ledger: HashMap<String, Value> = read_lines(&folder.join("memories.jsonl.gz"))
         .into_iter()
         .map(|row| (row["key"].as_str().unwrap().to_owned(), row))
         .collect();
@@ -117,7 +117,11 @@ fn export_csv_reads_back_with_every_field_of_the_rows() {
     let mut rows: Vec<Value> = results.clone();
     rows[0]["answer"] = Value::from(tricky);
     let lines: Vec<String> = rows.iter().map(Value::to_string).collect();
-    std::fs::write(folder.join("results.jsonl"), lines.join("\n") + "\n").unwrap();
+    std::fs::write(
+        folder.join("results.jsonl.gz"),
+        common::gzip((lines.join("\n") + "\n").as_bytes()),
+    )
+    .unwrap();
     let output = scratch
         .gacc()
         .args(["export", folder.to_str().unwrap(), "-o", "rows.csv"])
@@ -150,7 +154,7 @@ fn export_memories_and_json_lines_hold_each_row_once() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let ledger = read_lines(&folder.join("memories.jsonl"));
+    let ledger = read_lines(&folder.join("memories.jsonl.gz"));
     assert_eq!(rows.len(), ledger.len());
     let texts: HashMap<String, String> = read_lines(&folder.join("memory_texts.jsonl.gz"))
         .into_iter()

@@ -117,7 +117,7 @@ print("ok")
     );
     let (status, folder, stderr) = scratch.run(&manifest, &["-q", "--set", "ratios=[0.1, 0.37]"]);
     assert_eq!(status, 0, "{stderr}");
-    let memories = common::read_lines(&folder.join("memories.jsonl"));
+    let memories = common::read_lines(&folder.join("memories.jsonl.gz"));
     assert!(!memories.is_empty());
     for row in &memories {
         let budget = row["budget"].as_u64().unwrap();

@@ -309,15 +309,15 @@ fn same_results_with_the_sandbox_on_and_off(manifest: &str) {
         serde_json::to_string_pretty(&without_holdout(&off_folder)).unwrap()
     );
     for file in [
-        "results.jsonl",
-        "memories.jsonl",
+        "results.jsonl.gz",
+        "memories.jsonl.gz",
         "memory_texts.jsonl.gz",
         "plan.json.gz",
         "manifest.toml",
     ] {
         assert_eq!(
-            std::fs::read(on_folder.join(file)).unwrap(),
-            std::fs::read(off_folder.join(file)).unwrap(),
+            common::read_bytes(&on_folder.join(file)),
+            common::read_bytes(&off_folder.join(file)),
             "{file}"
         );
     }
@@ -992,7 +992,7 @@ fn only_secrets_are_taken_out_and_a_row_they_were_taken_from_is_marked() {
         );
     }
     // Every memory had the key taken out, and says so.
-    let memories = common::read_lines(&folder.join("memories.jsonl"));
+    let memories = common::read_lines(&folder.join("memories.jsonl.gz"));
     assert!(!memories.is_empty());
     assert!(memories.iter().all(|row| row["redacted"] == true), "{memories:?}");
     let report = read_json(&folder.join("report.json"));

@@ -68,8 +68,8 @@ fn greedy_model_callbacks_send_each_distinct_request_once_for_all_seeds() {
         );
         // Every seed's rows rest on those calls, with the metrics they always had.
         assert_eq!(per_seed(&folder), per_seed(&builtin), "{format:?}");
-        assert_eq!(common::read_lines(&folder.join("results.jsonl")).len(), 36);
-        assert_eq!(common::read_lines(&folder.join("memories.jsonl")).len(), 12);
+        assert_eq!(common::read_lines(&folder.join("results.jsonl.gz")).len(), 36);
+        assert_eq!(common::read_lines(&folder.join("memories.jsonl.gz")).len(), 12);
         let report = read_json(&folder.join("report.json"));
         assert_eq!(report["calls"]["compressor"]["made"], 4);
         assert_eq!(report["calls"]["compressor"]["shared_across_seeds"], 8);

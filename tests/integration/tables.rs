@@ -93,8 +93,8 @@ fn the_fixture_as_a_csv_json_lines_or_parquet_table_gives_the_same_report_and_le
             assert_eq!(a[key], b[key], "{table}: {key}");
         }
         assert_eq!(
-            std::fs::read(expected.join("memories.jsonl")).unwrap(),
-            std::fs::read(folder.join("memories.jsonl")).unwrap(),
+            common::read_bytes(&expected.join("memories.jsonl.gz")),
+            common::read_bytes(&folder.join("memories.jsonl.gz")),
             "{table}: ledger rows"
         );
     }
@@ -511,7 +511,7 @@ fn a_tables_evidence_and_tags_columns_read_convert_and_check() {
     )
     .unwrap();
     let folder = fixture_from(&scratch, "data/evidence.csv", "");
-    let results = jsonl(&scratch, &folder.join("results.jsonl").to_string_lossy());
+    let results = common::read_lines(&folder.join("results.jsonl.gz"));
     let basis = |id: &str| {
         let row = results.iter().find(|r| r["question_id"] == id).unwrap();
         row["evidence_basis"].as_str().unwrap().to_owned()

@@ -92,7 +92,7 @@ fn failures_latency_and_cache_hits() {
 fn one_jobs_whole_story() {
     let scratch = Scratch::new();
     let folder = run_with_a_failing_reader(&scratch);
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     assert!(results.iter().any(|r| r["failure"].is_string()));
     let failed = review(&scratch, &folder, &[])["failures"][0]["job"]
         .as_str()
@@ -165,7 +165,7 @@ fn a_job_served_without_a_call_is_told_from_the_run_folder() {
     let scratch = Scratch::new();
     let first = run_with_a_failing_reader(&scratch);
     let (_, again, _) = scratch.run("experiments/failing.toml", &[]);
-    let ledger = read_lines(&again.join("memories.jsonl"));
+    let ledger = read_lines(&again.join("memories.jsonl.gz"));
     let memory = &ledger[0];
     assert_eq!(memory["cached"], true);
     let key = memory["key"].as_str().unwrap();

@@ -136,9 +136,9 @@ fn a_pack_replays_elsewhere_with_zero_calls_and_the_same_report() {
         );
         assert_eq!(status, 0, "{name}: {stderr}");
         for (role, file) in [
-            ("compressor", "memories.jsonl"),
-            ("reader", "results.jsonl"),
-            ("judge", "results.jsonl"),
+            ("compressor", "memories.jsonl.gz"),
+            ("reader", "results.jsonl.gz"),
+            ("judge", "results.jsonl.gz"),
         ] {
             let packed = call_keys(&folder.join(file), role);
             let lacking = call_keys(&more.join(file), role).difference(&packed).count() as u64;
@@ -293,8 +293,9 @@ fn a_pack_needs_the_runs_cache_and_says_which_entry_is_missing() {
     let old = scratch.path("old-run");
     std::fs::create_dir_all(&old).unwrap();
     for name in ["results.jsonl", "memories.jsonl"] {
-        let text = std::fs::read_to_string(folder.join(name)).unwrap();
-        let stripped: String = common::read_lines(&folder.join(name))
+        let gzipped = folder.join(format!("{name}.gz"));
+        let text = common::read_text(&gzipped);
+        let stripped: String = common::read_lines(&gzipped)
             .into_iter()
             .map(|mut row| {
                 row.as_object_mut().unwrap().remove("calls");
@@ -302,7 +303,7 @@ fn a_pack_needs_the_runs_cache_and_says_which_entry_is_missing() {
             })
             .collect();
         assert_ne!(text, stripped);
-        std::fs::write(old.join(name), stripped).unwrap();
+        std::fs::write(old.join(format!("{name}.gz")), common::gzip(stripped.as_bytes())).unwrap();
     }
     let output = scratch
         .gacc()
@@ -478,7 +479,14 @@ fn verify_passes_a_true_pack_and_names_each_figure_that_does_not_follow() {
     let edited = |member: &str, edit: &dyn Fn(String) -> String| {
         let mut changed = good.clone();
         let (_, bytes) = changed.iter_mut().find(|(name, _)| name == member).unwrap();
-        *bytes = edit(String::from_utf8(bytes.clone()).unwrap()).into_bytes();
+        *bytes = if member.ends_with(".gz") {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut text)
+                .unwrap();
+            common::gzip(edit(text).as_bytes())
+        } else {
+            edit(String::from_utf8(bytes.clone()).unwrap()).into_bytes()
+        };
         assert_ne!(changed, good, "{member}: the edit changed nothing");
         changed
     };
@@ -493,12 +501,12 @@ fn verify_passes_a_true_pack_and_names_each_figure_that_does_not_follow() {
     };
 
     // A result row's verdict flipped: its judge entry says otherwise.
-    let flipped = edited("run/results.jsonl", &|text| {
+    let flipped = edited("run/results.jsonl.gz", &|text| {
         text.replacen("\"correct\":true", "\"correct\":false", 1)
     });
     refused(
         resummed(&flipped),
-        &["results.jsonl line", "correct: stated false, recomputed true"],
+        &["results.jsonl.gz line", "correct: stated false, recomputed true"],
     );
 
     // A Micro in report.json edited.
@@ -511,12 +519,12 @@ fn verify_passes_a_true_pack_and_names_each_figure_that_does_not_follow() {
     );
 
     // A ledger L edited.
-    let budget = edited("run/memories.jsonl", &|text| {
+    let budget = edited("run/memories.jsonl.gz", &|text| {
         text.replacen("\"budget\":11,", "\"budget\":12,", 1)
     });
     refused(
         resummed(&budget),
-        &["memories.jsonl line 1: budget: stated 12, recomputed 11"],
+        &["memories.jsonl.gz line 1: budget: stated 12, recomputed 11"],
     );
 
     // A memory's text edited in the entries (its checksum made to match): its counts no longer follow.
@@ -584,7 +592,7 @@ fn rejudge_reports_the_share_a_disagreeing_judge_disagrees_on_and_its_kappa() {
             .collect();
     let (mut n, mut agree, mut run_yes, mut exact_yes, mut run_only, mut exact_only) =
         (0.0, 0.0, 0.0, 0.0, 0, 0);
-    for row in common::read_lines(&folder.join("results.jsonl")) {
+    for row in common::read_lines(&folder.join("results.jsonl.gz")) {
         let (Some(run), Some(answer)) = (row["correct"].as_bool(), row["answer"].as_str()) else {
             continue;
         };
@@ -640,7 +648,7 @@ fn reread_reports_how_often_another_readers_verdicts_agree_recounted() {
     assert_eq!(status, 0, "{stderr}");
     let theirs = common::verdicts(&other);
     let [mut a, mut b, mut c, mut d] = [0u64; 4];
-    for row in common::read_lines(&folder.join("results.jsonl")) {
+    for row in common::read_lines(&folder.join("results.jsonl.gz")) {
         if !in_share(row["question_id"].as_str().unwrap(), 0.5) {
             continue;
         }
@@ -658,7 +666,7 @@ fn reread_reports_how_often_another_readers_verdicts_agree_recounted() {
         }
     }
     let n = a + b + c + d;
-    let all = common::read_lines(&folder.join("results.jsonl")).len() as u64;
+    let all = common::read_lines(&folder.join("results.jsonl.gz")).len() as u64;
     assert!(
         n > all / 4 && n < all * 3 / 4,
         "about half the questions: {n} of {all}"

@@ -259,7 +259,7 @@ fn the_runs_list_a_run_two_runs_compared_and_a_question_show_the_runs_figures_in
     assert_eq!(flipped.split('"').next().unwrap(), flips.to_string());
 
     // A question's drill-down: its answer, reference and verdict, and the evidence marked.
-    let results = read_lines(&a.join("results.jsonl"));
+    let results = read_lines(&a.join("results.jsonl.gz"));
     let dataset = read_lines(&a.join("dataset.jsonl"));
     let index = results.iter().position(|r| r["correct"] == true).unwrap();
     let row = &results[index];
@@ -318,7 +318,7 @@ fn nothing_outside_the_folder_is_served_and_only_loopback_is_bound() {
     std::fs::create_dir_all(&outside).unwrap();
     let copy = outside.join(run.file_name().unwrap());
     std::fs::create_dir_all(&copy).unwrap();
-    for file in ["report.json", "run.json", "results.jsonl"] {
+    for file in ["report.json", "run.json", "results.jsonl.gz"] {
         std::fs::copy(run.join(file), copy.join(file)).unwrap();
     }
     std::os::unix::fs::symlink(&outside, scratch.path("runs/out")).unwrap();

@@ -104,8 +104,8 @@ fn every_cells_evidence_floor_and_ceiling_recount_from_the_rows_alone() {
     let scratch = Scratch::new();
     let (status, folder, stderr) = scratch.run("experiments/baselines.toml", &["-q"]);
     assert_eq!(status, 0, "{stderr}");
-    let results = read_lines(&folder.join("results.jsonl"));
-    let memories = read_lines(&folder.join("memories.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
+    let memories = read_lines(&folder.join("memories.jsonl.gz"));
     let texts: HashMap<String, String> = read_lines(&folder.join("memory_texts.jsonl.gz"))
         .into_iter()
         .map(|t| {
@@ -500,7 +500,7 @@ fn anchors_cost_nothing_twice_and_the_ceiling_is_identity_at_r_1() {
         without,
         "on its own cache, the same requests again"
     );
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let identity: HashMap<String, &str> = results
         .iter()
         .filter(|r| r["compressor"] == "identity" && r["ratio"] == 1.0)
@@ -550,7 +550,7 @@ fn anchors_cost_nothing_twice_and_the_ceiling_is_identity_at_r_1() {
         0,
         "{plan}"
     );
-    let rows = read_lines(&folder.join("results.jsonl"));
+    let rows = read_lines(&folder.join("results.jsonl.gz"));
     assert!(
         rows.iter()
             .all(|r| r["floor_correct"].is_boolean() && r["ceiling_correct"].is_boolean())
@@ -638,7 +638,7 @@ fn a_reader_panel_recounts_and_says_where_a_reader_reverses_the_ranking() {
     assert_eq!(api.requests(), 0, "gacc plan made a call");
     let (status, folder, stderr) = scratch.run_with_env(&manifest, &["-q"], &[key]);
     assert_eq!(status, 0, "{stderr}");
-    let results = read_lines(&folder.join("results.jsonl"));
+    let results = read_lines(&folder.join("results.jsonl.gz"));
     let report = read_json(&folder.join("report.json"));
     let panel = &report["reader_panel"];
 
@@ -719,7 +719,7 @@ fn a_reader_panel_recounts_and_says_where_a_reader_reverses_the_ranking() {
     assert_eq!(api.requests(), 24);
 
     // A share of the pairs: those whose SHA-256 of [seed, question, memory] falls below it.
-    let memory_sha: HashMap<String, String> = read_lines(&folder.join("memories.jsonl"))
+    let memory_sha: HashMap<String, String> = read_lines(&folder.join("memories.jsonl.gz"))
         .iter()
         .map(|m| {
             (
@@ -731,7 +731,7 @@ fn a_reader_panel_recounts_and_says_where_a_reader_reverses_the_ranking() {
     let half = vault(&scratch, &api.url, &format!("{audit}reader_fraction = 0.5\n"));
     let (status, folder, stderr) = scratch.run_with_env(&half, &["-q"], &[key]);
     assert_eq!(status, 0, "{stderr}");
-    let rows = read_lines(&folder.join("results.jsonl"));
+    let rows = read_lines(&folder.join("results.jsonl.gz"));
     let mut read = 0;
     for row in &rows {
         let sha = &memory_sha[row["memory_key"].as_str().unwrap()];

@@ -9,6 +9,7 @@
 //! stated figure that differs from the recomputed one is listed: file, field, stated,
 //! recomputed.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -22,7 +23,7 @@ use super::run::{Layer, RunOptions};
 use crate::error::{Error, io};
 use crate::inputs::manifest::Recorded;
 use crate::store::pack;
-use crate::store::run_folder::{DATASET, MANIFEST, MEMORIES, REPORT_JSON, RESULTS, RUN, resolve};
+use crate::store::run_folder::{DATASET, MANIFEST, MEMORIES, REPORT_JSON, RESULTS, RUN, RunFolder, resolve};
 use crate::store::run_record::RunRecord;
 
 /// At most this many differences are printed (all are counted).
@@ -235,19 +236,21 @@ fn compare_json(stated: &Path, replayed: &Path, file: &str) -> Result<Vec<Figure
 /// A ledger row's `cached` says where this run found its memory, not a figure: left out.
 fn compare_rows(stated: &Path, replayed: &Path, file: &str) -> Result<Vec<Figure>, Error> {
     let read = |folder: &Path| -> Result<Vec<Value>, Error> {
-        let path = folder.join(file);
-        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-        Ok(text
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .map(|line| {
-                let mut row: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-                if let Some(row) = row.as_object_mut() {
-                    row.remove("cached");
-                }
-                row
-            })
-            .collect())
+        let folder = RunFolder::open(folder);
+        let path = folder.file(file);
+        let mut rows = Vec::new();
+        for line in folder.open_lines(file)?.lines() {
+            let line = line.map_err(io(&path))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let mut row: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if let Some(row) = row.as_object_mut() {
+                row.remove("cached");
+            }
+            rows.push(row);
+        }
+        Ok(rows)
     };
     let (stated, replayed) = (read(stated)?, read(replayed)?);
     let mut figures = Vec::new();

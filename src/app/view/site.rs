@@ -15,6 +15,7 @@ use crate::inputs::records::Source;
 use crate::report::stored::StoredReport;
 use crate::review::diff::{CellLabel, cell_of};
 use crate::store::ledger::{LedgerRow, MemoryText, ResultRow};
+use crate::store::members::{Counted, count_lines};
 use crate::store::pack;
 use crate::store::run_folder::{
     DATASET, MEMORIES, MEMORY_TEXTS, REPORT_JSON, RESULTS, RUN, RunFolder, all_runs,
@@ -33,7 +34,7 @@ pub(super) struct Site {
     pub cache: PathBuf,
     kept: Mutex<Vec<(PathBuf, SystemTime, Arc<Loaded>)>>,
     /// Per row file of a run in flight: how far it was read and the lines found so far.
-    counted: Mutex<HashMap<PathBuf, (u64, usize)>>,
+    counted: Mutex<HashMap<PathBuf, Counted>>,
 }
 
 /// A finished run's rows, as its pages read them.
@@ -133,35 +134,24 @@ impl Site {
         path.starts_with(&self.root).then_some(path)
     }
 
-    /// The lines in the row file at `path`, reading only what was appended since the last
-    /// look (the live page asks several times a second; a paper-scale run's rows are 200 MB).
-    /// A file that shrank (a new run) is counted again from its start.
+    /// The rows in the row file at `path` (gzip members), reading only the members written
+    /// since the last look (the live page asks several times a second; a paper-scale run's
+    /// rows are 200 MB). A file that shrank (a new run) is counted again from its start.
     pub(super) fn lines(&self, path: &Path) -> usize {
-        use std::io::{Read, Seek, SeekFrom};
         let mut counted = self
             .counted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (mut offset, mut lines) = counted.get(path).copied().unwrap_or((0, 0));
-        let Ok(mut file) = std::fs::File::open(path) else {
+        let mut from = counted.get(path).copied().unwrap_or_default();
+        let Ok(file) = std::fs::File::open(path) else {
             return 0;
         };
-        let length = file.metadata().map_or(0, |m| m.len());
-        if length < offset {
-            (offset, lines) = (0, 0);
+        if file.metadata().map_or(0, |m| m.len()) < from.offset {
+            from = Counted::default();
         }
-        let mut block = vec![0u8; 1 << 20];
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
-            while let Ok(read) = file.read(&mut block) {
-                if read == 0 {
-                    break;
-                }
-                lines += memchr::memchr_iter(b'\n', &block[..read]).count();
-                offset += read as u64;
-            }
-        }
-        counted.insert(path.to_path_buf(), (offset, lines));
-        lines
+        let (whole, growing) = count_lines(file, from);
+        counted.insert(path.to_path_buf(), whole);
+        whole.lines + growing
     }
 
     /// The rows of a finished run, read once and kept while its results are unchanged.
@@ -215,18 +205,26 @@ mod tests {
 
     #[test]
     fn a_row_file_is_counted_as_it_grows_and_anew_when_it_shrinks() {
+        use crate::store::members::Members;
         use std::io::Write;
         let scratch = tempfile::tempdir().unwrap();
         let site = Site::new(scratch.path(), &scratch.path().join("cache")).unwrap();
-        let rows = scratch.path().join("results.jsonl");
+        let rows = scratch.path().join("results.jsonl.gz");
         assert_eq!(site.lines(&rows), 0, "no file yet");
-        std::fs::write(&rows, "{}\n{}\n{\"half\":").unwrap();
-        assert_eq!(site.lines(&rows), 2);
-        let mut file = std::fs::OpenOptions::new().append(true).open(&rows).unwrap();
-        file.write_all(b"1}\n{}\n").unwrap();
+        let mut out = Members::new(Vec::new());
+        out.write_all(b"{}\n{}\n").unwrap();
+        out.flush().unwrap();
+        out.write_all(b"{}\n{}\n").unwrap();
+        let two_members = out.finish().unwrap();
+        // The second member is still being written: its rows so far count, not yet kept.
+        std::fs::write(&rows, &two_members[..two_members.len() - 4]).unwrap();
+        assert_eq!(site.lines(&rows), 4);
+        std::fs::write(&rows, &two_members).unwrap();
         assert_eq!(site.lines(&rows), 4);
         assert_eq!(site.lines(&rows), 4, "nothing new");
-        std::fs::write(&rows, "{}\n").unwrap();
+        let mut one = Members::new(Vec::new());
+        one.write_all(b"{}\n").unwrap();
+        std::fs::write(&rows, one.finish().unwrap()).unwrap();
         assert_eq!(site.lines(&rows), 1, "a new file of rows");
     }
 

@@ -169,10 +169,26 @@ pub fn read_bytes(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if path.extension().is_some_and(|e| e == "gz") {
         let mut plain = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain).unwrap();
+        // A run stopped mid-way leaves its last gzip member cut: its rows are what came before.
+        let mut decoder = flate2::read::MultiGzDecoder::new(&bytes[..]);
+        if let Err(error) = std::io::Read::read_to_end(&mut decoder, &mut plain) {
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::UnexpectedEof,
+                "{}: {error}",
+                path.display()
+            );
+        }
         return plain;
     }
     bytes
+}
+
+/// `bytes` gzipped, as a run folder's row files are.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut encoder, bytes).unwrap();
+    encoder.finish().unwrap()
 }
 
 /// A file's text, decompressed when its name ends in `.gz`.
@@ -361,7 +377,7 @@ pub fn question_key(row: &Value) -> String {
 
 /// Each question's verdict (`correct`) in a run folder's `results.jsonl`, by `question_key`.
 pub fn verdicts(folder: &Path) -> std::collections::HashMap<String, Value> {
-    read_lines(&folder.join("results.jsonl"))
+    read_lines(&folder.join("results.jsonl.gz"))
         .into_iter()
         .map(|row| (question_key(&row), row["correct"].clone()))
         .collect()
