@@ -7,11 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::OnceCell;
-use tracing::Instrument;
 
 use super::progress::{CallCounts, StageProgress, Usage};
 use super::{RunState, Stop};
-use crate::exec::callback::{Callback, Failure, FailureKind};
+use crate::exec::callback::{Callback, Failure, FailureKind, call_once};
 use crate::parallel::Locked;
 use crate::protocol::Role;
 
@@ -146,40 +145,11 @@ pub(super) async fn obtain_answer(
                 if let Some(found) = cache.get_timed(role.into(), key) {
                     return Ok((Answer::of(found), true));
                 }
-                // Another gacc process on this cache may be making the same call: wait for it
-                // and take its answer rather than pay again. Held until the answer is cached.
-                let lease = match callback.launcher.answers_at_once() {
-                    false => cache.lease(role.into(), key).await,
-                    true => None,
-                };
-                if lease.is_some() {
-                    cache.refresh();
-                    if let Some(found) = cache.get_timed(role.into(), key) {
-                        return Ok((Answer::of(found), true));
-                    }
+                let made = call_once(callback, cache, key, description, request, &shared.run_limit).await?;
+                if let Some(what) = &made.lost_write {
+                    shared.lost_write(what, 1);
                 }
-                // What is logged while the call is made (-vvv) names its cache key.
-                let span = tracing::info_span!("call", key = %key);
-                let (response, took) = callback
-                    .call(key, request, &shared.run_limit)
-                    .instrument(span)
-                    .await?;
-                let answer = Answer {
-                    response,
-                    wall_ms: (!callback.launcher.answers_at_once()).then_some(took.as_millis() as u64),
-                };
-                let put = cache.put_timed(role.into(), key, &description(), &answer.response, answer.wall_ms);
-                if let Err(error) = put {
-                    shared.lost_write(
-                        &format!(
-                            "could not write the cache entry of a {} call ({error})",
-                            callback.name
-                        ),
-                        1,
-                    );
-                }
-                drop(lease);
-                Ok((answer, false))
+                Ok((Answer::of((made.response, made.wall_ms)), made.cached))
             }
         })
         .await;

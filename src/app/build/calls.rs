@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
-use crate::exec::callback::{Callback, Failure, FailureKind};
+use crate::exec::callback::{Callback, Failure, FailureKind, call_once};
 use crate::exec::model::ModelLauncher;
 use crate::parallel::Locked;
 use crate::protocol::Role;
@@ -140,16 +140,15 @@ impl Calls {
         if self.stopped.load(Ordering::Relaxed) {
             return Err(failure(FailureKind::Cancelled));
         }
-        // Another gacc process on this cache may be making the same call: take its answer.
-        let lease = cache.lease(kind, key).await;
-        if lease.is_some() {
-            cache.refresh();
-            if let Some(found) = cache.get(kind, key) {
-                self.count(callback.role, |c| c.cached += 1, &found, false);
-                return Ok(Some(found));
-            }
-        }
-        let (response, took) = match callback.call(key, || request.to_vec(), &self.limit).await {
+        let made = call_once(
+            callback,
+            cache,
+            key,
+            || description.clone(),
+            || request.to_vec(),
+            &self.limit,
+        );
+        let made = match made.await {
             Ok(made) => made,
             Err(failure) => {
                 match &failure.kind {
@@ -160,16 +159,15 @@ impl Calls {
                 return Err(failure);
             }
         };
-        let wall_ms = Some(took.as_millis() as u64);
-        if let Err(error) = cache.put_timed(kind, key, description, &response, wall_ms) {
-            let what = format!(
-                "could not write the cache entry of a {} call ({error})",
-                callback.name
-            );
+        let response = made.response;
+        if made.cached {
+            self.count(callback.role, |c| c.cached += 1, &response, false);
+            return Ok(Some(response));
+        }
+        if let Some(what) = made.lost_write {
             self.stop(Stopped::LostWrite(what.clone()));
             return Err(failure(FailureKind::Submit(what)));
         }
-        drop(lease);
         self.count(callback.role, |c| c.made += 1, &response, true);
         Ok(Some(response))
     }

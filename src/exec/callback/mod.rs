@@ -16,8 +16,10 @@ use crate::protocol::EXIT_TEMPFAIL;
 use crate::protocol::Role;
 use crate::trace::TraceEvent;
 
+mod once;
 mod response;
 
+pub(crate) use once::call_once;
 pub(crate) use response::{check_response, parse_framed, parse_response, reported_error};
 
 const CALLBACK_BACKOFF_BASE: Duration = Duration::from_millis(250);
