@@ -385,22 +385,12 @@ fn a_bad_build_file_is_named_with_its_key() {
     }
 }
 
-/// `llm-writer` on the mock model: a reply that holds no JSON is a failed call tried again; the
-/// calls are priced, the cap holds, the key is in no file.
-#[test]
-fn llm_writer_builds_from_a_table_of_sources_on_the_mock_model() {
-    let mock = MockApi::start(
-        Format::OpenAi,
-        Behaviour {
-            prose_writer_first: 1,
-            ..Behaviour::default()
-        },
-    );
-    let scratch = Scratch::empty();
+/// A build of one inline source by `llm-writer`, checked by the model reader and judge, all on
+/// the mock model at `url`; `run` holds `cap`.
+fn llm_build_file(url: &str, cap: &str) -> String {
     let text = "Inspection log of the north plant.\nreactor: temperature=451 pressure=12 status=green\nturbine: speed=3600 operator=marta\n";
-    let build_file = |cap: &str| {
-        format!(
-            r#"[build]
+    format!(
+        r#"[build]
 goals_per_source = 2
 questions_per_goal = 3
 out = "built.jsonl"
@@ -416,7 +406,7 @@ judge = {{ builtin = "llm-judge", params = {{ model = "mock" }} }}
 
 [models.mock]
 api = "openai-chat"
-base_url = "{}"
+base_url = "{url}"
 model = "mock-1"
 api_key_env = "MOCK_API_KEY"
 {}
@@ -424,24 +414,78 @@ api_key_env = "MOCK_API_KEY"
 [run]
 {cap}
 "#,
-            mock.url,
-            mock_api::PRICE
-        )
-    };
-    let run = |args: &[&str]| {
-        let out = (scratch.gacc())
-            .env("MOCK_API_KEY", mock_api::KEY)
-            .args(["dataset", "build", "build.toml"])
-            .args(args)
-            .output()
-            .unwrap();
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), printed)
-    };
+        mock_api::PRICE
+    )
+}
+
+/// `gacc dataset build build.toml ARGS` with the mock's key: its status and what it printed.
+fn build_on_the_mock(scratch: &Scratch, args: &[&str]) -> (i32, String) {
+    let out = (scratch.gacc())
+        .env("MOCK_API_KEY", mock_api::KEY)
+        .args(["dataset", "build", "build.toml"])
+        .args(args)
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), printed)
+}
+
+/// A server that echoes the key (in a 500, a 429, every reply's model name and the reader's
+/// answers) to the writer, reader and judge: no byte of the key is in the build's files or
+/// output, and the answers it was taken from say where.
+#[test]
+fn llm_writer_keeps_an_echoed_key_out_of_the_dataset_the_cache_and_the_terminal() {
+    let mock = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            echo_key: true,
+            ..Behaviour::default()
+        },
+    );
+    let scratch = Scratch::empty();
+    scratch.write("build.toml", &llm_build_file(&mock.url, ""));
+    let (status, printed) = build_on_the_mock(&scratch, &[]);
+    // The reader's answers carry the echoed key, taken out: none matches its reference, so
+    // every question fails the ceiling check and no dataset is written.
+    assert_eq!(status, 2, "{printed}");
+    assert!(printed.contains("no question passed the checks"), "{printed}");
+    let counts = mock.counts();
+    // The goals call, a questions call per goal, the 500 and the 429 tried again.
+    assert!(counts.get(&counts.writer) >= 3, "{printed}");
+    mock_api::assert_no_key(&scratch, &printed);
+    let dropped = read_lines(&scratch.path("built.dropped.jsonl"));
+    let questions: Vec<&Value> = dropped.iter().filter(|row| row.get("id").is_some()).collect();
+    assert_eq!(questions.len(), 6, "{dropped:?}");
+    for row in questions {
+        assert_eq!(row["reason"], "ceiling", "{row}");
+        let answer = row["answer"].as_str().unwrap();
+        assert!(answer.contains("[redacted:MOCK_API_KEY]"), "{answer}");
+    }
+    for file in ["built.dropped.jsonl", "built.report.md"] {
+        let text = std::fs::read_to_string(scratch.path(file)).unwrap();
+        assert!(!text.contains("0123456789abcdef"), "the key is in {file}");
+    }
+    assert!(!scratch.path("built.jsonl").exists());
+}
+
+/// `llm-writer` on the mock model: a reply that holds no JSON is a failed call tried again; the
+/// calls are priced, the cap holds, the key is in no file.
+#[test]
+fn llm_writer_builds_from_a_table_of_sources_on_the_mock_model() {
+    let mock = MockApi::start(
+        Format::OpenAi,
+        Behaviour {
+            prose_writer_first: 1,
+            ..Behaviour::default()
+        },
+    );
+    let scratch = Scratch::empty();
+    let build_file = |cap: &str| llm_build_file(&mock.url, cap);
+    let run = |args: &[&str]| build_on_the_mock(&scratch, args);
     scratch.write("build.toml", &build_file("max_cost_usd = 0.0000001"));
     let (status, printed) = run(&["--dry-run"]);
     assert_eq!((status, mock.requests()), (0, 0), "{printed}");

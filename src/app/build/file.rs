@@ -91,13 +91,22 @@ pub(super) struct Build {
 impl Build {
     /// The file beside the dataset named `<stem>.<suffix>`.
     pub(super) fn beside(&self, suffix: &str) -> PathBuf {
-        let stem = self
-            .out
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        self.out.with_file_name(format!("{stem}.{suffix}"))
+        beside(&self.out, suffix)
     }
+}
+
+/// The suffixes of the dropped questions and the report, beside the dataset.
+pub(super) const DROPPED: &str = "dropped.jsonl";
+pub(super) const REPORT: &str = "report.md";
+
+/// The file beside `out` named `<stem of out>.<suffix>`.
+fn beside(out: &Path, suffix: &str) -> PathBuf {
+    out.with_file_name(format!("{}.{suffix}", stem(out).unwrap_or_default()))
+}
+
+/// A path's file name without its extension.
+fn stem(path: &Path) -> Option<String> {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned())
 }
 
 /// Reads the build file at `path`, its sources and its callbacks' files.
@@ -201,10 +210,7 @@ fn as_manifest(
     (models, run): (BTreeMap<String, ModelSpec>, RunSpec),
     seed: u64,
 ) -> Loaded {
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "build".into());
+    let name = stem(path).unwrap_or_else(|| "build".into());
     let project = crate::inputs::manifest::project_of(folder, &name);
     let manifest = Manifest {
         name,
@@ -262,10 +268,7 @@ fn files(folder: &Path, pattern: &str, place: &str) -> Result<Vec<(Text, Option<
             .map_err(|error| problem(format!("cannot read {}: {error}", path.display())))?;
         let text =
             String::from_utf8(bytes).map_err(|_| problem(format!("{} is not UTF-8 text", path.display())))?;
-        let id = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let id = stem(&path).unwrap_or_default();
         let text = Text {
             id,
             // One line ending, so a file saved on Windows builds the same dataset.
@@ -279,15 +282,7 @@ fn files(folder: &Path, pattern: &str, place: &str) -> Result<Vec<(Text, Option<
 /// The sources, when the build writes none of them: a dataset, dropped rows or report among
 /// its own sources would make each build read the last one's output.
 fn not_written(sources: Vec<(Text, Option<PathBuf>)>, out: &Path, place: &str) -> Result<Vec<Text>, Problem> {
-    let stem = out
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let written = [
-        out.to_path_buf(),
-        out.with_file_name(format!("{stem}.dropped.jsonl")),
-        out.with_file_name(format!("{stem}.report.md")),
-    ];
+    let written = [out.to_path_buf(), beside(out, DROPPED), beside(out, REPORT)];
     let same = |a: &Path, b: &Path| {
         a == b || std::fs::canonicalize(a).is_ok_and(|a| std::fs::canonicalize(b).is_ok_and(|b| a == b))
     };

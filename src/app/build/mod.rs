@@ -264,11 +264,14 @@ fn write(
     if let Some(folder) = build.out.parent() {
         std::fs::create_dir_all(folder).map_err(io(folder))?;
     }
-    let (report, dropped) = (build.beside("report.md"), build.beside("dropped.jsonl"));
+    let (report, dropped) = (build.beside(file::REPORT), build.beside(file::DROPPED));
     crate::files::write(&report, outputs::report(build, outcomes, counted).as_bytes())?;
     crate::files::write(&dropped, &outputs::dropped(build, outcomes))?;
-    crate::files::write(&build.out, &outputs::dataset(build, outcomes))?;
     let (_, all) = outputs::counts(outcomes);
+    // A dataset of no question is no dataset: the report and the dropped rows say why.
+    if all.kept > 0 {
+        crate::files::write(&build.out, &outputs::dataset(build, outcomes))?;
+    }
     let made: usize = counted.values().map(|c| c.made).sum();
     let cached: usize = counted.values().map(|c| c.cached).sum();
     let paid: f64 = counted.values().map(|c| c.paid_usd).sum();
@@ -290,16 +293,16 @@ fn write(
             report.display()
         );
     }
-    println!("{}", build.out.display());
     if all.kept == 0 {
         return Err(Invalid::one(
             build.out.display().to_string(),
             format!(
-                "no question passed the checks: {} says why each was dropped",
+                "no question passed the checks, so no dataset was written: {} says why each was dropped",
                 dropped.display()
             ),
         )
         .into());
     }
+    println!("{}", build.out.display());
     Ok(Ended::Success)
 }

@@ -252,7 +252,7 @@ pub(super) fn report(build: &Build, outcomes: &[SourceOutcome], counted: &BTreeM
         out,
         "\nGoals left with no question are dropped (`no-questions`), and sources left with no goal (`no-goals`); every dropped question, goal and source is in `{}` with its reason.\n",
         build
-            .beside("dropped.jsonl")
+            .beside(super::file::DROPPED)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()

@@ -153,8 +153,6 @@ impl Context {
         goal: &str,
     ) -> Result<Option<Vec<WrittenQuestion>>, Failure> {
         let n = self.questions_per_goal;
-        let request = WriterRequest::questions(&source.text, goal, n, self.seed, &self.writer.params);
-        let bytes = messages::to_bytes(&request);
         if goal.is_empty() {
             let unknown =
                 WriterRequest::questions(&source.text, UNKNOWN_GOAL, n, self.seed, &self.writer.params);
@@ -162,6 +160,8 @@ impl Context {
                 .wanted(&self.writer, Some(&messages::to_bytes(&unknown)));
             return Ok(None);
         }
+        let request = WriterRequest::questions(&source.text, goal, n, self.seed, &self.writer.params);
+        let bytes = messages::to_bytes(&request);
         let description = self.writer_key(writer::WriterOp::Questions, hash, Some(goal), n);
         let response = self
             .calls
