@@ -84,6 +84,9 @@ pub(crate) struct Setup {
     pub replayed_failures: HashMap<String, FailureRow>,
     /// Goals read in batches, a check after each (`[run] stop`); None: plan order, no check.
     pub batches: Option<Batches>,
+    /// Whether the outcome keeps every ledger and result row (a run's report reads them);
+    /// `gacc plan` only counts, and a plan of a million seeds holds no row.
+    pub keep_rows: bool,
 }
 
 /// What a run produced, in plan order.
@@ -304,6 +307,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
             distinct: &mut distinct,
             memories: memories.as_ref(),
             rows: rows.as_mut(),
+            keep_rows: shared.setup.keep_rows,
         };
         while folded < total && outcomes[folded].is_some() {
             if let Some(memory) = outcomes[folded].take() {
@@ -322,6 +326,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         distinct: &mut distinct,
         memories: memories.as_ref(),
         rows: rows.as_mut(),
+        keep_rows: shared.setup.keep_rows,
     };
     // A task that stopped unexpectedly leaves a gap; what follows it is still kept.
     for (index, memory) in outcomes.into_iter().enumerate().skip(folded) {
@@ -403,6 +408,7 @@ struct Folding<'a> {
     distinct: &'a mut DistinctCalls,
     memories: Option<&'a std::sync::mpsc::Sender<Arc<str>>>,
     rows: Option<&'a mut RowSink>,
+    keep_rows: bool,
 }
 
 impl Folding<'_> {
@@ -411,7 +417,13 @@ impl Folding<'_> {
         if let (Some(rows), Some(lines)) = (self.rows.as_deref_mut(), memory.lines.take()) {
             rows.memory(lines);
         }
-        fold(self.outcome, self.distinct, id, memory, self.memories);
+        fold(
+            self.outcome,
+            self.distinct,
+            id,
+            memory,
+            (self.memories, self.keep_rows),
+        );
     }
 }
 
@@ -421,7 +433,7 @@ fn fold(
     distinct: &mut DistinctCalls,
     id: &crate::protocol::MemoryId,
     memory: MemoryOutcome,
-    memories: Option<&std::sync::mpsc::Sender<Arc<str>>>,
+    (memories, keep_rows): (Option<&std::sync::mpsc::Sender<Arc<str>>>, bool),
 ) {
     if let (Some(memories), Some((row, _))) = (memories, &memory.ledger)
         && distinct
@@ -431,10 +443,12 @@ fn fold(
         let _ = memories.send(row.memory.clone());
     }
     let found = memory.ledger.as_ref().is_some_and(|(row, _)| row.cached);
-    outcome.ledger.extend(memory.ledger.map(|(row, _)| row));
-    outcome
-        .results
-        .extend(memory.results.into_iter().map(|(row, _)| row));
+    if keep_rows {
+        outcome.ledger.extend(memory.ledger.map(|(row, _)| row));
+        outcome
+            .results
+            .extend(memory.results.into_iter().map(|(row, _)| row));
+    }
     for failure in memory.failures {
         if failure.reason == FailureKind::Cancelled.to_string() {
             outcome.cancelled += 1;
@@ -594,6 +608,7 @@ mod tests {
             offline: None,
             replayed_failures: HashMap::new(),
             batches: None,
+            keep_rows: true,
         }
     }
 

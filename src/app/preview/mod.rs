@@ -132,6 +132,7 @@ pub(super) fn plan_status(path: &Path, sets: &[String]) -> Result<Preview, Error
         offline: None,
         replayed_failures: Default::default(),
         batches: None,
+        keep_rows: false,
     };
     let laddered = prepared.plan.memories.iter().any(|job| job.ladder.is_some());
     let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;

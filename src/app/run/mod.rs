@@ -141,6 +141,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let stop = prepared.loaded.manifest.run.stop.as_ref();
     let batches = stop.map(|spec| stopping::batches(&prepared, spec, options.quiet, &read));
     let setup = runner::Setup {
+        keep_rows: true,
         batches,
         plan: prepared.plan.clone(),
         dataset: prepared.dataset.clone(),
