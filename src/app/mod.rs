@@ -174,7 +174,7 @@ pub fn bench(
 ) -> Result<Ended, Error> {
     let measurements = bench::bench(folder, shape, spawns, against)?;
     for m in &measurements {
-        println!("{:<62} {:>9.3} s  {}", m.name, m.seconds, m.detail);
+        println!("{:<62} {:>9.3} {:<2}  {}", m.name, m.value, m.unit, m.detail);
     }
     crate::files::write(
         &folder.join("bench.json"),

@@ -56,6 +56,16 @@ fn bench_against_a_baseline_says_each_ratio_and_whether_the_counts_agree() {
         let ratio = m["detail"]["ratio"].as_f64().unwrap();
         assert!((ratio - this / baseline).abs() < 1e-3, "{m}");
     }
+    assert_eq!(
+        (compared[0]["unit"].as_str(), compared[1]["unit"].as_str()),
+        (Some("MB"), Some("s"))
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("vs baseline: run folder ") && l.contains(" MB ")),
+        "{stdout}"
+    );
     // The same binary on both sides: the same run folder, give or take its timings' digits.
     let folder = compared[0]["detail"]["ratio"].as_f64().unwrap();
     assert!((0.95..=1.05).contains(&folder), "{}", compared[0]);

@@ -90,7 +90,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// A measurement of this against the baseline: both figures, and their ratio.
-fn compared(name: &str, this: f64, baseline: f64, detail: Value) -> Measurement {
+fn compared(name: &str, (this, baseline): (f64, f64), unit: &'static str, detail: Value) -> Measurement {
     let ratio = if baseline > 0.0 { this / baseline } else { f64::NAN };
     let mut detail = detail;
     detail["this"] = json!(this);
@@ -98,7 +98,8 @@ fn compared(name: &str, this: f64, baseline: f64, detail: Value) -> Measurement 
     detail["ratio"] = json!((ratio * 1000.0).round() / 1000.0);
     Measurement {
         name: format!("vs baseline: {name}"),
-        seconds: this,
+        value: this,
+        unit,
         detail,
     }
 }
@@ -146,17 +147,22 @@ pub(super) fn compare(folder: &Path, baseline: &Path, rounds: usize) -> Result<V
     }
     let same_tokens = tokens[0] == tokens[1];
     Ok(vec![
-        compared("run folder (bytes)", sizes[0] as f64, sizes[1] as f64, json!({})),
         compared(
-            &format!("cached re-run, median of {rounds} (s)"),
-            median(reruns[0].clone()),
-            median(reruns[1].clone()),
+            "run folder",
+            (sizes[0] as f64 / 1e6, sizes[1] as f64 / 1e6),
+            "MB",
+            json!({}),
+        ),
+        compared(
+            &format!("cached re-run, median of {rounds}"),
+            (median(reruns[0].clone()), median(reruns[1].clone())),
+            "s",
             json!({"each_this": reruns[0], "each_baseline": reruns[1]}),
         ),
         compared(
-            &format!("gacc dataset stats, median of {rounds} (s)"),
-            median(counts[0].clone()),
-            median(counts[1].clone()),
+            &format!("gacc dataset stats, median of {rounds}"),
+            (median(counts[0].clone()), median(counts[1].clone())),
+            "s",
             json!({"tokens_this": tokens[0], "tokens_baseline": tokens[1], "same_tokens": same_tokens}),
         ),
     ])
@@ -170,7 +176,7 @@ mod tests {
     fn a_median_and_a_ratio() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        let m = compared("x", 1.0, 4.0, json!({}));
+        let m = compared("x", (1.0, 4.0), "s", json!({}));
         assert_eq!(m.detail["ratio"], 0.25);
         assert_eq!(m.name, "vs baseline: x");
     }

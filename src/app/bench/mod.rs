@@ -57,7 +57,9 @@ impl Default for Shape {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Measurement {
     pub(crate) name: String,
-    pub(crate) seconds: f64,
+    /// In `unit`: seconds for a timing.
+    pub(crate) value: f64,
+    pub(crate) unit: &'static str,
     pub(crate) detail: Value,
 }
 
@@ -130,7 +132,8 @@ fn experiment(folder: &Path, shape: &Shape) -> Result<Vec<Measurement>, Error> {
     }
     out.push(Measurement {
         name: "peak memory of this process (VmHWM)".into(),
-        seconds: 0.0,
+        unit: "s",
+        value: 0.0,
         detail: json!({"mib": peak_memory_kib() / 1024}),
     });
     Ok(out)
@@ -156,23 +159,27 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
     ));
     out.push(Measurement {
         name: format!("bare spawn of /bin/true, {spawns} at concurrency {concurrency}"),
-        seconds: bare.as_secs_f64(),
+        unit: "s",
+        value: bare.as_secs_f64(),
         detail: json!({"per_second": spawns as f64 / bare.as_secs_f64()}),
     });
     out.push(Measurement {
         name: format!("bare spawn of /bin/echo with three pipes, {spawns} at concurrency {concurrency}"),
-        seconds: piped.as_secs_f64(),
+        unit: "s",
+        value: piped.as_secs_f64(),
         detail: json!({"per_second": spawns as f64 / piped.as_secs_f64()}),
     });
     out.push(Measurement {
         name: format!("oneshot calls of /bin/true, {spawns} at concurrency {concurrency}"),
-        seconds: oneshot_true.as_secs_f64(),
+        unit: "s",
+        value: oneshot_true.as_secs_f64(),
         detail: json!({"per_second": spawns as f64 / oneshot_true.as_secs_f64(),
             "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot_true.as_secs_f64()}),
     });
     out.push(Measurement {
         name: format!("oneshot callback calls, {spawns} at concurrency {concurrency}"),
-        seconds: oneshot.as_secs_f64(),
+        unit: "s",
+        value: oneshot.as_secs_f64(),
         detail: json!({"per_second": spawns as f64 / oneshot.as_secs_f64(),
             "share_of_bare_spawn_rate": bare.as_secs_f64() / oneshot.as_secs_f64(),
             "share_of_piped_spawn_rate": piped.as_secs_f64() / oneshot.as_secs_f64()}),
@@ -184,7 +191,8 @@ fn call_costs(folder: &Path, concurrency: usize, spawns: usize) -> Result<Vec<Me
             name: format!(
                 "oneshot callback calls in the Landlock sandbox, {spawns} at concurrency {concurrency}"
             ),
-            seconds: confined.as_secs_f64(),
+            unit: "s",
+            value: confined.as_secs_f64(),
             detail: json!({"per_second": spawns as f64 / confined.as_secs_f64(),
                 "share_of_unsandboxed_rate": oneshot.as_secs_f64() / confined.as_secs_f64()}),
         });
@@ -207,7 +215,8 @@ fn worker_costs(runtime: &tokio::runtime::Runtime, spawns: usize, concurrency: u
             "persistent callback round trips, {} at concurrency {concurrency}",
             spawns * 5
         ),
-        seconds: persistent.as_secs_f64(),
+        unit: "s",
+        value: persistent.as_secs_f64(),
         detail: json!({"per_second": (spawns * 5) as f64 / persistent.as_secs_f64()}),
     });
     // A model that serves a batch of up to 32 requests in 50 ms, one worker: one request in
@@ -222,7 +231,8 @@ fn worker_costs(runtime: &tokio::runtime::Runtime, spawns: usize, concurrency: u
             name: format!(
                 "one batching worker (50 ms per batch of up to 32), max_inflight = {inflight}, {calls} calls"
             ),
-            seconds: took.as_secs_f64(),
+            unit: "s",
+            value: took.as_secs_f64(),
             detail: json!({"per_second": calls as f64 / took.as_secs_f64(),
                 "throughput_over_max_inflight_1": per_second.last().copied().unwrap_or(0.0) / per_second[0]}),
         });
@@ -231,7 +241,8 @@ fn worker_costs(runtime: &tokio::runtime::Runtime, spawns: usize, concurrency: u
     let sleeping = runtime.block_on(call_many(sleep_callback(16), sleepers, 16));
     out.push(Measurement {
         name: format!("{sleepers} oneshot callbacks that sleep 200 ms, concurrency 16"),
-        seconds: sleeping.as_secs_f64(),
+        unit: "s",
+        value: sleeping.as_secs_f64(),
         detail: json!({"per_second": sleepers as f64 / sleeping.as_secs_f64(), "ideal_per_second": 80.0}),
     });
     out
@@ -240,7 +251,8 @@ fn worker_costs(runtime: &tokio::runtime::Runtime, spawns: usize, concurrency: u
 fn measure(name: &str, started: Instant, detail: Value) -> Measurement {
     Measurement {
         name: name.to_owned(),
-        seconds: started.elapsed().as_secs_f64(),
+        unit: "s",
+        value: started.elapsed().as_secs_f64(),
         detail,
     }
 }
@@ -409,7 +421,8 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
     let seconds = started.elapsed().as_secs_f64();
     out.push(Measurement {
         name: "tokenizing (cl100k_base encode)".into(),
-        seconds,
+        value: seconds,
+        unit: "s",
         detail: json!({"mb_per_second": (text.len() * rounds) as f64 / seconds / 1e6}),
     });
     // Written as gacc sends it, read as a built-in or a model prompt reads it.
@@ -425,7 +438,8 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
     let seconds = started.elapsed().as_secs_f64();
     out.push(Measurement {
         name: "JSON (serialise and parse a compressor request)".into(),
-        seconds,
+        value: seconds,
+        unit: "s",
         detail: json!({"mb_per_second": bytes as f64 / seconds / 1e6}),
     });
     let cache_folder = folder.join("cache-bench");
@@ -445,12 +459,14 @@ fn where_time_goes(folder: &Path) -> Vec<Measurement> {
         let get = started.elapsed().as_secs_f64();
         out.push(Measurement {
             name: format!("cache writes, {entries} entries of ~250 bytes"),
-            seconds: put,
+            unit: "s",
+            value: put,
             detail: json!({"per_second": entries as f64 / put}),
         });
         out.push(Measurement {
             name: format!("cache reads, {entries} entries"),
-            seconds: get,
+            unit: "s",
+            value: get,
             detail: json!({"per_second": entries as f64 / get}),
         });
     }
