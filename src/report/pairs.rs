@@ -374,20 +374,20 @@ fn compare_all(
         }
     }
     let summed_pair = |(i, j): (usize, usize)| class_of[i].filter(|&c| class_of[j] == Some(c));
-    // The draws of each goal count that many tests share, made once (20 MB for 500 goals).
+    // The draws of each goal count that many tests, or a class of alike cells, share: made once
+    // (20 MB for 500 goals).
     let mut tests_of = BTreeMap::<usize, usize>::new();
     for (goals, (_, cells)) in diffs.iter().zip(asked) {
         if summed_pair(*cells).is_none() {
             *tests_of.entry(goals.len()).or_default() += 1;
         }
     }
-    for (_, support) in alike {
-        tests_of.insert(support.len(), SHARED_DRAWS_FROM);
-    }
-    let drawn: BTreeMap<usize, Vec<u32>> = (tests_of.into_iter())
-        .filter(|&(n, tests)| n > 0 && tests >= SHARED_DRAWS_FROM)
-        .map(|(n, _)| (n, drawn_indices(n)))
-        .collect();
+    let shared = (tests_of.into_iter())
+        .filter(|&(_, tests)| tests >= SHARED_DRAWS_FROM)
+        .map(|(n, _)| n)
+        .chain(alike.iter().map(|(_, support)| support.len()));
+    let shared: std::collections::BTreeSet<usize> = shared.filter(|&n| n > 0).collect();
+    let drawn: BTreeMap<usize, Vec<u32>> = (shared.into_iter()).map(|n| (n, drawn_indices(n))).collect();
     let summed = crate::parallel::map_in_parallel(alike, |(cells, support)| {
         let drawn = drawn.get(&support.len()).map_or(&[][..], Vec::as_slice);
         Summed::new(cells.clone(), scored, support, drawn)

@@ -192,9 +192,15 @@ impl RunFolder {
             });
         }
         let file = std::fs::File::open(&path).map_err(|error| unreadable(&path, error))?;
-        if name.ends_with(".gz") {
+        // Row files are written as members and may end in a cut one (a run stopped); the
+        // others are written whole, so a cut one is damage and an error.
+        if [MEMORIES, RESULTS].contains(&name) {
             let rows = super::members::reader(file);
             return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, rows)));
+        }
+        if name.ends_with(".gz") {
+            let decoder = flate2::read::GzDecoder::new(std::io::BufReader::with_capacity(1 << 20, file));
+            return Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, decoder)));
         }
         Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
     }
