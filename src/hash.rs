@@ -5,12 +5,12 @@ use sha2::{Digest, Sha256};
 /// Lowercase hex of any byte string.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
+    let mut out = Vec::with_capacity(bytes.len() * 2);
     for byte in bytes {
-        out.push(DIGITS[(byte >> 4) as usize] as char);
-        out.push(DIGITS[(byte & 15) as usize] as char);
+        out.extend_from_slice(&[DIGITS[(byte >> 4) as usize], DIGITS[(byte & 15) as usize]]);
     }
-    out
+    // Hex digits are ASCII: never empty for want of UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// SHA-256 of `data`, in lowercase hex.

@@ -1,9 +1,37 @@
 //! The exposure audit (SPEC §5 `exposure_violations`): every compressor request, as sent,
 //! checked for fields outside SPEC §3 and for held-out text.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use serde_json::Value;
 
+use crate::parallel::Locked;
+use crate::plan::MemoryJob;
 use crate::protocol::messages::CompressorRequest;
+
+/// What the audit found per (source, goal shown, compressor): a request's strings are its goal's
+/// text and its compressor's params (its budget and seed are numbers), and the held-out text it
+/// is checked against is its source's, so every memory job of one such triple is checked once
+/// (a run's 64,050 jobs at paper scale are 2,810 triples).
+#[derive(Default)]
+pub(super) struct Exposures(Mutex<HashMap<RequestShape, bool>>);
+
+/// A request's source, goal shown (source and goal) and compressor.
+type RequestShape = (usize, Option<(usize, usize)>, String);
+
+impl Exposures {
+    /// `exposes` for `job`'s request, checked once per (source, goal shown, compressor).
+    pub(super) fn of(&self, job: &MemoryJob, request: &CompressorRequest<'_>, held_out: &[String]) -> bool {
+        let key = (job.source, job.shown_goal, job.id.cell.compressor.clone());
+        if let Some(found) = self.0.locked().get(&key) {
+            return *found;
+        }
+        let found = exposes(request, held_out);
+        self.0.locked().insert(key, found);
+        found
+    }
+}
 
 /// True when a compressor request as it is written (all but its `context`, which is the
 /// source itself by construction) carries a field outside SPEC §3, or held-out text of its

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use super::calls::{Origin, obtain_answer};
-use super::exposure::exposes;
 use super::ladder::{LadderMark, obtain_rung};
 use super::progress::Usage;
 use super::question::{QuestionOutcome, run_question};
@@ -50,7 +49,8 @@ async fn memory_and_questions(shared: &Arc<RunState>, index: usize) -> MemoryOut
     let callback = &setup.callbacks.compressors[&job.id.cell.compressor];
     let goal_text = goal_text(shared, job);
     let request = CompressorRequest::new(&source.text, goal_text, job.budget, job.id.seed, &callback.params);
-    let exposure_violation = exposes(&request, &setup.plan.held_out_texts[job.source]);
+    let held_out = &setup.plan.held_out_texts[job.source];
+    let exposure_violation = shared.exposures.of(job, &request, held_out);
     if exposure_violation {
         tracing::error!(job = %job.key, "compressor request carries held-out text");
     }

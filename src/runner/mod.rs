@@ -180,6 +180,8 @@ pub(super) struct RunState {
     stop: Mutex<Option<Stop>>,
     /// Each budget ladder's rungs (SPEC §14), by its key.
     ladders: ladder::Ladders,
+    /// The exposure audit's findings, once per request shape.
+    exposures: exposure::Exposures,
 }
 
 impl RunState {
@@ -265,6 +267,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
         tokenizing: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         stopped: Default::default(),
         stop: Mutex::default(),
+        exposures: Default::default(),
     });
     // A window of memory jobs in flight, each with its questions: enough to keep every
     // callback busy, few enough that a million-job plan never lives in memory at once.
