@@ -1,6 +1,7 @@
 //! `report.json` (schema `gacc.report/1`) and the reports rendered from it (SPEC §5).
 
 pub(crate) mod audit;
+mod cells;
 pub(crate) mod charts;
 mod conditions;
 pub(crate) mod costs;
@@ -279,36 +280,32 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
 
     let (calls, usage) = calls_and_usage(outcome);
 
-    let mut cells = cells(&outcome.ledger, &outcome.results);
-    let rows = rows_by_cell(&outcome.results);
-    for cell in &mut cells {
-        let rows = rows.get(&cell.id).map_or(&[][..], Vec::as_slice);
-        cell.attribution = why::Attribution::of(rows.iter().copied());
-        cell.noise = pairs::noise(rows);
-        let micro = cell.micro.map(|m| m.mean);
-        cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
-        let none = crate::runner::CellCost::default();
-        let cost = outcome.cell_costs.get(&cell.id).unwrap_or(&none);
-        cell.compression = costs::Compression::of(cost);
-        cell.read_cost = costs::ReadCost::of(cost, &cell.ledger, rows.len(), inputs.reader_price);
-    }
-    let frontier = costs::frontier(&cells);
-    let pairs = pairs::pairs(&cells, &rows);
+    let (rows, ids) = cells::rows_by_cell(&outcome.results);
+    // The pairs (on every core) beside the rest: what they read of the cells is their ids and
+    // rows, so they start before the cells are made.
+    let (pairs, (mut cells, rest)) = std::thread::scope(|scope| {
+        let pairs = scope.spawn(|| pairs::pairs(&ids, &rows));
+        let mut cells = cells::cells(&outcome.ledger, &outcome.results);
+        let rest = beside_pairs(inputs, outcome, &mut cells, &rows);
+        let pairs = pairs
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (pairs, (cells, rest))
+    });
+    let Beside {
+        frontier,
+        monotonicity,
+        by_tag,
+        reader_panel,
+        endpoints,
+        judge_audit,
+        judge_doubt,
+    } = rest;
     let ranks = pairs::ranks(&cells, &pairs);
     for cell in &mut cells {
         cell.rank = ranks.get(&cell.id).copied();
     }
     let budget_at_target = why::at_target(&cells, &inputs.targets);
-    let monotonicity = why::dips(&cells, &rows);
-    let by_tag = why::by_tag(dataset, &cells, &rows);
-    let reader_panel = why::panel(&outcome.results, &cells, &inputs.panel);
-    let endpoints = endpoints(&inputs.model_callbacks, outcome);
-    let judge_audit = audit::audit(&outcome.results, &cells, &inputs.audits, inputs.labels);
-    let judge_doubt = trust::doubt(
-        &trust::judge_name(inputs.callbacks.get("judge")),
-        &outcome.results,
-        judge_audit.as_ref(),
-    );
     Report {
         schema: SCHEMA,
         experiment: Experiment {
@@ -367,119 +364,48 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     }
 }
 
-/// The result rows of each cell, in plan order.
-fn rows_by_cell(results: &[ResultRow]) -> HashMap<CellId, Vec<&ResultRow>> {
-    let mut cells: HashMap<CellId, Vec<&ResultRow>> = HashMap::new();
-    for row in results {
-        cells.entry(row.cell()).or_default().push(row);
+/// What the report makes beside its pairs.
+struct Beside {
+    frontier: Vec<costs::FrontierPoint>,
+    monotonicity: Vec<why::Dip>,
+    by_tag: Vec<why::TagScores>,
+    reader_panel: Option<why::ReaderPanel>,
+    endpoints: BTreeMap<String, EndpointUsage>,
+    judge_audit: Option<audit::JudgeAudit>,
+    judge_doubt: Option<trust::JudgeDoubt>,
+}
+
+/// Each cell's attribution, noise, anchors and costs, and what the report reads of the cells
+/// and rows but not of the pairs.
+fn beside_pairs(
+    inputs: &Inputs,
+    outcome: &Outcome,
+    cells: &mut [Cell],
+    rows: &HashMap<CellId, Vec<&ResultRow>>,
+) -> Beside {
+    for cell in cells.iter_mut() {
+        let rows = rows.get(&cell.id).map_or(&[][..], Vec::as_slice);
+        cell.attribution = why::Attribution::of(rows.iter().copied());
+        cell.noise = pairs::noise(rows);
+        let micro = cell.micro.map(|m| m.mean);
+        cell.anchors = why::anchors(rows, micro, inputs.anchors.floor, inputs.anchors.ceiling);
+        let none = crate::runner::CellCost::default();
+        let cost = outcome.cell_costs.get(&cell.id).unwrap_or(&none);
+        cell.compression = costs::Compression::of(cost);
+        cell.read_cost = costs::ReadCost::of(cost, &cell.ledger, rows.len(), inputs.reader_price);
     }
-    cells
-}
-
-/// Per seed, each goal's verdicts, in first-seen order.
-type SeedVerdicts = Vec<(u64, Vec<(String, Vec<Option<bool>>)>)>;
-
-/// The entry of `key` in `list` (made at its end when there is none). Rows come in plan order,
-/// so a row's seed or goal is nearly always the last one seen: looked at first, and a cell of
-/// 500 goals is not searched from its start for each of its thousands of rows.
-fn entry_of<'l, K, V: Default>(list: &'l mut Vec<(K::Owned, V)>, key: &K) -> &'l mut V
-where
-    K: PartialEq + ToOwned + ?Sized,
-    K::Owned: std::borrow::Borrow<K>,
-{
-    use std::borrow::Borrow;
-    let at = match list.last() {
-        Some((last, _)) if last.borrow() == key => list.len() - 1,
-        _ => match list.iter().position(|(have, _)| have.borrow() == key) {
-            Some(at) => at,
-            None => {
-                list.push((key.to_owned(), V::default()));
-                list.len() - 1
-            }
-        },
-    };
-    &mut list[at].1
-}
-
-/// Groups rows into cells, in the order they first appear (the plan's order); each cell's
-/// scores and bootstrap intervals are computed on every core (a paper-scale run has hundreds
-/// of cells of 2,500 rows, each resampled a thousand times, at the end of the run).
-fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
-    let mut order: Vec<CellId> = Vec::new();
-    // cell -> seed -> goal -> verdicts, each in first-seen order
-    let mut verdicts: HashMap<CellId, SeedVerdicts> = HashMap::new();
-    for row in results {
-        let id = row.cell();
-        let seeds = verdicts.entry(id.clone()).or_insert_with(|| {
-            order.push(id.clone());
-            Vec::new()
-        });
-        let goals = entry_of(seeds, &row.seed);
-        let verdict = if row.failure.is_some() { None } else { row.correct };
-        entry_of(goals, row.goal_id.as_str()).push(verdict);
-    }
-    let mut sums: HashMap<CellId, LedgerSums> = HashMap::new();
-    for row in ledger {
-        sums.entry(row.memory_id.cell.clone()).or_default().add(row);
-    }
-    let grouped: Vec<(CellId, Goals, LedgerSums)> = (order.into_iter())
-        .map(|id| {
-            let goals = Goals::of(verdicts.remove(&id).unwrap_or_default());
-            let ledger = sums.remove(&id).unwrap_or_default();
-            (id, goals, ledger)
-        })
-        .collect();
-    crate::parallel::map_in_parallel(&grouped, |(id, goals, ledger)| cell(id, goals, ledger))
-}
-
-/// A cell's verdicts by goal, every seed's goals one after another, and each seed's share.
-struct Goals {
-    verdicts: Vec<Vec<Option<bool>>>,
-    seeds: Vec<(u64, std::ops::Range<usize>)>,
-}
-
-impl Goals {
-    fn of(seeds: SeedVerdicts) -> Goals {
-        let mut goals = Goals {
-            verdicts: Vec::new(),
-            seeds: Vec::new(),
-        };
-        for (seed, verdicts) in seeds {
-            let start = goals.verdicts.len();
-            goals.verdicts.extend(verdicts.into_iter().map(|(_, v)| v));
-            goals.seeds.push((seed, start..goals.verdicts.len()));
-        }
-        goals
-    }
-}
-
-/// A cell's scores from its verdicts: per seed, and bootstrapped over every seed's goals.
-fn cell(id: &CellId, goals: &Goals, ledger: &LedgerSums) -> Cell {
-    let seeds: Vec<SeedScore> = (goals.seeds.iter())
-        .map(|(seed, range)| SeedScore {
-            seed: *seed,
-            score: metrics::score(&goals.verdicts[range.clone()]),
-        })
-        .collect();
-    let (micro_ci95, macro_ci95) =
-        metrics::bootstrap(&goals.verdicts, stats::REPORT_RESAMPLES, stats::REPORT_SEED);
-    let micro: Vec<f64> = seeds.iter().filter_map(|s| s.score.micro).collect();
-    let macro_: Vec<f64> = seeds.iter().filter_map(|s| s.score.macro_).collect();
-    let spread = |values: &[f64]| (!values.is_empty()).then(|| stats::spread(values));
-    Cell {
-        complete: seeds.iter().all(|s| s.score.unscored_questions == 0),
-        id: id.clone(),
-        micro: spread(&micro),
-        macro_: spread(&macro_),
-        micro_ci95,
-        macro_ci95,
-        rank: None,
-        noise: None,
-        seeds,
-        ledger: ledger.clone(),
-        compression: costs::Compression::default(),
-        read_cost: costs::ReadCost::default(),
-        attribution: why::Attribution::default(),
-        anchors: None,
+    let judge_audit = audit::audit(&outcome.results, cells, &inputs.audits, inputs.labels);
+    Beside {
+        frontier: costs::frontier(cells),
+        monotonicity: why::dips(cells, rows),
+        by_tag: why::by_tag(inputs.dataset, cells, rows),
+        reader_panel: why::panel(&outcome.results, cells, &inputs.panel),
+        endpoints: endpoints(&inputs.model_callbacks, outcome),
+        judge_doubt: trust::doubt(
+            &trust::judge_name(inputs.callbacks.get("judge")),
+            &outcome.results,
+            judge_audit.as_ref(),
+        ),
+        judge_audit,
     }
 }

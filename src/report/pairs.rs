@@ -294,13 +294,10 @@ pub(crate) fn goal_diffs(a: &Scores, b: &Scores, metric: Metric) -> Vec<GoalDiff
 
 /// Every pair of compressors per (condition, budget), in Micro and Macro, Holm-adjusted over
 /// all of them.
-pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> Vec<Pair> {
-    let mut groups: BTreeMap<(Condition, BudgetRule), Vec<&Cell>> = BTreeMap::new();
+pub(crate) fn pairs(cells: &[CellId], rows: &HashMap<CellId, Vec<&ResultRow>>) -> Vec<Pair> {
+    let mut groups: BTreeMap<(Condition, BudgetRule), Vec<&CellId>> = BTreeMap::new();
     for cell in cells {
-        groups
-            .entry((cell.id.condition, cell.id.rule))
-            .or_default()
-            .push(cell);
+        groups.entry((cell.condition, cell.rule)).or_default().push(cell);
     }
     let no_rows = Vec::new();
     // Every comparison first, in report order; then their bootstraps and sign flips on every
@@ -309,12 +306,12 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
     let mut scored = Vec::new();
     let mut alike = Vec::new();
     for ((condition, rule), mut group) in groups {
-        group.sort_by(|x, y| x.id.compressor.cmp(&y.id.compressor));
+        group.sort_by(|x, y| x.compressor.cmp(&y.compressor));
         let at = scored.len();
         scored.extend(
             group
                 .iter()
-                .map(|cell| scores(rows.get(&cell.id).unwrap_or(&no_rows))),
+                .map(|cell| scores(rows.get(*cell).unwrap_or(&no_rows))),
         );
         alike.extend(alike_cells(&scored, at));
         for (i, a) in group.iter().copied().enumerate() {
@@ -337,8 +334,8 @@ pub(crate) fn pairs(cells: &[Cell], rows: &HashMap<CellId, Vec<&ResultRow>>) -> 
         found.push(Pair {
             condition,
             rule,
-            a: a.id.compressor.clone(),
-            b: b.id.compressor.clone(),
+            a: a.compressor.clone(),
+            b: b.compressor.clone(),
             metric,
             diff: compared.diff,
             ci95: compared.ci95,

@@ -215,6 +215,13 @@ impl ResultRow {
 
 impl ResultRow {
     /// The row's cell.
+    /// Whether `other` is a row of this row's cell (`cell()`, without making it).
+    pub(crate) fn same_cell(&self, other: &ResultRow) -> bool {
+        (self.condition, self.ratio, self.budget_tokens)
+            == (other.condition, other.ratio, other.budget_tokens)
+            && self.compressor == other.compressor
+    }
+
     pub(crate) fn cell(&self) -> CellId {
         CellId {
             compressor: self.compressor.clone(),
