@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::hash::DigestMap;
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::store::usage::Usage;
@@ -22,38 +21,46 @@ pub(crate) struct Distinct {
     pub across_seeds: usize,
 }
 
-/// Distinct calls as they are gathered: each key once, and the usage of those with any (a
-/// paper-scale run without usage keeps no usage at all).
+/// Distinct calls as they are gathered: every call each job rested on, in fold order, made
+/// distinct once at the end by sorting (a paper-scale run folds most of a million calls, one
+/// at a time on the thread that folds: pushing one is cheaper than hashing it in).
 #[derive(Default)]
 pub(super) struct Gathering {
-    /// Each key, with the seed of the first job that rested on it.
-    keys: DigestMap<CallKey, u64>,
-    usage: Vec<(CallKey, Usage)>,
-    across_seeds: usize,
+    /// Each call: its key, its job's seed, and where its usage is in `usage` (`NO_USAGE`: none).
+    calls: Vec<(CallKey, u64, u32)>,
+    usage: Vec<Usage>,
 }
+
+/// A call that reported no usage (a paper-scale run without usage keeps no usage at all).
+const NO_USAGE: u32 = u32::MAX;
 
 impl Gathering {
     pub(super) fn insert(&mut self, key: CallKey, seed: u64, usage: &Usage) {
-        match self.keys.entry(key) {
-            std::collections::hash_map::Entry::Occupied(first) => {
-                self.across_seeds += usize::from(*first.get() != seed);
+        let at = match *usage == Usage::default() {
+            true => NO_USAGE,
+            false => {
+                self.usage.push(usage.clone());
+                u32::try_from(self.usage.len() - 1).unwrap_or(NO_USAGE)
             }
-            std::collections::hash_map::Entry::Vacant(place) => {
-                place.insert(seed);
-                if *usage != Usage::default() {
-                    self.usage.push((key, usage.clone()));
-                }
-            }
-        }
+        };
+        self.calls.push((key, seed, at));
     }
 
+    /// Each key once, with the usage its first job reported (in key order, so the same calls
+    /// always sum to the same bytes), and the jobs of another seed than that first job's.
     pub(super) fn finish(mut self) -> Distinct {
-        self.usage.sort_unstable_by_key(|(key, _)| *key);
-        Distinct {
-            calls: self.keys.len(),
-            usage: self.usage.into_iter().map(|(_, usage)| usage).collect(),
-            across_seeds: self.across_seeds,
+        // Stable: within a key, the calls stay in fold order.
+        self.calls.sort_by_key(|(key, ..)| *key);
+        let mut distinct = Distinct::default();
+        for calls in self.calls.chunk_by(|a, b| a.0 == b.0) {
+            let (_, seed, at) = calls[0];
+            distinct.calls += 1;
+            distinct.across_seeds += calls[1..].iter().filter(|call| call.1 != seed).count();
+            if let Some(usage) = self.usage.get_mut(at as usize) {
+                distinct.usage.push(std::mem::take(usage));
+            }
         }
+        distinct
     }
 }
 
@@ -78,8 +85,39 @@ impl DistinctCalls {
             (Role::Reader, questions),
             (Role::Judge, questions),
         ] {
-            distinct.calls.entry(role).or_default().keys.reserve(calls);
+            distinct.calls.entry(role).or_default().calls.reserve(calls);
         }
         distinct
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn each_key_counts_once_with_its_first_usage_in_key_order() {
+        let mut gathering = Gathering::default();
+        let (a, b, c) = ([3; 32], [1; 32], [2; 32]);
+        gathering.insert(a, 1, &usage(30));
+        gathering.insert(b, 1, &Usage::default());
+        gathering.insert(a, 2, &usage(31));
+        gathering.insert(c, 2, &usage(20));
+        gathering.insert(b, 1, &usage(10));
+        gathering.insert(a, 1, &usage(32));
+        gathering.insert(b, 3, &Usage::default());
+        let distinct = gathering.finish();
+        assert_eq!(distinct.calls, 3);
+        // a: seeds 1, 2, 1 (one job of another seed); b: 1, 1, 3 (one); c: alone.
+        assert_eq!(distinct.across_seeds, 2);
+        // In key order (b, c, a), each key's first job's usage: b's first reported none.
+        assert_eq!(distinct.usage, vec![usage(20), usage(30)]);
     }
 }
