@@ -90,8 +90,10 @@ impl Usage {
             });
         }
         // A model endpoint's reply names the model that served it.
-        if let Some(model) = response.pointer("/meta/model").and_then(Value::as_str)
-            && response.pointer("/meta/endpoint").is_some()
+        // Looked up field by field: a JSON pointer copies each of its steps (twice per call).
+        let meta = response.get("meta");
+        if let Some(model) = meta.and_then(|meta| meta.get("model")).and_then(Value::as_str)
+            && meta.and_then(|meta| meta.get("endpoint")).is_some()
         {
             let count = self.served_models.entry(model.to_owned()).or_default();
             *count = count.saturating_add(1);
