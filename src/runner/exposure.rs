@@ -118,4 +118,82 @@ mod tests {
         let typed = CompressorRequest::new("the sky is blue", Some("learn colours"), 3, 0, &no_params);
         assert!(!super::exposes(&typed, &held_out));
     }
+
+    /// A memory job of `source` showing `shown` to `compressor`, at `seed` and `budget`.
+    fn job(
+        source: usize,
+        shown: Option<(usize, usize)>,
+        compressor: &str,
+        seed: u64,
+        budget: usize,
+    ) -> MemoryJob {
+        use crate::protocol::{BudgetRule, CellId, Condition, MemoryId};
+        MemoryJob {
+            key: String::new(),
+            cache_key: String::new(),
+            id: MemoryId {
+                seed,
+                cell: CellId {
+                    compressor: compressor.to_owned(),
+                    condition: Condition::OwnGoal,
+                    rule: BudgetRule::Tokens(budget),
+                },
+                source_id: format!("s{source}"),
+                goal_id: None,
+                shown_goal_id: None,
+            },
+            source_tokens: 100,
+            budget,
+            source,
+            shown_goal: shown,
+            questions: Vec::new(),
+            ladder: None,
+        }
+    }
+
+    #[test]
+    fn each_request_shape_is_audited_once_and_finds_what_its_own_audit_finds() {
+        let sources = ["the sky is blue", "grass is green"];
+        let questions = ["What colour is the sky?", "What colour is grass?"];
+        // Source 0's second goal gives its question away; so do the hinted compressor's params
+        // for source 1.
+        let goals = [
+            ["learn colours", "What colour is the sky? learn it"],
+            ["learn plants", "learn lawns"],
+        ];
+        let params = [("plain", json!({})), ("hinted", json!({"hint": questions[1]}))];
+        let held_out: Vec<Vec<String>> = (sources.iter().zip(questions))
+            .map(|(source, question)| crate::plan::held_out_texts(source, [question].into_iter()))
+            .collect();
+        let exposures = Exposures::default();
+        let (mut found, mut checked) = (0, 0);
+        // Twice over, so that the second pass reads every shape's finding from the memo.
+        for _ in 0..2 {
+            for source in 0..2 {
+                // No goal, its own goals, and another source's goal (the other-goal condition).
+                let shown = [None, Some((source, 0)), Some((source, 1)), Some((1 - source, 1))];
+                for (shown, (compressor, params)) in
+                    shown.into_iter().flat_map(|s| params.iter().map(move |p| (s, p)))
+                {
+                    for (seed, budget) in [(1, 3), (2, 5)] {
+                        let goal = shown.map(|(s, g): (usize, usize)| goals[s][g]);
+                        let request = CompressorRequest::new(sources[source], goal, budget, seed, params);
+                        let job = job(source, shown, compressor, seed, budget);
+                        let direct = exposes(&request, &held_out[source]);
+                        assert_eq!(
+                            exposures.of(&job, &request, &held_out[source]),
+                            direct,
+                            "source {source}, shown {shown:?}, {compressor}"
+                        );
+                        found += usize::from(direct);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 64);
+        // Source 0 shown its second goal (2 compressors × 2 seeds), and source 1 hinted under
+        // any goal (4 shapes × 2 seeds), twice over.
+        assert_eq!(found, 2 * (4 + 8));
+    }
 }
