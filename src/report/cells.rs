@@ -1,5 +1,5 @@
-//! A report's cells: its rows grouped by cell, in the order the plan first names them, each
-//! cell scored and bootstrapped (on every core).
+//! A report's cells: its rows grouped by cell, in the order the plan first names them, and
+//! each cell scored and bootstrapped (on every core).
 
 use std::collections::HashMap;
 
@@ -48,38 +48,23 @@ where
     &mut list[at].1
 }
 
-/// Groups rows into cells, in the order they first appear (the plan's order); each cell's
-/// scores and bootstrap intervals are computed on every core (a paper-scale run has hundreds
-/// of cells of 2,500 rows, each resampled a thousand times, at the end of the run).
-pub(super) fn cells(ledger: &[LedgerRow], results: &[ResultRow]) -> Vec<Cell> {
-    let mut order: Vec<CellId> = Vec::new();
-    // cell -> seed -> goal -> verdicts, each in first-seen order
-    let mut verdicts: HashMap<CellId, SeedVerdicts> = HashMap::new();
-    // A memory's rows come together: each run of one cell, seed and goal is looked up once.
-    let one_goal =
-        |a: &ResultRow, b: &ResultRow| a.same_cell(b) && a.seed == b.seed && a.goal_id == b.goal_id;
-    for run in results.chunk_by(one_goal) {
-        let first = &run[0];
-        let seeds = verdicts.entry(first.cell()).or_insert_with_key(|id| {
-            order.push(id.clone());
-            Vec::new()
-        });
-        let goals = entry_of(seeds, &first.seed);
-        let verdict = |row: &ResultRow| if row.failure.is_some() { None } else { row.correct };
-        entry_of(goals, first.goal_id.as_str()).extend(run.iter().map(verdict));
-    }
-    let mut sums: HashMap<CellId, LedgerSums> = HashMap::new();
+/// Each cell of `order` from its rows (`rows_by_cell`), scored and bootstrapped on every core
+/// (a paper-scale run has hundreds of cells of 2,500 rows, each resampled a thousand times, at
+/// the end of the run).
+pub(super) fn cells(
+    ledger: &[LedgerRow],
+    rows: &HashMap<CellId, Vec<&ResultRow>>,
+    order: &[CellId],
+) -> Vec<Cell> {
+    let mut sums: HashMap<&CellId, LedgerSums> = HashMap::new();
     for row in ledger {
-        sums.entry(row.memory_id.cell.clone()).or_default().add(row);
+        sums.entry(&row.memory_id.cell).or_default().add(row);
     }
-    let grouped: Vec<(CellId, Goals, LedgerSums)> = (order.into_iter())
-        .map(|id| {
-            let goals = Goals::of(verdicts.remove(&id).unwrap_or_default());
-            let ledger = sums.remove(&id).unwrap_or_default();
-            (id, goals, ledger)
-        })
-        .collect();
-    crate::parallel::map_in_parallel(&grouped, |(id, goals, ledger)| cell(id, goals, ledger))
+    let none = LedgerSums::default();
+    crate::parallel::map_in_parallel(order, |id| {
+        let rows = rows.get(id).map_or(&[][..], Vec::as_slice);
+        cell(id, &Goals::of(rows), sums.get(id).unwrap_or(&none))
+    })
 }
 
 /// A cell's verdicts by goal, every seed's goals one after another, and each seed's share.
@@ -89,7 +74,16 @@ struct Goals {
 }
 
 impl Goals {
-    fn of(seeds: SeedVerdicts) -> Goals {
+    /// A cell's rows (in plan order) by seed, then goal, each in first-seen order.
+    fn of(rows: &[&ResultRow]) -> Goals {
+        // seed -> goal -> verdicts
+        let mut seeds: SeedVerdicts = Vec::new();
+        // A memory's rows come together: each run of one seed and goal is looked up once.
+        for run in rows.chunk_by(|a, b| a.seed == b.seed && a.goal_id == b.goal_id) {
+            let goals = entry_of(&mut seeds, &run[0].seed);
+            let verdict = |row: &&ResultRow| if row.failure.is_some() { None } else { row.correct };
+            entry_of(goals, run[0].goal_id.as_str()).extend(run.iter().map(verdict));
+        }
         let mut goals = Goals {
             verdicts: Vec::new(),
             seeds: Vec::new(),

@@ -285,7 +285,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     // rows, so they start before the cells are made.
     let (pairs, (mut cells, rest)) = std::thread::scope(|scope| {
         let pairs = scope.spawn(|| pairs::pairs(&ids, &rows));
-        let mut cells = cells::cells(&outcome.ledger, &outcome.results);
+        let mut cells = cells::cells(&outcome.ledger, &rows, &ids);
         let rest = beside_pairs(inputs, outcome, &mut cells, &rows);
         let pairs = pairs
             .join()
