@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 
 use super::{Index, Kind, Location, RESIDENT_PAYLOAD, Slot, intact, place};
 
-/// Version 2: an inline payload is one checked against its checksum when the segment was
-/// scanned (version 1's, unchecked, are refused: the segment is scanned again, once).
-const INDEX_MAGIC: &[u8; 8] = b"GACCIDX2";
+/// Version 3: made only by a scan that knew the kind of every entry it covers. Version 2's
+/// (whose inline payloads were checked too) could leave out the entries of a kind its gacc did
+/// not know (a later gacc's): they are refused, and the segment is scanned again, once.
+const INDEX_MAGIC: &[u8; 8] = b"GACCIDX3";
 /// A record's fixed part: kind, key, checksum, offset, length, inline.
 const RECORD: usize = 1 + 32 + 32 + 8 + 4 + 1;
 

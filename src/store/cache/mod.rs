@@ -169,6 +169,7 @@ impl Cache {
                 }
                 None => {
                     let mut records = Vec::new();
+                    let unknown_before = damaged.unknown_kind;
                     let sinks = Sinks {
                         index: &mut index,
                         stats: &mut damaged,
@@ -177,7 +178,13 @@ impl Cache {
                     };
                     let covered = scan(&file, segment, 0, sinks)?;
                     // An index that cannot be written costs the next open a scan, nothing more.
-                    if let Err(error) = write_index(&path, covered, &records) {
+                    // None is made of a segment holding entries of a kind this gacc does not
+                    // know: it would leave them out for the gacc that does.
+                    let whole = damaged.unknown_kind == unknown_before;
+                    if let Err(error) = whole
+                        .then(|| write_index(&path, covered, &records))
+                        .unwrap_or(Ok(()))
+                    {
                         tracing::debug!(%error, "could not write a cache segment's index");
                     }
                     covered
@@ -592,6 +599,52 @@ mod tests {
                 .put(Kind::named(kind).unwrap(), key, &json!(key), response)
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn an_entry_of_a_kind_this_gacc_does_not_know_is_left_alone_and_no_index_leaves_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..2).map(|n| sha256(json!(n).to_string())).collect();
+        write_entries(dir.path(), &[("reader", &keys[0], json!({"answer": "zero"}))]);
+        let segment = the_segment(dir.path());
+        // A later gacc's entry, of a kind named `zebra`.
+        let payload = json!({"description": 1, "response": {"stripes": 7}}).to_string();
+        let line = format!("{} zebra {} {payload}\n", keys[1], sha256(&payload));
+        let mut file = OpenOptions::new().append(true).open(&segment).unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+        drop(file);
+        for _ in 0..2 {
+            let cache = Cache::open(dir.path()).unwrap();
+            assert_eq!(cache.get(Kind::Reader, &keys[0]), Some(json!({"answer": "zero"})));
+            assert!(
+                !index_path(&segment).exists(),
+                "an index made here would leave the zebra out for the gacc that reads it"
+            );
+        }
+        let stats = Cache::stats(dir.path()).unwrap();
+        assert_eq!((stats.unknown_kind, stats.torn_lines, stats.damaged), (1, 0, 0));
+        // An index of the version before, which may have left such entries out, is not used.
+        let old = dir.path().join("old");
+        write_entries(&old, &[("judge", &keys[0], json!({"correct": true}))]);
+        let old_segment = the_segment(&old);
+        drop(Cache::open(&old).unwrap());
+        let mut index = std::fs::read(index_path(&old_segment)).unwrap();
+        index[..8].copy_from_slice(b"GACCIDX2");
+        let crc = crc32fast::hash(&index[..index.len() - 4]).to_le_bytes();
+        let at = index.len() - 4;
+        index[at..].copy_from_slice(&crc);
+        // Its one record moved to a key never written: were the index read, it would be found.
+        index[17..49].copy_from_slice(&crate::hash::key_bytes(&keys[1]));
+        let crc = crc32fast::hash(&index[..at]).to_le_bytes();
+        index[at..].copy_from_slice(&crc);
+        std::fs::write(index_path(&old_segment), &index).unwrap();
+        let cache = Cache::open(&old).unwrap();
+        assert_eq!(
+            cache.get(Kind::Judge, &keys[1]),
+            None,
+            "the old index is not read"
+        );
+        assert_eq!(cache.get(Kind::Judge, &keys[0]), Some(json!({"correct": true})));
     }
 
     /// The one segment of a cache folder.

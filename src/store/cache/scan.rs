@@ -55,6 +55,7 @@ pub(super) fn scan(mut file: &File, segment: usize, start: u64, sinks: Sinks) ->
                         index.insert(entry_slot, (location, checksum));
                     }
                 }
+                None if of_unknown_kind(line) => stats.unknown_kind += 1,
                 None => stats.torn_lines += 1,
             }
             start += length + 1;
@@ -85,6 +86,22 @@ pub(super) struct Sinks<'a> {
 
 /// How much of a segment is read at once when it is indexed.
 pub(super) const SCAN_BLOCK: usize = 4 << 20;
+
+/// Whether `line` is a whole entry of a kind this gacc does not know: its key and checksum
+/// well formed, its kind a name of lowercase letters.
+fn of_unknown_kind(line: &[u8]) -> bool {
+    let mut fields = line.splitn(4, |b| *b == b' ');
+    let (Some(key), Some(kind), Some(checksum), Some(_)) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return false;
+    };
+    decode_hex(key).is_some()
+        && decode_hex(checksum).is_some()
+        && !kind.is_empty()
+        && kind.iter().all(u8::is_ascii_lowercase)
+        && std::str::from_utf8(kind).ok().and_then(Kind::named).is_none()
+}
 
 /// A line's slot, payload checksum and header length (`<key> <kind> <sha256> `), if its
 /// header is well formed.

@@ -17,6 +17,13 @@ pub(crate) struct Stats {
     pub torn_lines: usize,
     /// Small entries whose payload is not the one their checksum states; ignored (a miss).
     pub damaged: usize,
+    /// Entries of a kind this gacc does not know (a later gacc's): left alone, for it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_kind: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Cache {
