@@ -265,6 +265,9 @@ pub(crate) struct Inputs<'a> {
     /// The reader's input price in USD per token (its batch price through a batch API), where
     /// it has one: what a memory saves in reading (SPEC §15).
     pub(crate) reader_price: Option<f64>,
+    /// Where the pair tests are kept once made (a run's cache; none in a replay, which makes
+    /// every test again).
+    pub(crate) memo: pairs::Memo<'a>,
 }
 
 pub(crate) fn dataset_sha256(dataset: &Dataset) -> String {
@@ -284,7 +287,7 @@ pub(crate) fn build(inputs: &Inputs, outcome: &Outcome, recount: Recount) -> Rep
     // The pairs (on every core) beside the rest: what they read of the cells is their ids and
     // rows, so they start before the cells are made.
     let (pairs, (mut cells, rest)) = std::thread::scope(|scope| {
-        let pairs = scope.spawn(|| pairs::pairs(&ids, &rows));
+        let pairs = scope.spawn(|| pairs::pairs(&ids, &rows, inputs.memo));
         let mut cells = cells::cells(&outcome.ledger, &rows, &ids);
         let rest = beside_pairs(inputs, outcome, &mut cells, &rows);
         let pairs = pairs

@@ -15,10 +15,12 @@ use super::stats::{Interval, interval, resample};
 use crate::protocol::{BudgetRule, CellId, Condition};
 use crate::rng::SplitMix64;
 use crate::store::ledger::ResultRow;
+pub(crate) use memo::Memo;
 use noise::variance;
 pub(crate) use noise::{Noise, noise};
 use summed::{Summed, alike_cells};
 
+mod memo;
 mod noise;
 mod summed;
 
@@ -293,8 +295,8 @@ pub(crate) fn goal_diffs(a: &Scores, b: &Scores, metric: Metric) -> Vec<GoalDiff
 }
 
 /// Every pair of compressors per (condition, budget), in Micro and Macro, Holm-adjusted over
-/// all of them.
-pub(crate) fn pairs(cells: &[CellId], rows: &HashMap<CellId, Vec<&ResultRow>>) -> Vec<Pair> {
+/// all of them; each test read from `memo` where it was made before, else made and kept there.
+pub(crate) fn pairs(cells: &[CellId], rows: &HashMap<CellId, Vec<&ResultRow>>, memo: Memo) -> Vec<Pair> {
     let mut groups: BTreeMap<(Condition, BudgetRule), Vec<&CellId>> = BTreeMap::new();
     for cell in cells {
         groups.entry((cell.condition, cell.rule)).or_default().push(cell);
@@ -325,7 +327,7 @@ pub(crate) fn pairs(cells: &[CellId], rows: &HashMap<CellId, Vec<&ResultRow>>) -
     let cells: Vec<(Metric, (usize, usize))> = (asked.iter())
         .map(|&((.., metric), cells)| (metric, cells))
         .collect();
-    let compared = compare_all(&cells, &scored, &alike);
+    let compared = memo::kept_or_made(memo, &cells, &scored, &alike);
     let mut found = Vec::new();
     for (((condition, rule, a, b, metric), _), compared) in asked.into_iter().zip(compared) {
         let Some(compared) = compared else {
@@ -355,14 +357,20 @@ pub(crate) fn pairs(cells: &[CellId], rows: &HashMap<CellId, Vec<&ResultRow>>) -
 }
 
 /// Each test of `asked` (a metric and two cells of `scored`) on every core: summed where its
-/// cells are `alike`, else by its own pass over the draws.
-fn compare_all(
+/// cells are `alike`, else by its own pass over the draws; those `kept` already are not made.
+pub(super) fn compare_all(
     asked: &[(Metric, (usize, usize))],
     scored: &[Scores],
     alike: &[(Vec<usize>, summed::Support)],
+    kept: &[Option<Compared>],
 ) -> Vec<Option<Compared>> {
-    let diffs = crate::parallel::map_in_parallel(asked, |&(metric, (i, j))| {
-        goal_diffs(&scored[i], &scored[j], metric)
+    let tests: Vec<usize> = (0..asked.len()).collect();
+    let diffs = crate::parallel::map_in_parallel(&tests, |&k| {
+        let (metric, (i, j)) = asked[k];
+        match kept[k] {
+            Some(_) => Vec::new(),
+            None => goal_diffs(&scored[i], &scored[j], metric),
+        }
     });
     let mut class_of = vec![None; scored.len()];
     for (class, (cells, _)) in alike.iter().enumerate() {
@@ -371,29 +379,42 @@ fn compare_all(
         }
     }
     let summed_pair = |(i, j): (usize, usize)| class_of[i].filter(|&c| class_of[j] == Some(c));
-    // The draws of each goal count that many tests, or a class of alike cells, share: made once
-    // (20 MB for 500 goals).
+    // Only the classes with a test to make are summed. The draws of each goal count that many
+    // tests, or a class of alike cells, share: made once (20 MB for 500 goals).
+    let mut needed = vec![false; alike.len()];
     let mut tests_of = BTreeMap::<usize, usize>::new();
-    for (goals, (_, cells)) in diffs.iter().zip(asked) {
-        if summed_pair(*cells).is_none() {
-            *tests_of.entry(goals.len()).or_default() += 1;
+    for ((goals, (_, cells)), kept) in diffs.iter().zip(asked).zip(kept) {
+        match (kept, summed_pair(*cells)) {
+            (Some(_), _) => {}
+            (None, Some(class)) => needed[class] = true,
+            (None, None) => *tests_of.entry(goals.len()).or_default() += 1,
         }
     }
     let shared = (tests_of.into_iter())
         .filter(|&(_, tests)| tests >= SHARED_DRAWS_FROM)
         .map(|(n, _)| n)
-        .chain(alike.iter().map(|(_, support)| support.len()));
+        .chain(
+            (alike.iter().zip(&needed)).filter_map(|((_, support), &needed)| needed.then_some(support.len())),
+        );
     let shared: std::collections::BTreeSet<usize> = shared.filter(|&n| n > 0).collect();
     let drawn: BTreeMap<usize, Vec<u32>> = (shared.into_iter()).map(|n| (n, drawn_indices(n))).collect();
-    let summed = crate::parallel::map_in_parallel(alike, |(cells, support)| {
+    let classes: Vec<usize> = (0..alike.len()).filter(|&class| needed[class]).collect();
+    let mut summed: Vec<Option<Summed>> = (0..alike.len()).map(|_| None).collect();
+    let made = crate::parallel::map_in_parallel(&classes, |&class| {
+        let (cells, support) = &alike[class];
         let drawn = drawn.get(&support.len()).map_or(&[][..], Vec::as_slice);
         Summed::new(cells.clone(), scored, support, drawn)
     });
-    let tests: Vec<usize> = (0..asked.len()).collect();
+    for (class, made) in classes.into_iter().zip(made) {
+        summed[class] = Some(made);
+    }
     crate::parallel::map_in_parallel(&tests, |&k| {
         let (goals, (metric, cells)) = (&diffs[k], asked[k]);
-        match summed_pair(cells) {
-            Some(class) => compare_with(goals, || summed[class].draws(cells.0, cells.1, metric)),
+        if kept[k].is_some() {
+            return kept[k];
+        }
+        match summed_pair(cells).and_then(|class| summed[class].as_ref()) {
+            Some(summed) => compare_with(goals, || summed.draws(cells.0, cells.1, metric)),
             None => compare_drawn(goals, drawn.get(&goals.len()).map(Vec::as_slice)),
         }
     })

@@ -751,6 +751,7 @@ mod tests {
             targets: manifest.targets(),
             panel: plan.panel_shares.clone(),
             reader_price: None,
+            memo: Default::default(),
         };
         let recount =
             crate::report::Recount::start(tokenizer.clone(), &dataset, Cache::open(&cache).unwrap());

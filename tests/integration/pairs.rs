@@ -610,3 +610,73 @@ fn paper_tables(scratch: &Scratch, folder: &std::path::Path, report: &Value) {
     assert_eq!(scratch.stdout(["report", run, "--format", "latex", "-o", to]), "");
     assert_eq!(std::fs::read_to_string(&written).unwrap(), latex);
 }
+
+/// The cache's `segments/` folder under `root`, wherever the project keeps it.
+fn segments_under(root: &std::path::Path) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "segments") {
+                return Some(path);
+            }
+            if let Some(found) = segments_under(&path) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_pair_test_is_kept_once_made_read_back_by_a_rerun_and_made_again_by_verify() {
+    use sha2::Digest;
+    let scratch = Scratch::new();
+    let one_seed = ["-q", "--set", "seeds=[1]"];
+    let (status, first, stderr) = scratch.run("experiments/baselines.toml", &one_seed);
+    assert_eq!(status, 0, "{stderr}");
+    let report = read_json(&first.join("report.json"));
+    let tests = report["pairs"].as_array().unwrap().len();
+    let kept = scratch.cached("pair");
+    // Pairs that scored alike share a test; none is kept twice.
+    assert!(kept > 0 && kept <= tests, "{kept} of {tests}");
+
+    // Each kept test planted again, later in the cache, with p = 0.5: a re-run reads the
+    // planted tests (so it made none), and verify, which makes every test again, catches them.
+    let segments = segments_under(&scratch.path("")).expect("the cache's segments");
+    let mut planted = String::new();
+    for entry in std::fs::read_dir(&segments).unwrap().flatten() {
+        if entry.path().extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let fields: Vec<&str> = line.splitn(4, ' ').collect();
+            if fields[1] != "pair" {
+                continue;
+            }
+            let mut payload: Value = serde_json::from_str(fields[3]).unwrap();
+            payload["response"]["p"] = serde_json::json!(0.5);
+            let payload = payload.to_string();
+            let checksum = sha2::Sha256::digest(payload.as_bytes());
+            let hex: String = checksum.iter().map(|b| format!("{b:02x}")).collect();
+            planted += &format!("{} pair {hex} {payload}\n", fields[0]);
+        }
+    }
+    assert_eq!(planted.lines().count(), kept);
+    std::fs::write(segments.join("999999999999999-planted.log"), planted).unwrap();
+    let (status, second, stderr) = scratch.run("experiments/baselines.toml", &one_seed);
+    assert_eq!(status, 0, "{stderr}");
+    let read = read_json(&second.join("report.json"));
+    let pairs = read["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), tests);
+    assert!(
+        pairs.iter().all(|p| p["p"] == 0.5),
+        "every test read back as planted"
+    );
+    assert_eq!(scratch.cached("pair"), kept, "a re-run keeps no new test");
+
+    let (status, printed) = scratch.verify_bare(&first);
+    assert_eq!(status, 0, "the honest run verifies: {printed}");
+    let (status, printed) = scratch.verify_bare(&second);
+    assert_eq!(status, 1, "{printed}");
+    assert!(printed.contains("pairs[0].p"), "{printed}");
+}

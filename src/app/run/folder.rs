@@ -146,7 +146,7 @@ pub(super) fn write_rows(
     outcome: &runner::Outcome,
     recount: report::Recount,
     plan_writer: PlanWriter,
-    rows: Written,
+    (rows, memo): (Written, report::pairs::Memo),
 ) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
@@ -185,6 +185,7 @@ pub(super) fn write_rows(
             .find(|(key, ..)| key == "reader")
             .and_then(|(_, _, spec)| spec.model.as_ref()?.spec.billed_price())
             .map(|price| price.input / 1e6),
+        memo,
     };
     let stopped = |name: &str| Error::Stopped {
         what: format!("the writer of {}", folder.file(name).display()),

@@ -193,7 +193,11 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     opened.engine.finish();
     phases.end("execute jobs");
 
-    let (mut report, texts, digests) = write_rows(&prepared, &folder, &outcome, recount, plan_writer, rows)?;
+    // A replay (`gacc verify`) makes every pair test again rather than read the run's own.
+    let replay = matches!(options.layer, Some(Layer::Replay { .. }));
+    let memo = report::pairs::Memo::of((!replay).then_some(&cache));
+    let (mut report, texts, digests) =
+        write_rows(&prepared, &folder, &outcome, recount, plan_writer, (rows, memo))?;
     let unmatched = unmatched_labels(&prepared, &outcome);
     let hints = denial_hints(
         &report.failures,

@@ -3,9 +3,10 @@
 use crate::protocol::Role;
 
 /// The kinds of entry a cache holds: one per callback role, truncated memories (their
-/// counts), memory texts (once each, by their SHA-256), provider batches' answers, and the
-/// recount's proven token counts. Written into each entry by name, and into an index by place.
-/// Its number is its place in `ALL`, which a segment's index file records: new kinds go last.
+/// counts), memory texts (once each, by their SHA-256), provider batches' answers, the
+/// recount's proven token counts and a report's pair tests. Written into each entry by name,
+/// and into an index by place. Its number is its place in `ALL`, which a segment's index file
+/// records: new kinds go last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub(crate) enum Kind {
@@ -17,10 +18,11 @@ pub(crate) enum Kind {
     Batch,
     Count,
     Writer,
+    Pair,
 }
 
 impl Kind {
-    pub(super) const ALL: [Kind; 8] = [
+    pub(super) const ALL: [Kind; 9] = [
         Kind::Compressor,
         Kind::Reader,
         Kind::Judge,
@@ -29,6 +31,7 @@ impl Kind {
         Kind::Batch,
         Kind::Count,
         Kind::Writer,
+        Kind::Pair,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Kind {
             Kind::Batch => "batch",
             Kind::Count => "count",
             Kind::Writer => "writer",
+            Kind::Pair => "pair",
         }
     }
 
