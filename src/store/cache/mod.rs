@@ -181,10 +181,7 @@ impl Cache {
                     // None is made of a segment holding entries of a kind this gacc does not
                     // know: it would leave them out for the gacc that does.
                     let whole = damaged.unknown_kind == unknown_before;
-                    if let Err(error) = whole
-                        .then(|| write_index(&path, covered, &records))
-                        .unwrap_or(Ok(()))
-                    {
+                    if whole && let Err(error) = write_index(&path, covered, &records) {
                         tracing::debug!(%error, "could not write a cache segment's index");
                     }
                     covered
