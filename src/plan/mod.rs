@@ -76,7 +76,8 @@ pub(crate) struct Plan {
     /// The share of (memory, question) pairs each panel reader re-reads, in `[audit] readers`
     /// order (SPEC §11).
     pub panel_shares: Vec<(String, f64)>,
-    pub tokenizer_identity: Value,
+    /// The tokenizer's identity as canonical JSON (in every compressor and memory key).
+    pub tokenizer_identity_json: String,
     /// Each source's SHA-256, in dataset order.
     pub source_sha256: Vec<String>,
     /// Per source, the questions and references of its goals that it does not itself
@@ -201,7 +202,7 @@ pub(crate) fn plan(loaded: &Loaded, dataset: &Dataset, tokenizer: &dyn Tokenizer
         panel_shares: (manifest.panel_readers().into_iter())
             .map(|(name, _, fraction)| (name.to_owned(), fraction))
             .collect(),
-        tokenizer_identity: expansion.tokenizer_identity,
+        tokenizer_identity_json: expansion.tokenizer_identity_json,
         source_sha256: expansion.source_sha256,
         question_sha256: question_hashes(dataset),
         spans: crate::inputs::evidence::Spans::of_sources(&dataset.sources),
@@ -228,7 +229,6 @@ fn held_out_by_source(dataset: &Dataset) -> Vec<Vec<String>> {
 struct Expansion<'a> {
     manifest: &'a Manifest,
     dataset: &'a Dataset,
-    tokenizer_identity: Value,
     tokenizer_identity_json: String,
     source_tokens: Vec<usize>,
     source_sha256: Vec<String>,
@@ -254,7 +254,6 @@ impl<'a> Expansion<'a> {
         Ok(Expansion {
             manifest,
             dataset,
-            tokenizer_identity: keys::tokenizer_identity(tokenizer),
             tokenizer_identity_json: keys::tokenizer_identity(tokenizer).to_string(),
             source_tokens,
             goal_sha256: dataset

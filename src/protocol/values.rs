@@ -209,6 +209,16 @@ pub enum TruncationMode {
     Utf8Safe,
 }
 
+impl TruncationMode {
+    /// As a manifest and every key write it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            TruncationMode::Replace => "replace",
+            TruncationMode::Utf8Safe => "utf8-safe",
+        }
+    }
+}
+
 /// Which goal the compressor sees (SPEC §1).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
