@@ -59,11 +59,13 @@ impl<'c> Memo<'c> {
         self.cache.is_some()
     }
 
-    /// The test kept under `key`, if one is and reads back whole.
+    /// The test kept under `key`, if one is and reads back whole and possible (a p in [0, 1],
+    /// an interval in order, a difference and an error no test gives are not read: that test
+    /// is made again).
     pub(super) fn get(&self, key: &str) -> Option<Compared> {
         let entry = self.cache?.get(Kind::Pair, key)?;
         let number = |name: &str| entry.get(name)?.as_f64();
-        Some(Compared {
+        let compared = Compared {
             diff: number("diff")?,
             ci95: Interval {
                 low: number("low")?,
@@ -73,7 +75,17 @@ impl<'c> Memo<'c> {
             se: number("se")?,
             mde: number("mde")?,
             goals: usize::try_from(entry.get("goals")?.as_u64()?).ok()?,
-        })
+        };
+        let within = |x: f64, low: f64, high: f64| (low..=high).contains(&x);
+        let possible = within(compared.p, 0.0, 1.0)
+            && compared.ci95.low <= compared.ci95.high
+            && [compared.diff, compared.ci95.low, compared.ci95.high]
+                .into_iter()
+                .all(|d| within(d, -1.0, 1.0))
+            && compared.se >= 0.0
+            && compared.mde >= 0.0
+            && compared.goals > 0;
+        possible.then_some(compared)
     }
 
     /// Keeps `compared` under `key`. A figure that is not finite (JSON has no such number) is
@@ -192,7 +204,7 @@ mod tests {
             diff: 0.1 + 0.2,
             ci95: Interval {
                 low: -1e-300,
-                high: 2.0f64.sqrt(),
+                high: 0.5f64.sqrt(),
             },
             p: 1.0 / (1.0 + PAIR_DRAWS as f64),
             se: std::f64::consts::PI / 7.0,
@@ -222,6 +234,35 @@ mod tests {
             },
         );
         assert_eq!(Memo::of(Some(&cache)).get(&odd), None);
+        // An entry no test could give (a hostile cache's) is not read.
+        let impossible = [
+            json!({"p": 1.5}),
+            json!({"p": -0.1}),
+            json!({"diff": 2.0}),
+            json!({"low": 0.5, "high": 0.1}),
+            json!({"se": -1.0}),
+            json!({"mde": -1.0}),
+            json!({"goals": 0}),
+            json!({"goals": -3}),
+            json!({"p": "0.5"}),
+        ];
+        let whole =
+            json!({"diff": 0.1, "low": 0.0, "high": 0.2, "p": 0.5, "se": 0.05, "mde": 0.14, "goals": 7});
+        let planted = crate::hash::sha256("planted");
+        cache.put(Kind::Pair, &planted, &json!({}), &whole).unwrap();
+        assert!(
+            Memo::of(Some(&cache)).get(&planted).is_some(),
+            "a possible entry is read"
+        );
+        for (n, change) in impossible.iter().enumerate() {
+            let mut entry = whole.clone();
+            for (field, value) in change.as_object().unwrap() {
+                entry[field] = value.clone();
+            }
+            let key = crate::hash::sha256(format!("impossible {n}"));
+            cache.put(Kind::Pair, &key, &json!({}), &entry).unwrap();
+            assert_eq!(Memo::of(Some(&cache)).get(&key), None, "{change}");
+        }
     }
 
     fn row(compressor: &str, goal: &str, question: usize, correct: bool) -> ResultRow {
