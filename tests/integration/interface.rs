@@ -105,7 +105,7 @@ fn plan_json_with_model_builtins_audits_panel_and_anchors_is_unchanged() {
     use common::mock_api::{Behaviour, Format, KEY, MockApi, PRICE, llm_manifest};
     let scratch = common::Scratch::new();
     let api = MockApi::start(Format::OpenAi, Behaviour::default());
-    let manifest = llm_manifest(&api.url, Format::OpenAi, &format!("{PRICE}\nrpm = 600"), "")
+    let manifest = llm_manifest(&api.url, Format::OpenAi, &format!("{PRICE}\nrpm = 6000"), "")
         .replace("ratios = [0.15]", "ratios = [0.0, 0.15]")
         + "\n[judges.second]\nbuiltin = \"llm-judge\"\nparams = { model = \"mock\", temperature = 0.0 }\n\
            \n[readers.small]\nbuiltin = \"llm-reader\"\nparams = { model = \"mock\", max_tokens = 64 }\n\

@@ -24,7 +24,7 @@ pub(super) fn estimate_time(
         requests.into_iter().chain(tokens).reduce(f64::max)
     };
     if let Some(seconds) = time(f64::from(spec.rpm), spec.tpm as f64) {
-        bound.seconds = Some(seconds);
+        bound.seconds = Some(to_hundredths(seconds));
         bound.time_from = "rpm/tpm".into();
         return;
     }
@@ -36,7 +36,7 @@ pub(super) fn estimate_time(
             .unwrap_or(0.0);
         // The tokens it sustained were the estimates gacc paced on, as these bounds are.
         if let Some(seconds) = time(sustained, 0.0) {
-            bound.seconds = Some(seconds);
+            bound.seconds = Some(to_hundredths(seconds));
             bound.time_from = format!("the last run ({})", folder.display());
             return;
         }
@@ -47,12 +47,18 @@ pub(super) fn estimate_time(
         false => ASSUMED_IN_FLIGHT.min(spec.max_concurrency.max(1)),
     };
     let serial = bound.input_tokens as f64 / ASSUMED_READ + bound.output_tokens as f64 / ASSUMED_WRITE;
-    bound.seconds = Some(serial / in_flight as f64);
+    bound.seconds = Some(to_hundredths(serial / in_flight as f64));
     bound.time_from = format!(
         "an assumption (no run of this experiment has used it yet, and it sets no `rpm` or `tpm`): \
          {in_flight} call(s) in flight, each reading {ASSUMED_READ} prompt tokens and writing {ASSUMED_WRITE} \
          tokens a second, over the upper bounds above; the first run measures its pace"
     );
+}
+
+/// An estimate to the hundredth of a second: 238 calls at 6,000 a minute take 2.38 s, not the
+/// 2.3800000000000003 the division gives.
+fn to_hundredths(seconds: f64) -> f64 {
+    (seconds * 100.0).round() / 100.0
 }
 
 /// The first run's time, before any run has measured an endpoint's pace: calls in flight
