@@ -174,10 +174,9 @@ pub(crate) fn judge_key_with(identity_json: &str, inputs: &JudgeInputs, seed: Ke
 pub(crate) fn memory_key(job: &MemoryJob, tokenizer_json: &str, truncation: TruncationMode) -> String {
     let mut key = KeyHasher::new();
     key.put(r#"{"budget":"#).show(job.budget);
-    // A compressor key is hex (nothing in it is escaped): written as serde_json would.
-    key.put(r#","compressor_key":"#)
-        .put(&Value::from(job.cache_key.as_str()).to_string());
-    key.put(r#","kind":"memory","tokenizer":"#).put(tokenizer_json);
+    // A compressor key is hex: nothing in it is escaped.
+    key.put(r#","compressor_key":""#).put(&job.cache_key);
+    key.put(r#"","kind":"memory","tokenizer":"#).put(tokenizer_json);
     key.put(r#","truncation":""#)
         .put(truncation.as_str())
         .put(r#""}"#);
@@ -406,7 +405,6 @@ mod tests {
             assert_eq!(memory_key(&job, &tokenizer.to_string(), truncation), described);
             assert_eq!(json!(truncation), json!(truncation.as_str()));
         }
-        let tokenizer = json!({"name": "cl100k_base", "builtin": true, "revision": "vocabulary sha256:x"});
         for goal in [Some("g"), None] {
             let described = key(&json!({
                 "role": "compressor",

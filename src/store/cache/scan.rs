@@ -4,7 +4,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::index::push_record;
-use super::{Index, Kind, RESIDENT_PAYLOAD, Slot, Stats, decode_hex, intact, place, slot};
+use super::{Index, Kind, RESIDENT_PAYLOAD, Slot, Stats, decode_hex, intact, place};
 
 /// Indexes one segment's lines from byte `start` on, keeping small payloads in `resident`
 /// while it has room, and (with `records`) writing each entry's sidecar record; a line without
@@ -40,7 +40,7 @@ pub(super) fn scan(mut file: &File, segment: usize, start: u64, sinks: Sinks) ->
             let line = &block[start..start + length];
             let offset = base + start as u64;
             match parse_line(line) {
-                Some((entry_slot, checksum, header)) => {
+                Ok((entry_slot, checksum, header)) => {
                     let payload = &line[header..];
                     let at = offset + header as u64;
                     // A small payload is checked now, once (it may be kept in memory, or in
@@ -55,8 +55,8 @@ pub(super) fn scan(mut file: &File, segment: usize, start: u64, sinks: Sinks) ->
                         index.insert(entry_slot, (location, checksum));
                     }
                 }
-                None if of_unknown_kind(line) => stats.unknown_kind += 1,
-                None => stats.torn_lines += 1,
+                Err(Unread::UnknownKind) => stats.unknown_kind += 1,
+                Err(Unread::Torn) => stats.torn_lines += 1,
             }
             start += length + 1;
         }
@@ -87,30 +87,28 @@ pub(super) struct Sinks<'a> {
 /// How much of a segment is read at once when it is indexed.
 pub(super) const SCAN_BLOCK: usize = 4 << 20;
 
-/// Whether `line` is a whole entry of a kind this gacc does not know: its key and checksum
-/// well formed, its kind a name of lowercase letters.
-fn of_unknown_kind(line: &[u8]) -> bool {
-    let mut fields = line.splitn(4, |b| *b == b' ');
-    let (Some(key), Some(kind), Some(checksum), Some(_)) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return false;
-    };
-    decode_hex(key).is_some()
-        && decode_hex(checksum).is_some()
-        && !kind.is_empty()
-        && kind.iter().all(u8::is_ascii_lowercase)
-        && std::str::from_utf8(kind).ok().and_then(Kind::named).is_none()
+/// Why a line is not an entry this gacc reads.
+#[derive(Debug, PartialEq)]
+pub(super) enum Unread {
+    /// Not a whole entry (a process killed mid-write).
+    Torn,
+    /// A whole entry of a kind this gacc does not know (a later gacc's): lowercase letters.
+    UnknownKind,
 }
 
 /// A line's slot, payload checksum and header length (`<key> <kind> <sha256> `), if its
-/// header is well formed.
-pub(super) fn parse_line(line: &[u8]) -> Option<(Slot, [u8; 32], usize)> {
+/// header is well formed and of a kind this gacc knows.
+pub(super) fn parse_line(line: &[u8]) -> Result<(Slot, [u8; 32], usize), Unread> {
     let mut fields = line.splitn(4, |b| *b == b' ');
-    let key = std::str::from_utf8(fields.next()?).ok()?;
-    let kind = std::str::from_utf8(fields.next()?).ok()?;
-    let checksum = decode_hex(fields.next()?)?;
-    fields.next()?;
-    let header = key.len() + kind.len() + 64 + 3;
-    Some((slot(Kind::named(kind)?, key)?, checksum, header))
+    let mut field = || fields.next().ok_or(Unread::Torn);
+    let (key, kind, checksum, _) = (field()?, field()?, field()?, field()?);
+    let (Some(key), Some(checksum)) = (decode_hex(key), decode_hex(checksum)) else {
+        return Err(Unread::Torn);
+    };
+    let header = 64 + kind.len() + 64 + 3;
+    match std::str::from_utf8(kind).ok().and_then(Kind::named) {
+        Some(kind) => Ok(((kind.number(), key), checksum, header)),
+        None if !kind.is_empty() && kind.iter().all(u8::is_ascii_lowercase) => Err(Unread::UnknownKind),
+        None => Err(Unread::Torn),
+    }
 }
