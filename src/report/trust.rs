@@ -3,8 +3,6 @@
 //! wrong against human labels makes every Micro of the run doubtful. The report says so at its
 //! head, with the figures, rather than beside the audit at its foot.
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 use crate::report::audit::JudgeAudit;
@@ -85,9 +83,10 @@ fn own_findings(results: &[ResultRow]) -> Vec<Finding> {
         .filter_map(|r| r.rationale.as_deref().map(str::trim))
         .filter(|r| !r.is_empty())
         .collect();
-    let answers: BTreeSet<&str> = results.iter().filter_map(|r| r.answer.as_deref()).collect();
-    if rationales.len() >= MIN_VERDICTS && answers.len() > 1 && rationales.iter().all(|r| *r == rationales[0])
-    {
+    // Looked at last, and only as far as a second answer: at paper scale there are 385k.
+    let mut answers = results.iter().filter_map(|r| r.answer.as_deref());
+    let mut two_answers = || answers.next().is_some_and(|first| answers.any(|a| a != first));
+    if rationales.len() >= MIN_VERDICTS && rationales.iter().all(|r| *r == rationales[0]) && two_answers() {
         let mut quoted: String = rationales[0].chars().take(60).collect();
         if quoted.len() < rationales[0].len() {
             quoted.push('…');
@@ -239,6 +238,28 @@ mod tests {
              gave every answer the same reason (\"one sentence\"); `contains` agrees with it on 0.40 \
              of 15 answers. Every Micro and Macro of this run rests on its verdicts (marked ‡)."
         );
+    }
+
+    /// One reason for one answer given everywhere says nothing of the judge; one reason for
+    /// two answers does, however late the second answer comes.
+    #[test]
+    fn one_reason_is_doubted_only_when_the_answers_differ() {
+        let verdict = |i: usize| Some(i.is_multiple_of(2));
+        let same: Vec<ResultRow> = (0..15).map(|i| row("yes", verdict(i), Some("same"))).collect();
+        assert!(doubt("j", &same, None).is_none());
+        let mut late = same.clone();
+        late[14] = row("no", verdict(14), Some("same"));
+        let kinds: Vec<&str> = doubt("j", &late, None)
+            .unwrap()
+            .findings
+            .iter()
+            .map(|f| f.kind)
+            .collect();
+        assert_eq!(kinds, ["one_rationale"]);
+        // An abstention's answer counts among the answers, as it did.
+        let mut abstained = same;
+        abstained.push(row("maybe", None, None));
+        assert!(doubt("j", &abstained, None).is_some());
     }
 
     #[test]

@@ -58,19 +58,12 @@ pub(super) fn start_folder(
 
 /// The page's key: it is made from the report and the rows, so the same files make the same
 /// page.
-pub(super) fn page_key(
-    report_text: &str,
-    digests: &[String; 2],
-    ledger: &[crate::store::ledger::LedgerRow],
-    dataset: &str,
-) -> String {
+pub(super) fn page_key(report_text: &str, digests: &[String; 3], dataset: &str) -> String {
+    let [results, texts, ledger] = digests;
     sha256(format!(
-        "gacc {}\nreport {}\nresults {}\nmemories {}\ntexts {}\ndataset {dataset}\n",
+        "gacc {}\nreport {}\nresults {results}\nmemories {ledger}\ntexts {texts}\ndataset {dataset}\n",
         env!("CARGO_PKG_VERSION"),
         sha256(report_text),
-        digests[0],
-        crate::store::ledger::page_digest(ledger),
-        digests[1],
     ))
 }
 
@@ -137,9 +130,10 @@ pub(super) fn markdown_view(options: &RunOptions) -> Result<Markdown, Error> {
     })
 }
 
-/// Writes the memory texts (on a thread of its own) while the report is built, and waits for
-/// the plan file (the ledger and the results were written as they folded, `rows`); the report,
-/// the memory texts, and the SHA-256 of the results and of the memory texts.
+/// Writes the memory texts and digests the ledger for the page (each on a thread of its own)
+/// while the report is built, and waits for the plan file (the ledger and the results were
+/// written as they folded, `rows`); the report, the memory texts, and the digests `page_key`
+/// takes: the results', the memory texts', the ledger's.
 pub(super) fn write_rows(
     prepared: &Prepared,
     folder: &RunFolder,
@@ -147,7 +141,7 @@ pub(super) fn write_rows(
     recount: report::Recount,
     plan_writer: PlanWriter,
     (rows, memo): (Written, report::pairs::Memo),
-) -> Result<(report::Report, Vec<MemoryText>, [String; 2]), Error> {
+) -> Result<(report::Report, Vec<MemoryText>, [String; 3]), Error> {
     let manifest = &prepared.loaded.manifest;
     let inputs = report::Inputs {
         name: &manifest.name,
@@ -193,16 +187,18 @@ pub(super) fn write_rows(
     let texts = crate::store::ledger::memory_texts(&outcome.ledger);
     let (written, report) = std::thread::scope(|scope| {
         let texts = scope.spawn(|| folder.write_shared_gzip(MEMORY_TEXTS, |out| json_lines(out, &texts)));
+        let ledger = scope.spawn(|| crate::store::ledger::page_digest(&outcome.ledger));
         let report = report::build(&inputs, outcome, recount);
         let written = (
             plan_writer.join().unwrap_or_else(|_| Err(stopped(PLAN))),
             texts.join().unwrap_or_else(|_| Err(stopped(MEMORY_TEXTS))),
+            ledger.join().unwrap_or_default(),
         );
         (written, report)
     });
-    let (plan, texts_digest) = written;
+    let (plan, texts_digest, ledger_digest) = written;
     plan?;
-    Ok((report, texts, [rows.results_sha256, texts_digest?]))
+    Ok((report, texts, [rows.results_sha256, texts_digest?, ledger_digest]))
 }
 
 pub(super) fn resolved_manifest(prepared: &Prepared) -> String {

@@ -213,7 +213,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<Finished, Error> {
     let report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     let report_text = pretty(&report);
     folder.write(REPORT_JSON, report_text.as_bytes())?;
-    let page_key = page_key(&report_text, &digests, &outcome.ledger, &dataset_digest);
+    let page_key = page_key(&report_text, &digests, &dataset_digest);
     let views = write_pictures(&folder, &report_json, &prepared, &outcome, &texts, &page_key);
     let repeating = (outcome.failures.iter())
         .filter(|f| f.reason.contains(crate::exec::model::verdict::SAME_AGAIN))
