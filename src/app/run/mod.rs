@@ -443,12 +443,27 @@ fn execute(
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
         let following = tokio::spawn(live.clone().follow());
+        // The run's loop is a task among its jobs: each job that finishes wakes it on a worker,
+        // not a thread parked outside the runtime (a futex wake-up per memory job, 64k at
+        // paper scale).
+        let mut running = tokio::spawn(runner::execute(setup));
         let outcome = tokio::select! {
-            outcome = runner::execute(setup) => Some(outcome),
+            outcome = &mut running => Some(outcome),
             _ = tokio::signal::ctrl_c() => None,
             // A scheduler's preemption (SIGTERM) ends the run as Ctrl-C does: calls in flight
             // and their workers are ended, what finished is kept, and the resume is said.
             _ = terminated() => None,
+        };
+        if outcome.is_none() {
+            // Its rows are on disk once the loop is dropped (`RowSink`), before the run says so.
+            running.abort();
+            _ = running.await;
+        }
+        // A loop that panicked panics here, as it did inline; one cancelled was interrupted.
+        let outcome = match outcome.map(|ended| ended.map_err(tokio::task::JoinError::try_into_panic)) {
+            Some(Ok(outcome)) => Some(outcome),
+            Some(Err(Ok(panic))) => std::panic::resume_unwind(panic),
+            Some(Err(Err(_))) | None => None,
         };
         display.abort();
         following.abort();
