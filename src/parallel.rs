@@ -26,6 +26,41 @@ pub(crate) fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime:
     builder.enable_all().build()
 }
 
+/// Resolves when the process is sent SIGTERM (never, where that cannot be listened for).
+pub(crate) async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// `work` run as a task on the runtime until it ends, or None at Ctrl-C or SIGTERM (a
+/// scheduler's preemption): then it is aborted and awaited, so whatever it holds is dropped
+/// (a run's row files flushed) before the caller says it was interrupted. As a task, `work` is
+/// woken on a worker, not on the thread that blocks on the runtime, which each waking would
+/// take a futex and a context switch (64k at paper scale). A panic in it is passed on.
+pub(crate) async fn until_interrupted<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let mut running = tokio::spawn(work);
+    let ended = tokio::select! {
+        ended = &mut running => Some(ended),
+        _ = tokio::signal::ctrl_c() => None,
+        _ = terminated() => None,
+    };
+    if ended.is_none() {
+        running.abort();
+        _ = (&mut running).await;
+    }
+    match ended.map(|ended| ended.map_err(tokio::task::JoinError::try_into_panic)) {
+        Some(Ok(done)) => Some(done),
+        Some(Err(Ok(panic))) => std::panic::resume_unwind(panic),
+        Some(Err(Err(_))) | None => None,
+    }
+}
+
 /// `f` of every item, on every core, in the items' order. A panic in `f` is passed on.
 pub(crate) fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -> Vec<T> {
     let next = AtomicUsize::new(0);
@@ -55,6 +90,19 @@ pub(crate) fn map_in_parallel<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T
 
 #[cfg(test)]
 mod tests {
+    /// Work that ends gives its output; work that panics panics in the caller, as it would
+    /// inline, not as an interruption.
+    #[test]
+    fn work_until_interrupted_gives_its_output_and_passes_its_panic_on() {
+        let runtime = super::runtime(Some(1)).unwrap();
+        assert_eq!(runtime.block_on(super::until_interrupted(async { 7 })), Some(7));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(super::until_interrupted(async { panic!("the loop broke") }))
+        }));
+        let message = panicked.unwrap_err();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"the loop broke"));
+    }
+
     #[test]
     fn results_keep_the_items_order() {
         let items: Vec<u64> = (0..1000).collect();

@@ -1,8 +1,9 @@
 //! The distinct calls the results rest on, per role and per compressor: each key once, with
-//! the usage of those that reported any, gathered as memories fold.
+//! the usage of those that reported any, gathered as memories fold and settled at the end.
 
 use std::collections::BTreeMap;
 
+use crate::parallel::Locked;
 use crate::plan::Plan;
 use crate::protocol::Role;
 use crate::store::usage::Usage;
@@ -89,6 +90,43 @@ impl DistinctCalls {
         }
         distinct
     }
+}
+
+/// What the run as a whole comes to, once every memory is folded: this run's calls, what it
+/// paid, why it stopped, and the distinct calls the results rest on.
+pub(super) fn settle(outcome: &mut super::Outcome, distinct: DistinctCalls, shared: &super::RunState) {
+    outcome.this_run = shared.calls.totals();
+    outcome.audit_calls = shared.calls.audit.locked().clone();
+    outcome.stop = shared.stop.locked().clone();
+    outcome.paid = shared.calls.paid.locked().clone();
+    // Each role's calls are sorted on a thread of their own (at paper scale, the reader's and
+    // the judge's are 385k each), the compressors' meanwhile.
+    let DistinctCalls {
+        calls,
+        compressor_calls,
+        costs,
+        ..
+    } = distinct;
+    (outcome.calls, outcome.compressor_calls) = std::thread::scope(|scope| {
+        let roles: Vec<_> = (calls.into_iter())
+            .map(|(role, calls)| (role, scope.spawn(move || calls.finish())))
+            .collect();
+        let compressors = (compressor_calls.into_iter())
+            .map(|(name, calls)| (name, calls.finish()))
+            .collect();
+        let roles = (roles.into_iter())
+            .map(|(role, sorting)| {
+                (
+                    role,
+                    sorting
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                )
+            })
+            .collect();
+        (roles, compressors)
+    });
+    outcome.cell_costs = costs.finish();
 }
 
 #[cfg(test)]

@@ -339,7 +339,7 @@ pub(crate) async fn execute(mut run: Setup) -> Outcome {
     }
     outcome.written = rows.map(RowSink::finish);
     trace_stages(&shared.setup.progress);
-    settle(&mut outcome, distinct, &shared);
+    distinct::settle(&mut outcome, distinct, &shared);
     outcome
 }
 
@@ -355,43 +355,6 @@ fn count_jobs(progress: &Progress, plan: &Plan) {
             progress.stage(role).total.fetch_add(jobs, Ordering::Relaxed);
         }
     }
-}
-
-/// What the run as a whole comes to, once every memory is folded: this run's calls, what it
-/// paid, why it stopped, and the distinct calls the results rest on.
-fn settle(outcome: &mut Outcome, distinct: DistinctCalls, shared: &RunState) {
-    outcome.this_run = shared.calls.totals();
-    outcome.audit_calls = shared.calls.audit.locked().clone();
-    outcome.stop = shared.stop.locked().clone();
-    outcome.paid = shared.calls.paid.locked().clone();
-    // Each role's calls are sorted on a thread of their own (at paper scale, the reader's and
-    // the judge's are 385k each), the compressors' meanwhile.
-    let DistinctCalls {
-        calls,
-        compressor_calls,
-        costs,
-        ..
-    } = distinct;
-    (outcome.calls, outcome.compressor_calls) = std::thread::scope(|scope| {
-        let roles: Vec<_> = (calls.into_iter())
-            .map(|(role, calls)| (role, scope.spawn(move || calls.finish())))
-            .collect();
-        let compressors = (compressor_calls.into_iter())
-            .map(|(name, calls)| (name, calls.finish()))
-            .collect();
-        let roles = (roles.into_iter())
-            .map(|(role, sorting)| {
-                (
-                    role,
-                    sorting
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                )
-            })
-            .collect();
-        (roles, compressors)
-    });
-    outcome.cell_costs = costs.finish();
 }
 
 /// Each stage's summary in the trace: what its jobs came to, those served without a call

@@ -163,7 +163,7 @@ fn execute(
         let outcomes = tokio::select! {
             outcomes = all => Some(outcomes),
             _ = tokio::signal::ctrl_c() => None,
-            _ = super::run::terminated() => None,
+            _ = crate::parallel::terminated() => None,
         };
         display.abort();
         outcomes

@@ -416,16 +416,6 @@ fn jobs_in_flight(prepared: &Prepared, models: &super::prepare::Models) -> Optio
     Some(window.max(widest))
 }
 
-/// Resolves when the process is sent SIGTERM (never, where that cannot be listened for).
-pub(super) async fn terminated() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut signal) => {
-            signal.recv().await;
-        }
-        Err(_) => std::future::pending().await,
-    }
-}
-
 /// Runs the plan with the progress line on the terminal; Ctrl-C or SIGTERM ends every call in
 /// flight (finished ones are cached) and is `Error::Interrupted`.
 fn execute(
@@ -443,28 +433,9 @@ fn execute(
     let outcome = runtime.block_on(async {
         let display = show_progress(progress.clone(), options.quiet);
         let following = tokio::spawn(live.clone().follow());
-        // The run's loop is a task among its jobs: each job that finishes wakes it on a worker,
-        // not a thread parked outside the runtime (a futex wake-up per memory job, 64k at
-        // paper scale).
-        let mut running = tokio::spawn(runner::execute(setup));
-        let outcome = tokio::select! {
-            outcome = &mut running => Some(outcome),
-            _ = tokio::signal::ctrl_c() => None,
-            // A scheduler's preemption (SIGTERM) ends the run as Ctrl-C does: calls in flight
-            // and their workers are ended, what finished is kept, and the resume is said.
-            _ = terminated() => None,
-        };
-        if outcome.is_none() {
-            // Its rows are on disk once the loop is dropped (`RowSink`), before the run says so.
-            running.abort();
-            _ = running.await;
-        }
-        // A loop that panicked panics here, as it did inline; one cancelled was interrupted.
-        let outcome = match outcome.map(|ended| ended.map_err(tokio::task::JoinError::try_into_panic)) {
-            Some(Ok(outcome)) => Some(outcome),
-            Some(Err(Ok(panic))) => std::panic::resume_unwind(panic),
-            Some(Err(Err(_))) | None => None,
-        };
+        // A scheduler's preemption (SIGTERM) ends the run as Ctrl-C does: calls in flight and
+        // their workers are ended, what finished is kept, and the resume is said.
+        let outcome = crate::parallel::until_interrupted(runner::execute(setup)).await;
         display.abort();
         following.abort();
         outcome
