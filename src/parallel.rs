@@ -54,10 +54,16 @@ pub(crate) async fn until_interrupted<T: Send + 'static>(
         running.abort();
         _ = (&mut running).await;
     }
-    match ended.map(|ended| ended.map_err(tokio::task::JoinError::try_into_panic)) {
-        Some(Ok(done)) => Some(done),
-        Some(Err(Ok(panic))) => std::panic::resume_unwind(panic),
-        Some(Err(Err(_))) | None => None,
+    ended.and_then(joined)
+}
+
+/// What a task gave, or None when it was cancelled; a panic in it is passed on, as it would
+/// be had its work been awaited inline.
+pub(crate) fn joined<T>(ended: Result<T, tokio::task::JoinError>) -> Option<T> {
+    match ended.map_err(tokio::task::JoinError::try_into_panic) {
+        Ok(done) => Some(done),
+        Err(Ok(panic)) => std::panic::resume_unwind(panic),
+        Err(Err(_)) => None,
     }
 }
 

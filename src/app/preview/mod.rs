@@ -136,12 +136,8 @@ pub(super) fn plan_status(path: &Path, sets: &[String]) -> Result<Preview, Error
     };
     let laddered = prepared.plan.memories.iter().any(|job| job.ladder.is_some());
     let runtime = crate::parallel::runtime(None).map_err(runtime_error)?;
-    // As `gacc run` does: the loop is a task among its jobs (a panic in it is passed on).
-    if let Err(ended) = runtime.block_on(runtime.spawn(crate::runner::execute(setup)))
-        && let Ok(panic) = ended.try_into_panic()
-    {
-        std::panic::resume_unwind(panic);
-    }
+    // As `gacc run` does: the loop is a task among its jobs.
+    crate::parallel::joined(runtime.block_on(runtime.spawn(crate::runner::execute(setup))));
     let status = Stage::ALL
         .into_iter()
         .map(|stage| {
