@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Scratch, made, read_json, read_lines};
+use common::{Programs, Scratch, made, read_json, read_lines};
 
 /// The fixture with its reader replaced by `experiments/reader.sh`.
 fn fixture_with_script_reader(scratch: &Scratch, misbehaviour: &str) {
@@ -342,13 +342,18 @@ fn without_keys(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
 
 #[test]
 fn rule_built_ins_run_inside_gacc_and_answer_as_their_programs_do() {
-    // One seed: every built-in, condition and budget, at a third of the process spawns.
+    // One seed: every built-in, condition and budget, at a third of the calls. The fixture's
+    // programs answer a call each; the baselines' are started once and answer many.
     let one_seed = ["--set", "seeds=[1]"];
-    for manifest in ["experiments/fixture.toml", "experiments/baselines.toml"] {
+    let manifests: [(&str, Programs); 2] = [
+        ("experiments/fixture.toml", Scratch::as_programs),
+        ("experiments/baselines.toml", Scratch::as_persistent_programs),
+    ];
+    for (manifest, as_programs) in manifests {
         let scratch = Scratch::new();
         let (status, inside, stderr) = scratch.run(manifest, &one_seed);
         assert_eq!(status, 0, "{stderr}");
-        let programs = scratch.as_programs(manifest);
+        let programs = as_programs(&scratch, manifest);
         let cache = ["--set", "run.cache=\"cache-programs\""];
         let (status, outside, stderr) = scratch.run(&programs, &[&one_seed[..], &cache].concat());
         assert_eq!(status, 0, "{stderr}");

@@ -7,7 +7,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{Scratch, landlock_available, python3_on_path, read_json, read_lines};
+use common::{Programs, Scratch, landlock_available, python3_on_path, read_json, read_lines};
 use serde_json::Value;
 
 /// Skips a test (with a message) on a kernel without Landlock.
@@ -285,19 +285,17 @@ fn without_holdout(folder: &Path) -> Value {
     report
 }
 
-/// Runs `manifest` with its built-ins as programs, in the sandbox and out of it.
-fn same_results_with_the_sandbox_on_and_off(manifest: &str) {
-    // One seed: every built-in, condition and budget, at a third of the process spawns.
+/// Runs `manifest` with its built-ins as programs (`programs` writes it so), in the sandbox and
+/// out of it.
+fn same_results_with_the_sandbox_on_and_off(manifest: &str, programs: Programs) {
+    // One seed: every built-in, condition and budget, at a third of the calls.
     let one_seed = ["--set", "seeds=[1]"];
     let on = Scratch::new();
-    let (status, on_folder, stderr) = on.run(&on.as_programs(manifest), &one_seed);
+    let (status, on_folder, stderr) = on.run(&programs(&on, manifest), &one_seed);
     assert_eq!(status, 0, "{stderr}");
     let off = Scratch::new();
-    let (status, off_folder, stderr) = off.run_with_env(
-        &off.as_programs(manifest),
-        &one_seed,
-        &[("GACC_NO_LANDLOCK", "1")],
-    );
+    let (status, off_folder, stderr) =
+        off.run_with_env(&programs(&off, manifest), &one_seed, &[("GACC_NO_LANDLOCK", "1")]);
     assert_eq!(status, 0, "{stderr}");
     assert!(stderr.contains("the hold-out is NOT enforced"), "{stderr}");
 
@@ -331,13 +329,15 @@ fn same_results_with_the_sandbox_on_and_off(manifest: &str) {
 #[test]
 fn the_fixture_gives_the_same_report_with_the_sandbox_on_and_off() {
     require_landlock!();
-    same_results_with_the_sandbox_on_and_off("experiments/fixture.toml");
+    // A process per call: each is confined as it starts.
+    same_results_with_the_sandbox_on_and_off("experiments/fixture.toml", Scratch::as_programs);
 }
 
 #[test]
 fn the_baselines_give_the_same_report_with_the_sandbox_on_and_off() {
     require_landlock!();
-    same_results_with_the_sandbox_on_and_off("experiments/baselines.toml");
+    // Each program started once, confined for all the calls it serves.
+    same_results_with_the_sandbox_on_and_off("experiments/baselines.toml", Scratch::as_persistent_programs);
 }
 
 /// Every file under `folder`, recursively.

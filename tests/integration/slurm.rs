@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Scratch, read_json};
+use common::{Programs, Scratch, read_json};
 
 /// Whether a Slurm cluster answers; the tests share it, each looking only at its own tasks.
 fn cluster() -> Option<()> {
@@ -47,14 +47,14 @@ fn report(folder: &Path) -> Vec<u8> {
 }
 
 /// The same manifest run locally and on Slurm, each with its own cache, its built-ins as
-/// programs (`gacc callback NAME`: inside gacc they would not go to the cluster).
-fn same_report_as_local(manifest: &str, slurm_extra: &[&str]) {
+/// programs (`gacc callback NAME`: inside gacc they would not go to the cluster), which
+/// `programs` writes.
+fn same_report_as_local(manifest: &str, programs: Programs, slurm_extra: &[&str]) {
     let local = Scratch::new();
-    let (status, local_run, stderr) = local.run(&local.as_programs(manifest), &["-q"]);
+    let (status, local_run, stderr) = local.run(&programs(&local, manifest), &["-q"]);
     assert_eq!(status, 0, "{stderr}");
     let remote = Scratch::new();
-    let (status, remote_run, stderr) =
-        remote.run(&remote.as_programs(manifest), &with(ON_SLURM, slurm_extra));
+    let (status, remote_run, stderr) = remote.run(&programs(&remote, manifest), &with(ON_SLURM, slurm_extra));
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(
         String::from_utf8(report(&local_run)).unwrap(),
@@ -87,14 +87,17 @@ fn count_files(folder: &Path) -> usize {
 #[test]
 fn the_fixture_on_slurm_reports_what_a_local_run_does() {
     let Some(()) = cluster() else { return };
-    same_report_as_local("experiments/fixture.toml", &[]);
+    // A process per call, on the node as here.
+    same_report_as_local("experiments/fixture.toml", Scratch::as_programs, &[]);
 }
 
 #[test]
 fn the_baselines_on_slurm_report_what_a_local_run_does() {
     let Some(()) = cluster() else { return };
+    // Each array task starts its program once and makes its 200 calls through it.
     same_report_as_local(
         "experiments/baselines.toml",
+        Scratch::as_persistent_programs,
         &["--set", "run.slurm.calls_per_task=200"],
     );
 }

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
+/// How a test writes a manifest's built-ins as programs: `Scratch::as_programs` or
+/// `Scratch::as_persistent_programs`.
+pub type Programs = fn(&Scratch, &str) -> String;
+
 /// A scratch folder holding a copy of `experiments/`, where runs and the cache go.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -85,16 +89,27 @@ impl Scratch {
     /// made `command = [GACC, "callback", "NAME"]`, so that its built-ins run as programs (in
     /// the sandbox) rather than inside gacc; its path.
     pub fn as_programs(&self, manifest: &str) -> String {
+        self.programs(manifest, "", "-programs")
+    }
+
+    /// `as_programs`, with each program started once and serving its calls one after another
+    /// (`mode = "persistent"`): the same answers, without a process spawned per call (a debug
+    /// gacc takes tens of milliseconds to start); `experiments/NAME-persistent.toml`.
+    pub fn as_persistent_programs(&self, manifest: &str) -> String {
+        self.programs(manifest, "\nmode = \"persistent\"", "-persistent")
+    }
+
+    fn programs(&self, manifest: &str, extra: &str, suffix: &str) -> String {
         let text = std::fs::read_to_string(self.path(manifest)).unwrap();
         let gacc = gacc_binary().display().to_string();
         let lines: Vec<String> = text
             .lines()
             .map(|line| match line.strip_prefix("builtin = ") {
-                Some(name) => format!("command = [\"{gacc}\", \"callback\", {name}]"),
+                Some(name) => format!("command = [\"{gacc}\", \"callback\", {name}]{extra}"),
                 None => line.to_owned(),
             })
             .collect();
-        let path = manifest.replace(".toml", "-programs.toml");
+        let path = manifest.replace(".toml", &format!("{suffix}.toml"));
         self.write(&path, &(lines.join("\n") + "\n"));
         path
     }
