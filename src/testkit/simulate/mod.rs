@@ -463,32 +463,9 @@ mod tests {
 
     /// Each cell run by `controller` in virtual time, in the cells' order. The cells are
     /// independent (each seeds its own jitter), so they are spread over the machine's cores,
-    /// a paused runtime per thread.
+    /// each on a paused runtime of its own.
     fn simulated<F: Future<Output = Outcome>>(cells: &[Cell], controller: fn(Cell) -> F) -> Vec<Outcome> {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; cells.len()];
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads.min(cells.len()))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let runtime = paused();
-                        let mut done = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(cell) = cells.get(i) else { break done };
-                            done.push((i, runtime.block_on(controller(*cell))));
-                        }
-                    })
-                })
-                .collect();
-            for worker in workers {
-                for (i, outcome) in worker.join().unwrap() {
-                    outcomes[i] = Some(outcome);
-                }
-            }
-        });
-        outcomes.into_iter().map(Option::unwrap).collect()
+        crate::parallel::map_in_parallel(cells, |cell| paused().block_on(controller(*cell)))
     }
 
     /// Simulates each cell, prints a table, and returns the cells that missed without a
