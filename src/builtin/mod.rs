@@ -15,6 +15,7 @@ use callbacks::{
 };
 
 mod callbacks;
+mod requests;
 pub(crate) mod text;
 
 /// A built-in callback: its name, how it answers (and so its role), and behaviour version
@@ -341,8 +342,7 @@ pub(crate) fn serve(name: &str) -> i32 {
     if name == "bench-batch-reader" {
         return serve_batches(respond, BENCH_BATCH, BENCH_GATHER, BENCH_BATCH_TIME);
     }
-    let stdin = std::io::stdin().lock();
-    let mut requests = serde_json::Deserializer::from_reader(stdin).into_iter::<Value>();
+    let mut requests = requests::Requests::of(std::io::stdin().lock());
     let mut stdout = std::io::stdout().lock();
     let mut status = 0;
     let mut served = 0;
