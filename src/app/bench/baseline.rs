@@ -105,7 +105,7 @@ fn compared(name: &str, (this, baseline): (f64, f64), unit: &'static str, detail
 }
 
 /// The comparison, on the experiment `folder` holds (`bench.toml`, `dataset.jsonl`): a full run of
-/// each binary first (each on a cache of its own), then `rounds` rounds of a cached re-run and a
+/// each binary first (each on a cache of its own, timed once), then `rounds` rounds of a cached re-run and a
 /// token count by each, in turn.
 pub(super) fn compare(folder: &Path, baseline: &Path, rounds: usize) -> Result<Vec<Measurement>, Error> {
     let this = std::env::current_exe().map_err(io(Path::new("gacc")))?;
@@ -120,11 +120,13 @@ pub(super) fn compare(folder: &Path, baseline: &Path, rounds: usize) -> Result<V
             exe: baseline,
         },
     ];
-    for side in &sides {
+    let mut full = [0.0; 2];
+    for (at, side) in sides.iter().enumerate() {
         let _ = std::fs::remove_dir_all(side.cache(folder));
         let _ = std::fs::remove_dir_all(side.runs(folder));
-        // Fills its cache; its folder is not measured (the re-runs' are).
-        let (_, made) = side.run(folder)?;
+        // Fills its cache; its time is measured, its folder is not (the re-runs' are).
+        let (seconds, made) = side.run(folder)?;
+        full[at] = seconds;
         let _ = std::fs::remove_dir_all(made);
     }
     let (mut reruns, mut counts, mut sizes) = ([vec![], vec![]], [vec![], vec![]], [0u64, 0]);
@@ -147,6 +149,12 @@ pub(super) fn compare(folder: &Path, baseline: &Path, rounds: usize) -> Result<V
     }
     let same_tokens = tokens[0] == tokens[1];
     Ok(vec![
+        compared(
+            "full run on an empty cache, one each",
+            (full[0], full[1]),
+            "s",
+            json!({}),
+        ),
         compared(
             "run folder",
             (sizes[0] as f64 / 1e6, sizes[1] as f64 / 1e6),
