@@ -303,7 +303,8 @@ impl RunArgs {
 /// `gacc bench`'s options.
 #[derive(clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Where the synthetic experiment, its cache and runs go (replaced).
+    /// Where the synthetic experiment, its cache and runs go: replaced whole, so it must be new,
+    /// empty, or made by an earlier bench (anything else is refused untouched).
     #[arg(long, default_value = "target/gacc-bench")]
     pub(crate) folder: PathBuf,
     /// Sources (281 in the paper's design).

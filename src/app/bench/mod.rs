@@ -3,6 +3,7 @@
 //! session, not seconds across machines.
 
 mod baseline;
+mod folder;
 mod synthetic;
 
 use std::path::{Path, PathBuf};
@@ -90,8 +91,7 @@ pub(crate) fn bench(
 /// The synthetic experiment: made, planned, run in full, and run again from the cache.
 fn experiment(folder: &Path, shape: &Shape) -> Result<Vec<Measurement>, Error> {
     let mut out = Vec::new();
-    let _ = std::fs::remove_dir_all(folder);
-    std::fs::create_dir_all(folder).map_err(io(folder))?;
+    folder::replace(folder)?;
     let started = Instant::now();
     let manifest = generate(folder, shape).map_err(io(folder))?;
     out.push(measure(
